@@ -1,0 +1,254 @@
+// Package services starts the real servers cairn's tests and developers use —
+// MinIO for S3 and PostgreSQL for the shared ledger — on free 127.0.0.1 ports with
+// throw-away data directories. Tests start them with DieWithParent, so a killed
+// test process takes its servers with it; `go run ./internal/cmd/services` starts
+// them for a developer shell and stops them on request.
+package services
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// MinIOModule is the pinned MinIO version built from the Go module proxy.
+const MinIOModule = "github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c"
+
+// PostgresBinDir is where Debian's PostgreSQL 15 server binaries live.
+const PostgresBinDir = "/usr/lib/postgresql/15/bin"
+
+// CacheDir is where built binaries are kept between runs: $CAIRN_CACHE_DIR, else
+// the user cache dir + /cairn.
+func CacheDir() string {
+	if d := os.Getenv("CAIRN_CACHE_DIR"); d != "" {
+		return d
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		d = os.TempDir()
+	}
+	return filepath.Join(d, "cairn")
+}
+
+// MinIOBinary returns the path of the MinIO server binary ($CAIRN_MINIO_BIN, else
+// <CacheDir>/bin/minio) and whether it exists.
+func MinIOBinary() (string, bool) {
+	p := os.Getenv("CAIRN_MINIO_BIN")
+	if p == "" {
+		p = filepath.Join(CacheDir(), "bin", "minio")
+	}
+	_, err := os.Stat(p)
+	return p, err == nil
+}
+
+// Options for starting a server.
+type Options struct {
+	// DataDir holds the server's data; it must exist. Required.
+	DataDir string
+	// DieWithParent kills the server when the starting process dies (tests).
+	DieWithParent bool
+	// Detach puts the server in its own session so it outlives the starter (dev).
+	Detach bool
+	// LogFile receives the server's output. Default: <DataDir>/server.log.
+	LogFile string
+	// Env adds environment variables (e.g. MinIO notification targets).
+	Env []string
+}
+
+// Server is a running server.
+type Server struct {
+	Cmd *exec.Cmd
+	// URL: for MinIO the S3 endpoint (http://127.0.0.1:PORT); for PostgreSQL a
+	// connection URL.
+	URL string
+	// AccessKey and SecretKey for MinIO.
+	AccessKey, SecretKey string
+	done                 chan struct{}
+}
+
+// Stop kills the server and waits for it to exit.
+func (s *Server) Stop() {
+	if s == nil || s.Cmd == nil || s.Cmd.Process == nil {
+		return
+	}
+	_ = s.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+		_ = s.Cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+// FreePort returns a currently free TCP port on 127.0.0.1.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func start(cmd *exec.Cmd, o Options) (*Server, error) {
+	logPath := o.LogFile
+	if logPath == "" {
+		logPath = filepath.Join(o.DataDir, "server.log")
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	setParentDeath(cmd.SysProcAttr, o.DieWithParent)
+	cmd.SysProcAttr.Setsid = o.Detach
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
+	}
+	s := &Server{Cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+func tail(path string) string {
+	data, _ := os.ReadFile(path)
+	if len(data) > 2000 {
+		data = data[len(data)-2000:]
+	}
+	return string(data)
+}
+
+// StartMinIO starts the MinIO binary on a free loopback port.
+func StartMinIO(ctx context.Context, bin string, o Options) (*Server, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	cport, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cmd := exec.Command(bin, "server", "--quiet", "--address", addr, "--console-address", fmt.Sprintf("127.0.0.1:%d", cport), filepath.Join(o.DataDir, "data"))
+	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER=cairnadmin", "MINIO_ROOT_PASSWORD=cairnadmin-secret",
+		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI=on")
+	cmd.Env = append(cmd.Env, o.Env...)
+	s, err := start(cmd, o)
+	if err != nil {
+		return nil, err
+	}
+	s.URL, s.AccessKey, s.SecretKey = "http://"+addr, "cairnadmin", "cairnadmin-secret"
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(s.URL + "/minio/health/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+		select {
+		case <-s.done:
+			return nil, fmt.Errorf("minio exited during start-up: %s", tail(filepath.Join(o.DataDir, "server.log")))
+		case <-ctx.Done():
+			s.Stop()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			return nil, fmt.Errorf("minio did not become ready in 60s: %s", tail(filepath.Join(o.DataDir, "server.log")))
+		}
+	}
+}
+
+// StartPostgres initialises a cluster in o.DataDir and starts PostgreSQL on a free
+// loopback port. PostgreSQL refuses to run as root, so as root it runs as the
+// "postgres" user (or "nobody").
+func StartPostgres(ctx context.Context, binDir string, o Options) (*Server, error) {
+	if _, err := os.Stat(filepath.Join(binDir, "initdb")); err != nil {
+		return nil, fmt.Errorf("PostgreSQL server binaries not found in %s (install postgresql-15): %w", binDir, err)
+	}
+	pgdata := filepath.Join(o.DataDir, "pgdata")
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			u, err = user.Lookup("nobody")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("running as root and no postgres or nobody user to run PostgreSQL as: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(o.DataDir, uid, gid); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(o.DataDir, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	init := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"), "-D", pgdata, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+	init.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	init.Dir = o.DataDir
+	if out, err := init.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("initdb: %w: %s", err, out)
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(binDir, "postgres"), "-D", pgdata, "-h", "127.0.0.1", "-p", strconv.Itoa(port),
+		"-k", o.DataDir, "-c", "fsync=off", "-c", "max_connections=200", "-c", "shared_buffers=128MB")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	cmd.Dir = o.DataDir
+	if o.LogFile == "" {
+		o.LogFile = filepath.Join(os.TempDir(), fmt.Sprintf("cairn-postgres-%d.log", port))
+	}
+	s, err := start(cmd, o)
+	if err != nil {
+		return nil, err
+	}
+	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err == nil {
+			c.Close()
+			// Accepting connections is not yet ready; pg_isready knows.
+			if exec.Command(filepath.Join(binDir, "pg_isready"), "-h", "127.0.0.1", "-p", strconv.Itoa(port)).Run() == nil {
+				return s, nil
+			}
+		}
+		select {
+		case <-s.done:
+			return nil, fmt.Errorf("postgres exited during start-up: %s", tail(o.LogFile))
+		case <-ctx.Done():
+			s.Stop()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			return nil, errors.New("postgres did not become ready in 60s: " + tail(o.LogFile))
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package objstore
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Test for them with errors.Is; the concrete error carries the
+// operation, the key and the backend's own message.
+var (
+	// ErrNotFound: the object (or the multipart upload) does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrPreconditionFailed: the write's condition did not hold (HTTP 412); nothing
+	// was written. Re-read the object and decide again.
+	ErrPreconditionFailed = errors.New("precondition failed")
+	// ErrConflict: a concurrent conditional write to the same key was in flight
+	// (HTTP 409); nothing was written. Retry after a short backoff.
+	ErrConflict = errors.New("conflicting concurrent write")
+	// ErrNotSupported: the store cannot perform the operation, or does not enforce
+	// the requested condition (see Probe).
+	ErrNotSupported = errors.New("not supported by this store")
+	// ErrInvalidKey: the key breaks the portable key rules in the package doc, or
+	// the backend cannot store it (e.g. the fs backend cannot hold both "a/b" and
+	// "a/b/c").
+	ErrInvalidKey = errors.New("invalid key")
+	// ErrAmbiguous: a write failed after the request may have reached the server;
+	// it may or may not have been applied. Read back to find out.
+	ErrAmbiguous = errors.New("outcome unknown (the write may have been applied)")
+	// ErrBucketNotFound: the bucket (or the fs root directory) does not exist.
+	ErrBucketNotFound = errors.New("bucket not found")
+)
+
+// Error is the error type returned by Store methods.
+type Error struct {
+	Op  string // "get", "put", "list", …
+	Key string // the key involved, if any
+	Err error  // wraps one or more sentinels and the backend's cause
+}
+
+func (e *Error) Error() string {
+	if e.Key == "" {
+		return fmt.Sprintf("objstore: %s: %v", e.Op, e.Err)
+	}
+	return fmt.Sprintf("objstore: %s %q: %v", e.Op, e.Key, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func wrapErr(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var oe *Error
+	if errors.As(err, &oe) {
+		return err
+	}
+	return &Error{Op: op, Key: key, Err: err}
+}

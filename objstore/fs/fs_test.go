@@ -1,0 +1,29 @@
+package fs_test
+
+import (
+	"testing"
+
+	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/objstore"
+	"github.com/cairn-s3/cairn/objstore/fs"
+	"github.com/cairn-s3/cairn/objstore/objstoretest"
+)
+
+func TestMain(m *testing.M) { testmain.Run(m) }
+
+func newFS(t *testing.T) (*fs.Backend, string) {
+	dir := t.TempDir()
+	b, err := fs.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b, dir
+}
+
+func TestConformance(t *testing.T) {
+	objstoretest.Run(t, objstoretest.Harness{New: func(t *testing.T) objstoretest.Instance {
+		b, dir := newFS(t)
+		return objstoretest.Instance{Store: objstore.New(b, nil), URL: "file://" + dir, Uploads: b.Uploads}
+	}})
+}

@@ -1,0 +1,14 @@
+//go:build !unix
+
+package fs
+
+import (
+	"errors"
+	"os"
+)
+
+var errNoFlock = errors.New("the fs store needs flock(2) for cross-process atomicity; it runs on Unix only")
+
+func flock(*os.File) error   { return errNoFlock }
+func funlock(*os.File) error { return nil }
+func inode(os.FileInfo) uint64 { return 0 }

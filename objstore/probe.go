@@ -1,0 +1,402 @@
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+const abortTimeout = 30 * time.Second
+
+// Capabilities are the conditions a store enforces.
+type Capabilities struct {
+	PutIfAbsent       bool `json:"put_if_absent"`       // PUT If-None-Match: * (and racing creates have one winner)
+	PutIfMatch        bool `json:"put_if_match"`        // PUT If-Match (and it never creates a missing key)
+	DeleteIfMatch     bool `json:"delete_if_match"`     // DELETE If-Match
+	CopyIfAbsent      bool `json:"copy_if_absent"`      // CopyObject destination If-None-Match: *
+	CopyIfMatch       bool `json:"copy_if_match"`       // CopyObject destination If-Match
+	MultipartIfAbsent bool `json:"multipart_if_absent"` // CompleteMultipartUpload If-None-Match: *
+	MultipartIfMatch  bool `json:"multipart_if_match"`  // CompleteMultipartUpload If-Match
+}
+
+// ConditionalWrites reports whether the store can serve as a compare-and-swap
+// register: write-once and If-Match on PUT are both enforced.
+func (c Capabilities) ConditionalWrites() bool { return c.PutIfAbsent && c.PutIfMatch }
+
+// ProbeOptions tune Probe. A nil *ProbeOptions means all defaults.
+type ProbeOptions struct {
+	// Racers is how many concurrent if-absent writes race for one key. Default: 16.
+	Racers int
+}
+
+// ProbeCheck is the outcome of one experiment.
+type ProbeCheck struct {
+	Name     string        `json:"name"`
+	Enforced bool          `json:"enforced"`
+	Outcome  string        `json:"outcome"` // what was observed, in words
+	Elapsed  time.Duration `json:"elapsed_ns"`
+}
+
+// ProbeReport is the result of Probe.
+type ProbeReport struct {
+	Store        string        `json:"store"`
+	Checks       []ProbeCheck  `json:"checks"`
+	Capabilities Capabilities  `json:"capabilities"`
+	Racers       int           `json:"racers"`
+	Winners      int           `json:"winners"`       // successful racing creates (must be 1)
+	LosersStatus []string      `json:"losers_status"` // what racing losers saw: "412", "409"
+	Elapsed      time.Duration `json:"elapsed_ns"`
+}
+
+// Probe proves by experiment which conditions the store's endpoint enforces. It
+// writes scratch objects under "<ProbePrefix><random>/" and deletes them after.
+// Checks: put-if-absent, put-if-match, delete-if-match, copy-if-absent,
+// copy-if-match, multipart-if-absent, multipart-if-match and racing-creates
+// (N concurrent if-absent writes of one key: exactly one may win). A condition is
+// reported enforced only if a violating request failed with 412 (or 409) and left
+// the object unchanged; "accepted and ignored" and "rejected" both count as not
+// enforced. Errors that make the experiment meaningless (unreachable endpoint,
+// missing bucket, bad credentials) are returned as errors.
+func Probe(ctx context.Context, s *Store, opts *ProbeOptions) (ProbeReport, error) {
+	return s.Probe(ctx, opts)
+}
+
+type prober struct {
+	b      Backend
+	prefix string
+	rep    *ProbeReport
+}
+
+func runProbe(ctx context.Context, b Backend, basePrefix string, opts *ProbeOptions) (ProbeReport, error) {
+	var o ProbeOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Racers <= 0 {
+		o.Racers = 16
+	}
+	rep := ProbeReport{Store: b.String(), Racers: o.Racers}
+	start := time.Now()
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	p := &prober{b: b, prefix: basePrefix + hex.EncodeToString(rnd[:]) + "/", rep: &rep}
+	defer p.cleanup(ctx)
+
+	// A plain write first: if this fails, nothing else means anything.
+	if _, err := b.Put(ctx, p.key("plain"), bytes.NewReader([]byte("cairn probe")), 11, PutOptions{ContentType: "text/plain"}); err != nil {
+		return rep, fmt.Errorf("a plain write of a scratch key failed, so no condition can be probed: %w", err)
+	}
+	checks := []struct {
+		name string
+		fn   func(context.Context) (bool, string, error)
+		set  func(*Capabilities, bool)
+	}{
+		{"put-if-absent", p.putIfAbsent, func(c *Capabilities, v bool) { c.PutIfAbsent = v }},
+		{"put-if-match", p.putIfMatch, func(c *Capabilities, v bool) { c.PutIfMatch = v }},
+		{"delete-if-match", p.deleteIfMatch, func(c *Capabilities, v bool) { c.DeleteIfMatch = v }},
+		{"copy-if-absent", p.copyCond(true), func(c *Capabilities, v bool) { c.CopyIfAbsent = v }},
+		{"copy-if-match", p.copyCond(false), func(c *Capabilities, v bool) { c.CopyIfMatch = v }},
+		{"multipart-if-absent", p.multipartCond(true), func(c *Capabilities, v bool) { c.MultipartIfAbsent = v }},
+		{"multipart-if-match", p.multipartCond(false), func(c *Capabilities, v bool) { c.MultipartIfMatch = v }},
+		{"racing-creates", p.racingCreates, func(c *Capabilities, v bool) { c.PutIfAbsent = c.PutIfAbsent && v }},
+	}
+	for _, c := range checks {
+		t0 := time.Now()
+		ok, outcome, err := c.fn(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("probe %s: %w", c.name, err)
+		}
+		rep.Checks = append(rep.Checks, ProbeCheck{Name: c.name, Enforced: ok, Outcome: outcome, Elapsed: time.Since(t0)})
+		c.set(&rep.Capabilities, ok)
+	}
+	rep.Elapsed = time.Since(start)
+	return rep, nil
+}
+
+func (p *prober) key(name string) string { return p.prefix + name }
+
+func (p *prober) cleanup(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+	defer cancel()
+	cursor := ""
+	for {
+		page, err := p.b.List(ctx, p.prefix, cursor, ListOptions{PageSize: 1000})
+		if err != nil {
+			return
+		}
+		for _, e := range page.Entries {
+			_ = p.b.Delete(ctx, e.Key, Condition{})
+		}
+		if page.Next == "" {
+			return
+		}
+		cursor = page.Next
+	}
+}
+
+func (p *prober) put(ctx context.Context, key, body string, cond Condition) (Info, error) {
+	return p.b.Put(ctx, key, bytes.NewReader([]byte(body)), int64(len(body)), PutOptions{If: cond, ContentType: "text/plain"})
+}
+
+// refused classifies the error of a request that should have been refused by its
+// condition. It returns (enforced, outcome, fatal error).
+func refused(err error, what string) (bool, string, error) {
+	switch {
+	case err == nil:
+		return false, "ignored: " + what + " succeeded", nil
+	case errors.Is(err, ErrPreconditionFailed):
+		return true, "enforced (412)", nil
+	case errors.Is(err, ErrConflict):
+		return true, "enforced (409)", nil
+	case errors.Is(err, ErrAmbiguous), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false, "", err
+	default:
+		return false, "rejected: " + err.Error(), nil
+	}
+}
+
+func (p *prober) unchanged(ctx context.Context, key, etag string) (bool, error) {
+	info, err := p.b.Head(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return info.ETag == etag, nil
+}
+
+func (p *prober) putIfAbsent(ctx context.Context) (bool, string, error) {
+	k := p.key("if-absent")
+	first, err := p.put(ctx, k, "first", IfAbsent())
+	if err != nil {
+		if _, _, ferr := refused(err, ""); ferr != nil {
+			return false, "", ferr
+		}
+		return false, "rejected: a create with If-None-Match: * of a free key failed: " + err.Error(), nil
+	}
+	_, err = p.put(ctx, k, "second", IfAbsent())
+	ok, out, ferr := refused(err, "a second if-absent write")
+	if ferr != nil || !ok {
+		return false, out, ferr
+	}
+	if same, err := p.unchanged(ctx, k, first.ETag); err != nil || !same {
+		return false, "ignored: the refused write changed the object anyway", err
+	}
+	return true, out, nil
+}
+
+func (p *prober) putIfMatch(ctx context.Context) (bool, string, error) {
+	k := p.key("if-match")
+	cur, err := p.put(ctx, k, "v1", Condition{})
+	if err != nil {
+		return false, "", err
+	}
+	_, err = p.put(ctx, k, "v2-wrong", IfMatch(wrongETag))
+	ok, out, ferr := refused(err, "a write with a wrong If-Match")
+	if ferr != nil || !ok {
+		return false, out, ferr
+	}
+	if same, err := p.unchanged(ctx, k, cur.ETag); err != nil || !same {
+		return false, "ignored: the refused write changed the object anyway", err
+	}
+	if _, err := p.put(ctx, k, "v2", IfMatch(cur.ETag)); err != nil {
+		if errors.Is(err, ErrAmbiguous) {
+			return false, "", err
+		}
+		return false, "broken: a write with the correct If-Match failed: " + err.Error(), nil
+	}
+	missing := p.key("if-match-missing")
+	_, err = p.put(ctx, missing, "x", IfMatch(cur.ETag))
+	if ok2, _, ferr := refused(err, ""); ferr != nil {
+		return false, "", ferr
+	} else if !ok2 && !errors.Is(err, ErrNotFound) {
+		if err == nil {
+			return false, "ignored: If-Match on a missing key created it", nil
+		}
+		return false, "rejected: If-Match on a missing key: " + err.Error(), nil
+	}
+	return true, out, nil
+}
+
+func (p *prober) deleteIfMatch(ctx context.Context) (bool, string, error) {
+	k := p.key("delete-if-match")
+	cur, err := p.put(ctx, k, "keep me", Condition{})
+	if err != nil {
+		return false, "", err
+	}
+	err = p.b.Delete(ctx, k, IfMatch(wrongETag))
+	ok, out, ferr := refused(err, "a delete with a wrong If-Match")
+	if ferr != nil {
+		return false, out, ferr
+	}
+	same, herr := p.unchanged(ctx, k, cur.ETag)
+	if herr != nil {
+		return false, "", herr
+	}
+	if !same {
+		return false, "ignored: a delete with a wrong If-Match deleted the object", nil
+	}
+	if !ok {
+		return false, out, nil
+	}
+	if err := p.b.Delete(ctx, k, IfMatch(cur.ETag)); err != nil {
+		return false, "broken: a delete with the correct If-Match failed: " + err.Error(), nil
+	}
+	return true, out, nil
+}
+
+func (p *prober) copyCond(absent bool) func(context.Context) (bool, string, error) {
+	return func(ctx context.Context) (bool, string, error) {
+		name := map[bool]string{true: "copy-if-absent", false: "copy-if-match"}[absent]
+		src, dst := p.key(name+"-src"), p.key(name+"-dst")
+		if _, err := p.put(ctx, src, "source", Condition{}); err != nil {
+			return false, "", err
+		}
+		cur, err := p.put(ctx, dst, "destination", Condition{})
+		if err != nil {
+			return false, "", err
+		}
+		cond := IfAbsent()
+		if !absent {
+			cond = IfMatch(wrongETag)
+		}
+		_, err = p.b.Copy(ctx, src, dst, cond)
+		ok, out, ferr := refused(err, "a copy onto a destination that fails the condition")
+		if ferr != nil {
+			return false, out, ferr
+		}
+		same, herr := p.unchanged(ctx, dst, cur.ETag)
+		if herr != nil {
+			return false, "", herr
+		}
+		if !same {
+			return false, "ignored: the copy overwrote the destination", nil
+		}
+		return ok, out, nil
+	}
+}
+
+func (p *prober) multipartCond(absent bool) func(context.Context) (bool, string, error) {
+	return func(ctx context.Context) (bool, string, error) {
+		name := map[bool]string{true: "multipart-if-absent", false: "multipart-if-match"}[absent]
+		k := p.key(name)
+		cur, err := p.put(ctx, k, "existing", Condition{})
+		if err != nil {
+			return false, "", err
+		}
+		id, err := p.b.CreateMultipart(ctx, k, PutOptions{ContentType: "text/plain"})
+		if err != nil {
+			if errors.Is(err, ErrNotSupported) {
+				return false, "rejected: multipart uploads are not supported: " + err.Error(), nil
+			}
+			return false, "", err
+		}
+		defer func() {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+			defer cancel()
+			_ = p.b.AbortMultipart(actx, k, id)
+		}()
+		part, err := p.b.UploadPart(ctx, k, id, 1, bytes.NewReader([]byte("new")), 3)
+		if err != nil {
+			return false, "", err
+		}
+		cond := IfAbsent()
+		if !absent {
+			cond = IfMatch(wrongETag)
+		}
+		_, err = p.b.CompleteMultipart(ctx, k, id, []Part{part}, cond)
+		ok, out, ferr := refused(err, "completing an upload that fails the condition")
+		if ferr != nil {
+			return false, out, ferr
+		}
+		same, herr := p.unchanged(ctx, k, cur.ETag)
+		if herr != nil {
+			return false, "", herr
+		}
+		if !same {
+			return false, "ignored: the completion replaced the object", nil
+		}
+		return ok, out, nil
+	}
+}
+
+func (p *prober) racingCreates(ctx context.Context) (bool, string, error) {
+	k := p.key("race")
+	n := p.rep.Racers
+	type result struct {
+		body string
+		err  error
+	}
+	results := make([]result, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			body := fmt.Sprintf("racer %d", i)
+			_, err := p.put(ctx, k, body, IfAbsent())
+			results[i] = result{body, err}
+		})
+	}
+	close(start)
+	wg.Wait()
+	winners, statuses := 0, map[string]bool{}
+	var winner string
+	for _, r := range results {
+		switch {
+		case r.err == nil:
+			winners++
+			winner = r.body
+		case errors.Is(r.err, ErrPreconditionFailed):
+			statuses["412"] = true
+		case errors.Is(r.err, ErrConflict):
+			statuses["409"] = true
+		case errors.Is(r.err, ErrAmbiguous):
+			return false, "", r.err
+		default:
+			statuses["other: "+r.err.Error()] = true
+		}
+	}
+	for _, s := range []string{"412", "409"} {
+		if statuses[s] {
+			p.rep.LosersStatus = append(p.rep.LosersStatus, s)
+		}
+	}
+	p.rep.Winners = winners
+	if winners != 1 {
+		return false, fmt.Sprintf("ignored: %d of %d concurrent if-absent writes succeeded", winners, n), nil
+	}
+	for s := range statuses {
+		if s != "412" && s != "409" {
+			return false, "broken: a racing loser failed with " + s, nil
+		}
+	}
+	data, err := p.get(ctx, k)
+	if err != nil {
+		return false, "", err
+	}
+	if data != winner {
+		return false, "broken: the stored object is not the winner's write", nil
+	}
+	return true, fmt.Sprintf("1 winner of %d; losers saw %v", n, p.rep.LosersStatus), nil
+}
+
+func (p *prober) get(ctx context.Context, key string) (string, error) {
+	rc, _, err := p.b.Get(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	defer rc.Close()
+	var buf bytes.Buffer
+	_, err = buf.ReadFrom(rc)
+	return buf.String(), err
+}
+
+// wrongETag is a syntactically valid ETag no real object has.
+const wrongETag = "00000000000000000000000000000000"

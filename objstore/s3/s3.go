@@ -1,0 +1,453 @@
+// Package s3 is the objstore backend for Amazon S3 and S3-compatible servers
+// (MinIO, Ceph RGW, R2, …), on aws-sdk-go-v2.
+//
+// Credentials come from the standard AWS chain (environment, shared config and
+// credentials files, SSO, web identity, instance roles). The endpoint comes from
+// the URL's endpoint parameter, else AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else
+// AWS itself.
+//
+// # Guarantees
+//
+//   - Conditional writes (PutObject and CompleteMultipartUpload with If-None-Match
+//     or If-Match) are sent once: the SDK's automatic retries are disabled for
+//     them, since a retry of a write that was applied would fail its own condition
+//     and be reported as a false 412. Unconditional, idempotent requests keep the
+//     SDK's retries.
+//   - A write that fails without a definite answer (connection reset, timeout,
+//     5xx, cancelled context after sending) is reported with objstore.ErrAmbiguous.
+//   - The backend declares no capabilities: what an endpoint enforces is decided
+//     by objstore.Probe (MinIO, for one, ignores If-Match on DELETE and destination
+//     conditions on CopyObject).
+//
+// # Limits
+//
+//   - Copy is a single CopyObject request: objects up to 5 GiB.
+//   - Multipart parts are at least 5 MiB (except the last), at most 10,000 parts.
+package s3
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+// Options configure a Backend.
+type Options struct {
+	// Bucket is required.
+	Bucket string
+	// Endpoint, e.g. "http://127.0.0.1:9000". Default: AWS_ENDPOINT_URL_S3 or
+	// AWS_ENDPOINT_URL if set, else AWS.
+	Endpoint string
+	// Region. Default: AWS_REGION / the shared config, else "us-east-1".
+	Region string
+	// PathStyle addresses buckets as endpoint/bucket instead of bucket.endpoint
+	// (MinIO and most self-hosted servers need it). Default: false.
+	PathStyle bool
+	// AccessKeyID and SecretAccessKey set static credentials. Default: the
+	// standard AWS credential chain.
+	AccessKeyID, SecretAccessKey string
+	// Profile selects a shared-config profile. Default: AWS_PROFILE or "default".
+	Profile string
+	// HTTPClient overrides the SDK's HTTP client. Default: the SDK's.
+	HTTPClient *http.Client
+}
+
+// Backend is an objstore.Backend on one S3 bucket.
+type Backend struct {
+	c      *s3.Client
+	bucket string
+	where  string
+}
+
+func init() {
+	objstore.Register("s3", func(ctx context.Context, u *url.URL) (objstore.Backend, error) {
+		o, prefix, err := optionsFromURL(u)
+		if err != nil {
+			return nil, err
+		}
+		b, err := NewBackend(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		return objstore.Prefixed(b, prefix)
+	})
+}
+
+func optionsFromURL(u *url.URL) (Options, string, error) {
+	o := Options{Bucket: u.Host}
+	if o.Bucket == "" {
+		return o, "", fmt.Errorf("%w: s3 URL without a bucket: use s3://bucket/prefix", objstore.ErrInvalidURL)
+	}
+	q := u.Query()
+	for k := range q {
+		v := q.Get(k)
+		switch k {
+		case "endpoint":
+			eu, err := url.Parse(v)
+			if err != nil || (eu.Scheme != "http" && eu.Scheme != "https") || eu.Host == "" {
+				return o, "", fmt.Errorf("%w: endpoint=%q must be an http:// or https:// URL", objstore.ErrInvalidURL, v)
+			}
+			o.Endpoint = v
+		case "region":
+			o.Region = v
+		case "profile":
+			o.Profile = v
+		case "path_style", "use_path_style", "s3ForcePathStyle":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return o, "", fmt.Errorf("%w: %s=%q is not a boolean", objstore.ErrInvalidURL, k, v)
+			}
+			o.PathStyle = b
+		default:
+			return o, "", fmt.Errorf("%w: unknown s3 URL parameter %q (known: endpoint, region, path_style, profile)", objstore.ErrInvalidURL, k)
+		}
+	}
+	return o, strings.TrimPrefix(u.Path, "/"), nil
+}
+
+// NewBackend returns a Backend for o.Bucket. It does not contact the server.
+func NewBackend(ctx context.Context, o Options) (*Backend, error) {
+	if o.Bucket == "" {
+		return nil, fmt.Errorf("%w: no bucket given", objstore.ErrInvalidURL)
+	}
+	var lo []func(*config.LoadOptions) error
+	if o.Region != "" {
+		lo = append(lo, config.WithRegion(o.Region))
+	}
+	if o.Profile != "" {
+		lo = append(lo, config.WithSharedConfigProfile(o.Profile))
+	}
+	if o.AccessKeyID != "" {
+		lo = append(lo, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(o.AccessKeyID, o.SecretAccessKey, "")))
+	}
+	if o.HTTPClient != nil {
+		lo = append(lo, config.WithHTTPClient(o.HTTPClient))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, lo...)
+	if err != nil {
+		return nil, fmt.Errorf("s3: loading AWS configuration: %w", err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	c := s3.NewFromConfig(cfg, func(so *s3.Options) {
+		if o.Endpoint != "" {
+			so.BaseEndpoint = aws.String(o.Endpoint)
+		}
+		so.UsePathStyle = o.PathStyle
+		// Many S3-compatible servers reject the newer default checksum headers.
+		so.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+		so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+	})
+	where := "s3://" + o.Bucket
+	if o.Endpoint != "" {
+		where += " at " + o.Endpoint
+	}
+	return &Backend{c: c, bucket: o.Bucket, where: where}, nil
+}
+
+// Client returns the underlying SDK client.
+func (b *Backend) Client() *s3.Client { return b.c }
+
+// EnsureBucket creates the bucket if it does not exist.
+func (b *Backend) EnsureBucket(ctx context.Context) error {
+	_, err := b.c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &b.bucket})
+	var owned *types.BucketAlreadyOwnedByYou
+	if err != nil && !errors.As(err, &owned) {
+		return b.mapErr(err, false)
+	}
+	return nil
+}
+
+func (b *Backend) String() string { return b.where }
+
+// Close does nothing: the SDK client holds no resources that need releasing.
+func (b *Backend) Close() error { return nil }
+
+// Capabilities are unknown until probed.
+func (b *Backend) Capabilities() (objstore.Capabilities, bool) { return objstore.Capabilities{}, false }
+
+// MinPartSize is S3's 5 MiB.
+func (b *Backend) MinPartSize() int64 { return 5 << 20 }
+
+// once disables the SDK's retries for a request that must not be repeated.
+func once(o *s3.Options) { o.RetryMaxAttempts = 1 }
+
+func condOpts(cond objstore.Condition) []func(*s3.Options) {
+	if cond.IsZero() {
+		return nil
+	}
+	return []func(*s3.Options){once}
+}
+
+func condHeaders(cond objstore.Condition) (ifMatch, ifNoneMatch *string) {
+	if cond.Absent {
+		ifNoneMatch = aws.String("*")
+	}
+	if cond.Match != "" {
+		ifMatch = aws.String(`"` + cond.Match + `"`)
+	}
+	return
+}
+
+// mapErr maps SDK errors to objstore sentinels, once, for every operation.
+func (b *Backend) mapErr(err error, write bool) error {
+	if err == nil {
+		return nil
+	}
+	var ae smithy.APIError
+	var re *awshttp.ResponseError
+	status, code := 0, ""
+	if errors.As(err, &re) {
+		status = re.HTTPStatusCode()
+	}
+	if errors.As(err, &ae) {
+		code = ae.ErrorCode()
+	}
+	var noKey *types.NoSuchKey
+	var noBucket *types.NoSuchBucket
+	var noUpload *types.NoSuchUpload
+	switch {
+	case errors.As(err, &noBucket) || code == "NoSuchBucket":
+		return fmt.Errorf("%w: bucket %q does not exist at %s; create it or fix the URL: %v", objstore.ErrBucketNotFound, b.bucket, b.where, err)
+	case errors.As(err, &noKey) || code == "NoSuchKey" || code == "NotFound":
+		return fmt.Errorf("%w: %v", objstore.ErrNotFound, err)
+	case errors.As(err, &noUpload):
+		return fmt.Errorf("%w: %v", objstore.ErrNotFound, err)
+	case status == http.StatusPreconditionFailed || code == "PreconditionFailed":
+		return fmt.Errorf("%w: %v", objstore.ErrPreconditionFailed, err)
+	case status == http.StatusConflict:
+		return fmt.Errorf("%w: %v", objstore.ErrConflict, err)
+	case status == http.StatusNotFound:
+		return fmt.Errorf("%w: %v", objstore.ErrNotFound, err)
+	case status == http.StatusNotImplemented || code == "NotImplemented":
+		return fmt.Errorf("%w: %v", objstore.ErrNotSupported, err)
+	case code == "InvalidAccessKeyId" || code == "SignatureDoesNotMatch" || code == "ExpiredToken" || code == "InvalidToken":
+		return fmt.Errorf("%s rejected the credentials (%s); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the profile: %w", b.where, code, err)
+	case code == "AccessDenied" || status == http.StatusForbidden:
+		return fmt.Errorf("%s denied access (%s); check the bucket policy and the IAM permissions: %w", b.where, code, err)
+	case code == "KeyTooLongError" || code == "XMinioInvalidObjectName" || code == "InvalidObjectName":
+		return fmt.Errorf("%w: %v", objstore.ErrInvalidKey, err)
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return fmt.Errorf("cannot reach %s (is the server running and the endpoint right?): %w", b.where, err)
+	}
+	if write && (status >= 500 || status == 0) {
+		return fmt.Errorf("%w: %w", objstore.ErrAmbiguous, err)
+	}
+	return err
+}
+
+func infoFrom(key string, size *int64, etag *string, lm *time.Time, vid *string, ct *string, md map[string]string) objstore.Info {
+	i := objstore.Info{Key: key, Size: aws.ToInt64(size), ETag: objstore.NormalizeETag(aws.ToString(etag)),
+		VersionID: aws.ToString(vid), ContentType: aws.ToString(ct)}
+	if lm != nil {
+		i.LastModified = lm.UTC()
+	}
+	if vid != nil && *vid == "null" {
+		i.VersionID = ""
+	}
+	if len(md) > 0 {
+		i.Metadata = make(map[string]string, len(md))
+		for k, v := range md {
+			i.Metadata[strings.ToLower(k)] = v
+		}
+	}
+	return i
+}
+
+// Get implements objstore.Backend.
+func (b *Backend) Get(ctx context.Context, key string) (io.ReadCloser, objstore.Info, error) {
+	out, err := b.c.GetObject(ctx, &s3.GetObjectInput{Bucket: &b.bucket, Key: &key})
+	if err != nil {
+		return nil, objstore.Info{}, b.mapErr(err, false)
+	}
+	return out.Body, infoFrom(key, out.ContentLength, out.ETag, out.LastModified, out.VersionId, out.ContentType, out.Metadata), nil
+}
+
+// Head implements objstore.Backend.
+func (b *Backend) Head(ctx context.Context, key string) (objstore.Info, error) {
+	out, err := b.c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &b.bucket, Key: &key})
+	if err != nil {
+		return objstore.Info{}, b.mapErr(err, false)
+	}
+	return infoFrom(key, out.ContentLength, out.ETag, out.LastModified, out.VersionId, out.ContentType, out.Metadata), nil
+}
+
+// Put implements objstore.Backend. A body that is not an io.ReadSeeker is
+// buffered in memory (the SDK needs a rewindable body to sign it).
+func (b *Backend) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
+	rs, ok := body.(io.ReadSeeker)
+	if !ok || size < 0 {
+		data, err := io.ReadAll(body)
+		if err != nil {
+			return objstore.Info{}, fmt.Errorf("reading the body: %w", err)
+		}
+		rs, size = bytes.NewReader(data), int64(len(data))
+	}
+	ifMatch, ifNoneMatch := condHeaders(opts.If)
+	out, err := b.c.PutObject(ctx, &s3.PutObjectInput{
+		Bucket: &b.bucket, Key: &key, Body: rs, ContentLength: aws.Int64(size),
+		ContentType: aws.String(opts.ContentType), Metadata: opts.Metadata,
+		IfMatch: ifMatch, IfNoneMatch: ifNoneMatch,
+	}, condOpts(opts.If)...)
+	if err != nil {
+		return objstore.Info{}, b.mapErr(err, true)
+	}
+	return objstore.Info{Key: key, Size: size, ETag: objstore.NormalizeETag(aws.ToString(out.ETag)),
+		VersionID: aws.ToString(out.VersionId), LastModified: time.Now().UTC(), ContentType: opts.ContentType,
+		Metadata: opts.Metadata}, nil
+}
+
+// Delete implements objstore.Backend.
+func (b *Backend) Delete(ctx context.Context, key string, cond objstore.Condition) error {
+	ifMatch, _ := condHeaders(cond)
+	_, err := b.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &b.bucket, Key: &key, IfMatch: ifMatch}, condOpts(cond)...)
+	return b.mapErr(err, true)
+}
+
+// List implements objstore.Backend.
+func (b *Backend) List(ctx context.Context, prefix, cursor string, opts objstore.ListOptions) (objstore.ListPage, error) {
+	in := &s3.ListObjectsV2Input{Bucket: &b.bucket, Prefix: aws.String(prefix), MaxKeys: aws.Int32(int32(opts.PageSize))}
+	if opts.Delimiter != "" {
+		in.Delimiter = aws.String(opts.Delimiter)
+	}
+	if opts.StartAfter != "" {
+		in.StartAfter = aws.String(opts.StartAfter)
+	}
+	if cursor != "" {
+		in.ContinuationToken = aws.String(cursor)
+	}
+	out, err := b.c.ListObjectsV2(ctx, in)
+	if err != nil {
+		return objstore.ListPage{}, b.mapErr(err, false)
+	}
+	// Merge objects and common prefixes, both sorted, into one ordered page.
+	page := objstore.ListPage{Entries: make([]objstore.Info, 0, len(out.Contents)+len(out.CommonPrefixes))}
+	ci, pi := 0, 0
+	for ci < len(out.Contents) || pi < len(out.CommonPrefixes) {
+		if pi < len(out.CommonPrefixes) && (ci == len(out.Contents) || aws.ToString(out.CommonPrefixes[pi].Prefix) < aws.ToString(out.Contents[ci].Key)) {
+			page.Entries = append(page.Entries, objstore.Info{Key: aws.ToString(out.CommonPrefixes[pi].Prefix), IsPrefix: true})
+			pi++
+			continue
+		}
+		o := out.Contents[ci]
+		page.Entries = append(page.Entries, infoFrom(aws.ToString(o.Key), o.Size, o.ETag, o.LastModified, nil, nil, nil))
+		ci++
+	}
+	if aws.ToBool(out.IsTruncated) {
+		page.Next = aws.ToString(out.NextContinuationToken)
+	}
+	return page, nil
+}
+
+// copySource URL-encodes bucket/key for x-amz-copy-source, escaping everything
+// but unreserved characters and "/" (so "+" and "%" survive the server's decoding).
+func copySource(bucket, key string) string {
+	var sb strings.Builder
+	sb.WriteString(bucket)
+	sb.WriteByte('/')
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if c == '/' || c == '-' || c == '_' || c == '.' || c == '~' || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') {
+			sb.WriteByte(c)
+		} else {
+			fmt.Fprintf(&sb, "%%%02X", c)
+		}
+	}
+	return sb.String()
+}
+
+// Copy implements objstore.Backend.
+func (b *Backend) Copy(ctx context.Context, src, dst string, cond objstore.Condition) (objstore.Info, error) {
+	ifMatch, ifNoneMatch := condHeaders(cond)
+	_, err := b.c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &b.bucket, Key: &dst, CopySource: aws.String(copySource(b.bucket, src)),
+		IfMatch: ifMatch, IfNoneMatch: ifNoneMatch}, condOpts(cond)...)
+	if err != nil {
+		return objstore.Info{}, b.mapErr(err, true)
+	}
+	return b.Head(ctx, dst)
+}
+
+// CreateMultipart implements objstore.Backend.
+func (b *Backend) CreateMultipart(ctx context.Context, key string, opts objstore.PutOptions) (string, error) {
+	out, err := b.c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &b.bucket, Key: &key,
+		ContentType: aws.String(opts.ContentType), Metadata: opts.Metadata})
+	if err != nil {
+		return "", b.mapErr(err, false)
+	}
+	return aws.ToString(out.UploadId), nil
+}
+
+// UploadPart implements objstore.Backend.
+func (b *Backend) UploadPart(ctx context.Context, key, id string, number int, body io.Reader, size int64) (objstore.Part, error) {
+	rs, ok := body.(io.ReadSeeker)
+	if !ok {
+		data, err := io.ReadAll(body)
+		if err != nil {
+			return objstore.Part{}, err
+		}
+		rs, size = bytes.NewReader(data), int64(len(data))
+	}
+	out, err := b.c.UploadPart(ctx, &s3.UploadPartInput{Bucket: &b.bucket, Key: &key, UploadId: &id,
+		PartNumber: aws.Int32(int32(number)), Body: rs, ContentLength: aws.Int64(size)})
+	if err != nil {
+		return objstore.Part{}, b.mapErr(err, false)
+	}
+	return objstore.Part{Number: number, ETag: objstore.NormalizeETag(aws.ToString(out.ETag)), Size: size}, nil
+}
+
+// CompleteMultipart implements objstore.Backend. It is never retried by the SDK:
+// a repeated completion of an applied upload fails with NoSuchUpload.
+func (b *Backend) CompleteMultipart(ctx context.Context, key, id string, parts []objstore.Part, cond objstore.Condition) (objstore.Info, error) {
+	cp := make([]types.CompletedPart, len(parts))
+	for i, p := range parts {
+		cp[i] = types.CompletedPart{ETag: aws.String(`"` + p.ETag + `"`), PartNumber: aws.Int32(int32(p.Number))}
+	}
+	ifMatch, ifNoneMatch := condHeaders(cond)
+	out, err := b.c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: &b.bucket, Key: &key, UploadId: &id,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: cp}, IfMatch: ifMatch, IfNoneMatch: ifNoneMatch}, once)
+	if err != nil {
+		return objstore.Info{}, b.mapErr(err, true)
+	}
+	var size int64
+	for _, p := range parts {
+		size += p.Size
+	}
+	return objstore.Info{Key: key, Size: size, ETag: objstore.NormalizeETag(aws.ToString(out.ETag)),
+		VersionID: aws.ToString(out.VersionId), LastModified: time.Now().UTC()}, nil
+}
+
+// AbortMultipart implements objstore.Backend.
+func (b *Backend) AbortMultipart(ctx context.Context, key, id string) error {
+	_, err := b.c.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &b.bucket, Key: &key, UploadId: &id})
+	return b.mapErr(err, false)
+}
+
+// Uploads returns the number of multipart uploads in progress in the bucket.
+func (b *Backend) Uploads(ctx context.Context) (int, error) {
+	out, err := b.c.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: &b.bucket})
+	if err != nil {
+		return 0, b.mapErr(err, false)
+	}
+	return len(out.Uploads), nil
+}

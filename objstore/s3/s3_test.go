@@ -1,0 +1,27 @@
+package s3_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/objstore"
+	"github.com/cairn-s3/cairn/objstore/objstoretest"
+)
+
+func TestMain(m *testing.M) { testmain.Run(m) }
+
+func TestConformanceMinIO(t *testing.T) {
+	ep := testenv.S3(t)
+	objstoretest.Run(t, objstoretest.Harness{New: func(t *testing.T) objstoretest.Instance {
+		b, url := testenv.NewBucket(t, ep)
+		return objstoretest.Instance{Store: objstore.New(b, nil), URL: url, Env: ep.Env(), Uploads: func() int {
+			n, err := b.Uploads(context.Background())
+			if err != nil {
+				t.Errorf("listing multipart uploads: %v", err)
+			}
+			return n
+		}}
+	}})
+}

@@ -1,0 +1,285 @@
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"iter"
+	"maps"
+	"strings"
+	"sync"
+)
+
+// Options configure a Store. A nil *Options means all defaults.
+type Options struct {
+	// Capabilities, when set, are used instead of probing the endpoint. Set it only
+	// from a Probe result of the same endpoint (e.g. saved by `cairn probe --json`).
+	// Default: the backend's declaration, or a Probe on first need.
+	Capabilities *Capabilities
+	// ProbePrefix is where Probe writes its scratch keys. Default: "cairn-probe/".
+	ProbePrefix string
+}
+
+// Store is the user-facing handle on an object store. It is safe for concurrent use.
+type Store struct {
+	b    Backend
+	opts Options
+
+	capMu sync.Mutex
+	caps  *Capabilities
+	probe *ProbeReport
+}
+
+// New returns a Store over b.
+func New(b Backend, opts *Options) *Store {
+	s := &Store{b: b}
+	if opts != nil {
+		s.opts = *opts
+	}
+	if s.opts.ProbePrefix == "" {
+		s.opts.ProbePrefix = "cairn-probe/"
+	}
+	if c := s.opts.Capabilities; c != nil {
+		cc := *c
+		s.caps = &cc
+	} else if c, known := b.Capabilities(); known {
+		s.caps = &c
+	}
+	return s
+}
+
+// Backend returns the backend under s (for wrappers and diagnostics).
+func (s *Store) Backend() Backend { return s.b }
+
+func (s *Store) String() string { return s.b.String() }
+
+// Close releases the backend's resources.
+func (s *Store) Close() error { return s.b.Close() }
+
+// Capabilities returns what the store enforces: the backend's declaration, the
+// Options override, or the result of a Probe run on first call and cached.
+func (s *Store) Capabilities(ctx context.Context) (Capabilities, error) {
+	s.capMu.Lock()
+	defer s.capMu.Unlock()
+	if s.caps != nil {
+		return *s.caps, nil
+	}
+	rep, err := runProbe(ctx, s.b, s.opts.ProbePrefix, nil)
+	if err != nil {
+		return Capabilities{}, fmt.Errorf("objstore: probing %s for the conditions it enforces: %w", s.b, err)
+	}
+	c := rep.Capabilities
+	s.caps, s.probe = &c, &rep
+	return c, nil
+}
+
+// Probe runs the capability probe now (even if a result is cached or declared),
+// caches its result and returns the full report.
+func (s *Store) Probe(ctx context.Context, opts *ProbeOptions) (ProbeReport, error) {
+	rep, err := runProbe(ctx, s.b, s.opts.ProbePrefix, opts)
+	if err != nil {
+		return rep, err
+	}
+	s.capMu.Lock()
+	c := rep.Capabilities
+	s.caps, s.probe = &c, &rep
+	s.capMu.Unlock()
+	return rep, nil
+}
+
+func (s *Store) requireCondition(ctx context.Context, op string, cond Condition, has func(Capabilities) (absent, match bool)) error {
+	if cond.IsZero() {
+		return nil
+	}
+	if cond.Absent && cond.Match != "" {
+		return fmt.Errorf("%w: if-absent and if-match together can never both hold; pick one", ErrNotSupported)
+	}
+	caps, err := s.Capabilities(ctx)
+	if err != nil {
+		return err
+	}
+	absent, match := has(caps)
+	if (cond.Absent && !absent) || (cond.Match != "" && !match) {
+		return fmt.Errorf("%w: %s does not enforce %s on %s (run `cairn probe` to see what it enforces)", ErrNotSupported, s.b, cond, op)
+	}
+	return nil
+}
+
+func putCaps(c Capabilities) (bool, bool)       { return c.PutIfAbsent, c.PutIfMatch }
+func copyCaps(c Capabilities) (bool, bool)      { return c.CopyIfAbsent, c.CopyIfMatch }
+func multipartCaps(c Capabilities) (bool, bool) { return c.MultipartIfAbsent, c.MultipartIfMatch }
+func deleteCaps(c Capabilities) (bool, bool)    { return false, c.DeleteIfMatch }
+
+func normPut(opts *PutOptions) (PutOptions, error) {
+	var o PutOptions
+	if opts != nil {
+		o = *opts
+	}
+	o.If.Match = NormalizeETag(o.If.Match)
+	if len(o.Metadata) > 0 {
+		if err := ValidateMetadata(o.Metadata); err != nil {
+			return o, fmt.Errorf("%w: %v", ErrNotSupported, err)
+		}
+		md := make(map[string]string, len(o.Metadata))
+		for k, v := range o.Metadata {
+			md[strings.ToLower(k)] = v
+		}
+		o.Metadata = md
+	}
+	if o.ContentType == "" {
+		o.ContentType = "application/octet-stream"
+	}
+	return o, nil
+}
+
+// Get opens key for reading. The caller must close the reader. Info describes
+// exactly the bytes the reader returns.
+func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, Info, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, Info{}, wrapErr("get", key, err)
+	}
+	rc, info, err := s.b.Get(ctx, key)
+	return rc, info, wrapErr("get", key, err)
+}
+
+// GetBytes reads a whole object into memory.
+func (s *Store) GetBytes(ctx context.Context, key string) ([]byte, Info, error) {
+	rc, info, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, info, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, info, wrapErr("get", key, err)
+	}
+	return data, info, nil
+}
+
+// Head returns the object's Info without its content.
+func (s *Store) Head(ctx context.Context, key string) (Info, error) {
+	if err := ValidateKey(key); err != nil {
+		return Info{}, wrapErr("head", key, err)
+	}
+	info, err := s.b.Head(ctx, key)
+	return info, wrapErr("head", key, err)
+}
+
+// Put writes body in one request. For bodies of unknown or large size use Upload,
+// which streams through a multipart upload; backends that need the length (s3)
+// buffer a non-seekable body of a Put in memory.
+func (s *Store) Put(ctx context.Context, key string, body io.Reader, opts *PutOptions) (Info, error) {
+	if err := ValidateKey(key); err != nil {
+		return Info{}, wrapErr("put", key, err)
+	}
+	o, err := normPut(opts)
+	if err != nil {
+		return Info{}, wrapErr("put", key, err)
+	}
+	if err := s.requireCondition(ctx, "put", o.If, putCaps); err != nil {
+		return Info{}, wrapErr("put", key, err)
+	}
+	size := int64(-1)
+	if l, ok := body.(interface{ Len() int }); ok {
+		size = int64(l.Len())
+	}
+	info, err := s.b.Put(ctx, key, body, size, o)
+	return info, wrapErr("put", key, err)
+}
+
+// PutBytes writes data in one request.
+func (s *Store) PutBytes(ctx context.Context, key string, data []byte, opts *PutOptions) (Info, error) {
+	return s.Put(ctx, key, bytes.NewReader(data), opts)
+}
+
+// Delete removes key. Deleting a missing key is not an error. A condition is
+// honoured only where the store enforces it (most S3-compatible servers, MinIO
+// included, ignore If-Match on DELETE: such a Delete fails with ErrNotSupported;
+// write a tombstone with a conditional Put instead).
+func (s *Store) Delete(ctx context.Context, key string, cond Condition) error {
+	if err := ValidateKey(key); err != nil {
+		return wrapErr("delete", key, err)
+	}
+	cond.Match = NormalizeETag(cond.Match)
+	if cond.Absent {
+		return wrapErr("delete", key, fmt.Errorf("%w: delete takes only an if-match condition", ErrNotSupported))
+	}
+	if err := s.requireCondition(ctx, "delete", cond, deleteCaps); err != nil {
+		return wrapErr("delete", key, err)
+	}
+	return wrapErr("delete", key, s.b.Delete(ctx, key, cond))
+}
+
+// Copy copies src to dst on the server, keeping content, content type and user
+// metadata. A condition applies to dst and is honoured only where the store
+// enforces it (MinIO ignores destination conditions on CopyObject).
+func (s *Store) Copy(ctx context.Context, src, dst string, cond Condition) (Info, error) {
+	if err := ValidateKey(src); err != nil {
+		return Info{}, wrapErr("copy", src, err)
+	}
+	if err := ValidateKey(dst); err != nil {
+		return Info{}, wrapErr("copy", dst, err)
+	}
+	cond.Match = NormalizeETag(cond.Match)
+	if err := s.requireCondition(ctx, "copy", cond, copyCaps); err != nil {
+		return Info{}, wrapErr("copy", dst, err)
+	}
+	info, err := s.b.Copy(ctx, src, dst, cond)
+	return info, wrapErr("copy", src+" -> "+dst, err)
+}
+
+// List yields the objects whose keys start with prefix, in UTF-8 byte order,
+// fetching pages lazily. Entries carry no Metadata or ContentType. Stop early by
+// breaking out of the loop. An error ends the sequence.
+func (s *Store) List(ctx context.Context, prefix string, opts *ListOptions) iter.Seq2[Info, error] {
+	var o ListOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.PageSize <= 0 || o.PageSize > 1000 {
+		o.PageSize = 1000
+	}
+	return func(yield func(Info, error) bool) {
+		if err := ValidatePrefix(prefix); err != nil {
+			yield(Info{}, wrapErr("list", prefix, err))
+			return
+		}
+		cursor := ""
+		for {
+			page, err := s.b.List(ctx, prefix, cursor, o)
+			if err != nil {
+				yield(Info{}, wrapErr("list", prefix, err))
+				return
+			}
+			for _, e := range page.Entries {
+				if !yield(e, nil) {
+					return
+				}
+			}
+			if page.Next == "" {
+				return
+			}
+			cursor = page.Next
+		}
+	}
+}
+
+// ListAll collects a listing into a slice. Use List for large prefixes.
+func (s *Store) ListAll(ctx context.Context, prefix string, opts *ListOptions) ([]Info, error) {
+	var out []Info
+	for info, err := range s.List(ctx, prefix, opts) {
+		if err != nil {
+			return out, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+func cloneMetadata(md map[string]string) map[string]string {
+	if md == nil {
+		return nil
+	}
+	return maps.Clone(md)
+}
