@@ -89,5 +89,7 @@ func (x *prefixed) AbortMultipart(ctx context.Context, key, id string) error {
 
 func (x *prefixed) Capabilities() (Capabilities, bool) { return x.b.Capabilities() }
 func (x *prefixed) MinPartSize() int64                 { return x.b.MinPartSize() }
-func (x *prefixed) String() string                     { return fmt.Sprintf("%s/%s", strings.TrimSuffix(x.b.String(), "/"), x.p) }
-func (x *prefixed) Close() error                       { return x.b.Close() }
+func (x *prefixed) String() string {
+	return fmt.Sprintf("%s/%s", strings.TrimSuffix(x.b.String(), "/"), x.p)
+}
+func (x *prefixed) Close() error { return x.b.Close() }
