@@ -82,6 +82,10 @@ type Options struct {
 	Ops []Op
 	// Rule, when set, decides every call instead of the rates above.
 	Rule Rule
+	// IgnoreConditions makes the store behave like the many "S3-compatible"
+	// servers that accept If-None-Match / If-Match and ignore them: conditions
+	// are dropped and the backend declares no capabilities, so Probe must find out.
+	IgnoreConditions bool
 }
 
 // Stats counts the faults injected so far.
@@ -186,6 +190,15 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+func (b *Backend) cond(c objstore.Condition) objstore.Condition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.opts.IgnoreConditions {
+		return objstore.Condition{}
+	}
+	return c
+}
+
 // do runs call under the fault decided for (op, key).
 func do[T any](b *Backend, ctx context.Context, op Op, key string, call func() (T, error)) (T, error) {
 	var zero T
@@ -228,11 +241,13 @@ func (b *Backend) Head(ctx context.Context, key string) (objstore.Info, error) {
 
 // Put implements objstore.Backend.
 func (b *Backend) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
+	opts.If = b.cond(opts.If)
 	return do(b, ctx, OpPut, key, func() (objstore.Info, error) { return b.inner.Put(ctx, key, body, size, opts) })
 }
 
 // Delete implements objstore.Backend.
 func (b *Backend) Delete(ctx context.Context, key string, cond objstore.Condition) error {
+	cond = b.cond(cond)
 	_, err := do(b, ctx, OpDelete, key, func() (struct{}, error) { return struct{}{}, b.inner.Delete(ctx, key, cond) })
 	return err
 }
@@ -244,6 +259,7 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, opts objstore
 
 // Copy implements objstore.Backend.
 func (b *Backend) Copy(ctx context.Context, src, dst string, cond objstore.Condition) (objstore.Info, error) {
+	cond = b.cond(cond)
 	return do(b, ctx, OpCopy, dst, func() (objstore.Info, error) { return b.inner.Copy(ctx, src, dst, cond) })
 }
 
@@ -259,6 +275,7 @@ func (b *Backend) UploadPart(ctx context.Context, key, id string, n int, body io
 
 // CompleteMultipart implements objstore.Backend.
 func (b *Backend) CompleteMultipart(ctx context.Context, key, id string, parts []objstore.Part, cond objstore.Condition) (objstore.Info, error) {
+	cond = b.cond(cond)
 	return do(b, ctx, OpComplete, key, func() (objstore.Info, error) { return b.inner.CompleteMultipart(ctx, key, id, parts, cond) })
 }
 
@@ -268,8 +285,17 @@ func (b *Backend) AbortMultipart(ctx context.Context, key, id string) error {
 	return err
 }
 
-// Capabilities forwards to the inner backend.
-func (b *Backend) Capabilities() (objstore.Capabilities, bool) { return b.inner.Capabilities() }
+// Capabilities forwards to the inner backend, or declares nothing when
+// conditions are ignored.
+func (b *Backend) Capabilities() (objstore.Capabilities, bool) {
+	b.mu.Lock()
+	ignore := b.opts.IgnoreConditions
+	b.mu.Unlock()
+	if ignore {
+		return objstore.Capabilities{}, false
+	}
+	return b.inner.Capabilities()
+}
 
 // MinPartSize forwards to the inner backend.
 func (b *Backend) MinPartSize() int64 { return b.inner.MinPartSize() }

@@ -45,6 +45,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/cairn-s3/cairn/objstore"
 )
@@ -251,7 +252,14 @@ func (b *Backend) mapErr(err error, write bool) error {
 	if errors.As(err, &oe) && oe.Op == "dial" {
 		return fmt.Errorf("cannot reach %s (is the server running and the endpoint right?): %w", b.where, err)
 	}
-	if write && (status >= 500 || status == 0) {
+	if status == 0 && strings.Contains(err.Error(), "get identity") {
+		return fmt.Errorf("no usable AWS credentials for %s: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run where an IAM role is available: %w", b.where, err)
+	}
+	// A write is ambiguous only if it may have reached the server: a 5xx, or a
+	// failure (or cancellation) while the request was being sent.
+	var sendErr *smithyhttp.RequestSendError
+	var canceled *smithy.CanceledError
+	if write && (status >= 500 || errors.As(err, &sendErr) || errors.As(err, &canceled)) {
 		return fmt.Errorf("%w: %w", objstore.ErrAmbiguous, err)
 	}
 	return err

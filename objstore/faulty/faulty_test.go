@@ -1,0 +1,120 @@
+package faulty_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/objstore"
+	"github.com/cairn-s3/cairn/objstore/faulty"
+	"github.com/cairn-s3/cairn/objstore/mem"
+	"github.com/cairn-s3/cairn/objstore/objstoretest"
+)
+
+func TestMain(m *testing.M) { testmain.Run(m) }
+
+// With no faults but with latency, the wrapper keeps every guarantee.
+func TestConformance(t *testing.T) {
+	objstoretest.Run(t, objstoretest.Harness{New: func(t *testing.T) objstoretest.Instance {
+		inner := mem.NewBackend(t.Name())
+		b := faulty.New(inner, &faulty.Options{Jitter: 200 * time.Microsecond})
+		return objstoretest.Instance{Store: objstore.New(b, nil), Uploads: inner.Uploads}
+	}})
+}
+
+func TestFaultKinds(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		fault     faulty.Fault
+		wantErr   error
+		wantExist bool
+	}{
+		{faulty.Fail, faulty.ErrInjected, false},
+		{faulty.LostRequest, objstore.ErrAmbiguous, false},
+		{faulty.LostResponse, objstore.ErrAmbiguous, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.fault.String(), func(t *testing.T) {
+			t.Parallel()
+			inner := mem.NewBackend("")
+			b := faulty.New(inner, &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+				if op == faulty.OpPut {
+					return tc.fault, 0
+				}
+				return faulty.None, 0
+			}})
+			s := objstore.New(b, nil)
+			_, err := s.PutBytes(ctx, "k", []byte("v"), &objstore.PutOptions{If: objstore.IfAbsent()})
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("put: %v, want %v", err, tc.wantErr)
+			}
+			_, herr := objstore.New(inner, nil).Head(ctx, "k")
+			if exists := herr == nil; exists != tc.wantExist {
+				t.Fatalf("object exists = %v after %s, want %v", exists, tc.fault, tc.wantExist)
+			}
+			if st := b.Stats(); st.Calls != 1 {
+				t.Errorf("stats %+v, want one call", st)
+			}
+		})
+	}
+}
+
+// The same seed gives the same faults, so a failing run can be replayed.
+func TestSeedReplays(t *testing.T) {
+	run := func(seed uint64) []bool {
+		b := faulty.New(mem.NewBackend(""), &faulty.Options{Seed: seed, FailRate: 0.3, LostResponseRate: 0.2})
+		s := objstore.New(b, nil)
+		var out []bool
+		for range 50 {
+			_, err := s.PutBytes(context.Background(), "k", []byte("v"), nil)
+			out = append(out, err == nil)
+		}
+		return out
+	}
+	a, b := run(7), run(7)
+	if !slices.Equal(a, b) {
+		t.Fatal("same seed, different faults")
+	}
+	if slices.Equal(a, run(8)) {
+		t.Fatal("different seeds, same faults (50 draws)")
+	}
+}
+
+// A store that accepts conditional headers and ignores them must be caught by the
+// probe, and the Store must refuse conditional writes instead of silently
+// making them unconditional.
+func TestProbeCatchesIgnoredConditions(t *testing.T) {
+	ctx := context.Background()
+	liar := faulty.New(mem.NewBackend(""), &faulty.Options{IgnoreConditions: true})
+	s := objstore.New(liar, nil)
+	rep, err := objstore.Probe(ctx, s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rep.Checks {
+		if c.Enforced {
+			t.Errorf("probe says %s is enforced by a store that ignores conditions: %s", c.Name, c.Outcome)
+		}
+	}
+	if rep.Winners <= 1 {
+		t.Errorf("racing creates on a liar: %d winners, want many", rep.Winners)
+	}
+	if _, err := s.PutBytes(ctx, "k", []byte("x"), nil); err != nil {
+		t.Fatalf("plain put: %v", err)
+	}
+	_, err = s.PutBytes(ctx, "k", []byte("y"), &objstore.PutOptions{If: objstore.IfAbsent()})
+	if !errors.Is(err, objstore.ErrNotSupported) {
+		t.Fatalf("conditional put on a liar: %v, want ErrNotSupported", err)
+	}
+	if data, _, _ := s.GetBytes(ctx, "k"); string(data) != "x" {
+		t.Fatalf("refused conditional put changed the object to %q", data)
+	}
+	// A fresh Store on the liar probes lazily on its first conditional write.
+	s2 := objstore.New(liar, nil)
+	if _, err := s2.PutBytes(ctx, "k2", []byte("x"), &objstore.PutOptions{If: objstore.IfAbsent()}); !errors.Is(err, objstore.ErrNotSupported) {
+		t.Fatalf("first conditional put on an unprobed liar: %v, want ErrNotSupported", err)
+	}
+}

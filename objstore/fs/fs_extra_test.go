@@ -1,0 +1,186 @@
+package fs_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cairn-s3/cairn/objstore"
+	"github.com/cairn-s3/cairn/objstore/fs"
+)
+
+// Files written by other tools are objects too, with the MD5 ETag of their
+// bytes, and conditions see their changes.
+func TestExternalWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, dir := newFS(t)
+	s := objstore.New(b, nil)
+	v1, err := s.PutBytes(ctx, "doc.txt", []byte("v1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "doc.txt"), []byte("edited by vim"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Head(ctx, "doc.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := md5.Sum([]byte("edited by vim"))
+	if info.ETag != hex.EncodeToString(sum[:]) {
+		t.Fatalf("ETag after an external edit = %s, want the MD5 of the new bytes", info.ETag)
+	}
+	if _, err := s.PutBytes(ctx, "doc.txt", []byte("v2"), &objstore.PutOptions{If: objstore.IfMatch(v1.ETag)}); !errors.Is(err, objstore.ErrPreconditionFailed) {
+		t.Fatalf("CAS with the ETag from before the external edit: %v, want ErrPreconditionFailed", err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "made", "by"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "made", "by", "cp"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := s.ListAll(ctx, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, i := range infos {
+		keys = append(keys, i.Key)
+	}
+	if strings.Join(keys, ",") != "doc.txt,made/by/cp" {
+		t.Fatalf("listing = %q (the .cairn bookkeeping must not show)", keys)
+	}
+}
+
+func TestConfinement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, dir := newFS(t)
+	s := objstore.New(b, nil)
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(dir, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutBytes(ctx, "escape/pwned", []byte("x"), nil); err == nil {
+		t.Fatal("a write through a symlink left the root")
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Fatalf("files appeared outside the root: %v", ents)
+	}
+	if got, _ := s.ListAll(ctx, "", nil); len(got) != 0 {
+		t.Fatalf("symlinks must not be listed: %v", got)
+	}
+	for _, k := range []string{".cairn/meta/x", ".cairn", strings.Repeat("s", 256) + "/x"} {
+		if _, err := s.PutBytes(ctx, k, []byte("x"), nil); !errors.Is(err, objstore.ErrInvalidKey) {
+			t.Errorf("put %.30q: %v, want ErrInvalidKey", k, err)
+		}
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	missing := filepath.Join(t.TempDir(), "nope")
+	if _, err := objstore.Open(ctx, "file://"+missing+"?nocreate=true", nil); !errors.Is(err, objstore.ErrBucketNotFound) {
+		t.Errorf("nocreate on a missing dir: %v, want ErrBucketNotFound", err)
+	}
+	for _, raw := range []string{"file://host/dir", "file://", "file:///d?colour=1", "file:///d?nosync=perhaps", "ftp://x/y"} {
+		if _, err := objstore.Open(ctx, raw, nil); !errors.Is(err, objstore.ErrInvalidURL) {
+			t.Errorf("Open(%q): %v, want ErrInvalidURL", raw, err)
+		}
+	}
+	rel := filepath.Join(t.TempDir(), "rel")
+	s, err := objstore.Open(ctx, rel, nil) // a plain path
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.PutBytes(ctx, "a", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(rel, "a")); err != nil {
+		t.Fatalf("a plain path must be a directory store: %v", err)
+	}
+}
+
+const envKillChild = "CAIRN_FS_KILL_CHILD"
+
+// TestKilledWriter kills a process that overwrites one object in a loop at
+// random moments; every time, the object must be one complete version whose
+// ETag is the MD5 of its bytes (no torn writes, no mislabelled ETags).
+func TestKilledWriter(t *testing.T) {
+	t.Parallel()
+	if os.Getenv(envKillChild) != "" {
+		t.Skip("child")
+	}
+	dir := t.TempDir()
+	ctx := context.Background()
+	for round := range 8 {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestKilledWriterChild$")
+		cmd.Env = append(os.Environ(), envKillChild+"="+dir)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Wait for the child's first completed write, then kill it mid-loop.
+		if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "writing\n" {
+			t.Fatalf("child: %q %v", line, err)
+		}
+		time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+		s, err := fs.New(dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, info, err := s.GetBytes(ctx, "torn/object")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := md5.Sum(data)
+		if info.ETag != hex.EncodeToString(sum[:]) {
+			t.Fatalf("round %d: ETag %s does not match the content", round, info.ETag)
+		}
+		if len(data) == 0 || !bytes.Equal(data, bytes.Repeat(data[:1], len(data))) || info.Metadata["fill"] != fmt.Sprint(data[0]) {
+			t.Fatalf("round %d: torn object (%d bytes, metadata %v)", round, len(data), info.Metadata)
+		}
+		s.Close()
+	}
+}
+
+func TestKilledWriterChild(t *testing.T) {
+	dir := os.Getenv(envKillChild)
+	if dir == "" {
+		t.Skip("runs only as TestKilledWriter's child")
+	}
+	s, err := fs.New(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		fill := byte(i%250 + 1)
+		body := bytes.Repeat([]byte{fill}, 256<<10+i%1000)
+		if _, err := s.PutBytes(context.Background(), "torn/object", body, &objstore.PutOptions{Metadata: map[string]string{"fill": fmt.Sprint(fill)}}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			fmt.Println("writing")
+		}
+	}
+}
