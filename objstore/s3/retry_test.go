@@ -129,4 +129,3 @@ func TestBadInput(t *testing.T) { // not parallel: it sets the environment
 		t.Errorf("unreachable endpoint: %v, want 'cannot reach'", err)
 	}
 }
-

@@ -1,0 +1,153 @@
+// Package cli implements the cairn command line (cobra). Every command writes
+// to injected writers, takes a *slog.Logger, and has --json output where it has
+// output at all.
+//
+// Exit codes: 0 success; 1 runtime error; 2 usage error (bad flags, URLs,
+// keys); 3 a precondition was not met or a lock was not acquired in time;
+// 4 a lease was lost while a command ran. Errors go to stderr as one line that
+// says what to do next.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/cairn-s3/cairn/objstore"
+	// Store backends, linked in for their URL schemes.
+	_ "github.com/cairn-s3/cairn/objstore/fs"
+	_ "github.com/cairn-s3/cairn/objstore/mem"
+	_ "github.com/cairn-s3/cairn/objstore/s3"
+)
+
+// Exit codes.
+const (
+	ExitOK           = 0
+	ExitRuntime      = 1
+	ExitUsage        = 2
+	ExitPrecondition = 3
+	ExitLeaseLost    = 4
+)
+
+// Version is set at build time with -ldflags "-X github.com/cairn-s3/cairn/internal/cli.Version=…".
+var Version = "dev"
+
+// usageError marks errors that are the caller's to fix (exit code 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// env carries what every command needs.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	log            *slog.Logger
+	json           bool
+	logLevel       string
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// Main runs the cairn command line and returns the process exit code.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:           "cairn",
+		Short:         "Make S3 and S3-compatible stores safe for many writers and event pipelines",
+		Long:          "cairn makes S3 and S3-compatible object stores safe as the shared source of truth for many writers and for event-driven pipelines.\n\nStore URLs: s3://bucket/prefix?endpoint=URL&region=R&path_style=true, file:///abs/dir, a directory path, mem://name.\nS3 credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, roles, …).\n\nExit codes: 0 ok, 1 runtime error, 2 usage error, 3 precondition not met / not acquired in time, 4 lease lost.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       Version,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(e.logLevel)); err != nil {
+				return usagef("--log-level %q: use debug, info, warn or error", e.logLevel)
+			}
+			opts := &slog.HandlerOptions{Level: lvl}
+			if isTerminal(stderr) {
+				e.log = slog.New(slog.NewTextHandler(stderr, opts))
+			} else {
+				e.log = slog.New(slog.NewJSONHandler(stderr, opts))
+			}
+			return nil
+		},
+	}
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().BoolVar(&e.json, "json", false, "machine-readable JSON output")
+	root.PersistentFlags().StringVar(&e.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(probeCmd(e), benchCmd(e), versionCmd(e))
+
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	code := exitCode(err)
+	msg := err.Error()
+	if code == ExitUsage && !strings.Contains(msg, "cairn help") {
+		msg += " (see 'cairn help')"
+	}
+	fmt.Fprintln(stderr, "cairn: "+strings.ReplaceAll(msg, "\n", " "))
+	return code
+}
+
+func exitCode(err error) int {
+	var ue usageError
+	switch {
+	case errors.As(err, &ue), errors.Is(err, objstore.ErrInvalidURL), errors.Is(err, objstore.ErrInvalidKey):
+		return ExitUsage
+	case strings.HasPrefix(err.Error(), "unknown command"), strings.Contains(err.Error(), "accepts "), strings.Contains(err.Error(), "requires "):
+		return ExitUsage // cobra's argument errors
+	case errors.Is(err, objstore.ErrPreconditionFailed):
+		return ExitPrecondition
+	}
+	return ExitRuntime
+}
+
+func (e *env) writeJSON(v any) error {
+	enc := json.NewEncoder(e.stdout)
+	return enc.Encode(v)
+}
+
+func openStore(ctx context.Context, raw string) (*objstore.Store, error) {
+	s, err := objstore.Open(ctx, raw, nil)
+	if err != nil {
+		if errors.Is(err, objstore.ErrInvalidURL) {
+			return nil, usageError{err}
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+func versionCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print cairn's version",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if e.json {
+				return e.writeJSON(map[string]string{"version": Version})
+			}
+			_, err := fmt.Fprintln(e.stdout, "cairn", Version)
+			return err
+		},
+	}
+}
