@@ -37,8 +37,13 @@ func PageFromScanner(scan Scanner, prefix, cursor string, opts ListOptions) (Lis
 			}
 			if d := opts.Delimiter; d != "" {
 				if i := strings.Index(info.Key[len(prefix):], d); i >= 0 {
+					// A common prefix that sorts at or before the start position
+					// is not returned, nor is anything under it (S3's rule: it
+					// keeps paging by prefix from repeating the prefix).
 					rolled = info.Key[:len(prefix)+i+len(d)]
-					page.Entries = append(page.Entries, Info{Key: rolled, IsPrefix: true})
+					if rolled > after {
+						page.Entries = append(page.Entries, Info{Key: rolled, IsPrefix: true})
+					}
 					break
 				}
 			}
@@ -55,6 +60,6 @@ func PageFromScanner(scan Scanner, prefix, cursor string, opts ListOptions) (Lis
 			page.Next = "p:" + rolled
 			return page, nil
 		}
-		after, skip = rolled, rolled
+		after, skip = max(after, rolled), rolled
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"iter"
-	"maps"
 	"strings"
 	"sync"
 )
@@ -275,11 +274,4 @@ func (s *Store) ListAll(ctx context.Context, prefix string, opts *ListOptions) (
 		out = append(out, info)
 	}
 	return out, nil
-}
-
-func cloneMetadata(md map[string]string) map[string]string {
-	if md == nil {
-		return nil
-	}
-	return maps.Clone(md)
 }

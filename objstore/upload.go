@@ -101,7 +101,7 @@ func (s *Store) Upload(ctx context.Context, key string, r io.Reader, opts *Uploa
 func (s *Store) uploadParts(ctx context.Context, key, id string, first []byte, r io.Reader, o UploadOptions, report func(int64)) (Info, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(o.Concurrency) // g.Go blocks while Concurrency parts are in flight
-	pool := sync.Pool{New: func() any { return make([]byte, o.PartSize) }}
+	pool := sync.Pool{New: func() any { b := make([]byte, o.PartSize); return &b }}
 	var mu sync.Mutex
 	var parts []Part
 	submit := func(data []byte, number int) {
@@ -117,7 +117,8 @@ func (s *Store) uploadParts(ctx context.Context, key, id string, first []byte, r
 			parts[number-1] = p
 			mu.Unlock()
 			report(int64(len(data)))
-			pool.Put(data[:cap(data)]) //nolint:staticcheck // a slice header allocation per part is fine
+			full := data[:cap(data)]
+			pool.Put(&full)
 			return nil
 		})
 	}
@@ -127,7 +128,7 @@ func (s *Store) uploadParts(ctx context.Context, key, id string, first []byte, r
 		if int64(n) < o.PartSize || gctx.Err() != nil {
 			break
 		}
-		buf = pool.Get().([]byte)
+		buf = *pool.Get().(*[]byte)
 		var err error
 		n, err = io.ReadFull(r, buf)
 		if errors.Is(err, io.EOF) {

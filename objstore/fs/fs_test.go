@@ -27,3 +27,14 @@ func TestConformance(t *testing.T) {
 		return objstoretest.Instance{Store: objstore.New(b, nil), URL: "file://" + dir, Uploads: b.Uploads}
 	}})
 }
+
+func BenchmarkFS(b *testing.B) {
+	objstoretest.Bench(b, func(b *testing.B) *objstore.Store {
+		s, err := fs.New(b.TempDir(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		return s
+	})
+}

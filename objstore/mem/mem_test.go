@@ -29,3 +29,7 @@ func TestConformancePrefixed(t *testing.T) {
 		return objstoretest.Instance{Store: objstore.New(p, nil), Uploads: b.Uploads}
 	}})
 }
+
+func BenchmarkMem(b *testing.B) {
+	objstoretest.Bench(b, func(b *testing.B) *objstore.Store { return objstore.New(mem.NewBackend(b.Name()), nil) })
+}

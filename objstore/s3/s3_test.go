@@ -25,3 +25,11 @@ func TestConformanceMinIO(t *testing.T) {
 		}}
 	}})
 }
+
+func BenchmarkMinIO(b *testing.B) {
+	ep := testenv.S3(b)
+	objstoretest.Bench(b, func(b *testing.B) *objstore.Store {
+		bk, _ := testenv.NewBucket(b, ep)
+		return objstore.New(bk, nil)
+	})
+}

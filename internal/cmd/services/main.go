@@ -1,0 +1,286 @@
+// Command services starts the real servers cairn's tests use — MinIO (built once
+// from the Go module proxy at a pinned version, cached) and PostgreSQL (the
+// machine's binaries) — on free 127.0.0.1 ports with temporary data.
+//
+//	go run ./internal/cmd/services run [--no-postgres] -- CMD ARGS…
+//	    start both, run CMD with CAIRN_TEST_* set, stop both (the test entry point)
+//	eval "$(go run ./internal/cmd/services start [--ttl 8h])"
+//	    start both in the background for a developer shell; prints export lines
+//	go run ./internal/cmd/services stop
+//	go run ./internal/cmd/services install
+//	    build MinIO into the cache if it is not there yet
+//
+// Servers started by run die with it; servers started by start belong to a
+// detached supervisor that stops them on `stop`, after --ttl, or when killed.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cairn-s3/cairn/internal/services"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "install":
+		_, err = ensureMinIO(context.Background())
+	case "run":
+		err = runCmd(os.Args[2:])
+	case "start":
+		err = startCmd(os.Args[2:])
+	case "supervise":
+		err = superviseCmd(os.Args[2:])
+	case "stop":
+		err = stopCmd(os.Args[2:])
+	default:
+		usage()
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		os.Exit(ee.ExitCode())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "services:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: services install | run [--no-postgres] -- CMD ARGS… | start [--ttl DUR] [--no-postgres] | stop")
+	os.Exit(2)
+}
+
+// ensureMinIO returns the MinIO binary, building it into the cache if needed.
+func ensureMinIO(ctx context.Context) (string, error) {
+	bin, ok := services.MinIOBinary()
+	if ok {
+		return bin, nil
+	}
+	fmt.Fprintf(os.Stderr, "services: building MinIO (%s) into %s once; this takes a few minutes\n", services.MinIOModule, filepath.Dir(bin))
+	cmd := exec.CommandContext(ctx, "go", "install", services.MinIOModule)
+	cmd.Env = append(os.Environ(), "GOBIN="+filepath.Dir(bin), "GOFLAGS=-buildvcs=false", "CGO_ENABLED=0")
+	cmd.Dir = os.TempDir() // outside any module
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building MinIO: %w", err)
+	}
+	if _, ok := services.MinIOBinary(); !ok {
+		return "", fmt.Errorf("go install succeeded but %s is missing", bin)
+	}
+	return bin, nil
+}
+
+type started struct {
+	minio, pg *services.Server
+	dirs      []string
+}
+
+func (s *started) stop() {
+	s.minio.Stop()
+	s.pg.Stop()
+	for _, d := range s.dirs {
+		os.RemoveAll(d)
+	}
+}
+
+func (s *started) env() []string {
+	e := []string{
+		"CAIRN_TEST_S3_ENDPOINT=" + s.minio.URL,
+		"CAIRN_TEST_S3_ACCESS_KEY=" + s.minio.AccessKey,
+		"CAIRN_TEST_S3_SECRET_KEY=" + s.minio.SecretKey,
+	}
+	if s.pg != nil {
+		e = append(e, "CAIRN_TEST_POSTGRES_URL="+s.pg.URL)
+	}
+	return e
+}
+
+func startAll(ctx context.Context, withPG bool, o services.Options) (*started, error) {
+	bin, err := ensureMinIO(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := &started{}
+	mdir, err := os.MkdirTemp("", "cairn-minio-")
+	if err != nil {
+		return nil, err
+	}
+	st.dirs = append(st.dirs, mdir)
+	mo := o
+	mo.DataDir = mdir
+	if st.minio, err = services.StartMinIO(ctx, bin, mo); err != nil {
+		st.stop()
+		return nil, err
+	}
+	if withPG {
+		pdir, err := os.MkdirTemp("", "cairn-pg-")
+		if err != nil {
+			st.stop()
+			return nil, err
+		}
+		st.dirs = append(st.dirs, pdir)
+		po := o
+		po.DataDir = pdir
+		if st.pg, err = services.StartPostgres(ctx, services.PostgresBinDir, po); err != nil {
+			st.stop()
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+func runCmd(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	noPG := fs.Bool("no-postgres", false, "do not start PostgreSQL")
+	_ = fs.Parse(args)
+	rest := fs.Args()
+	if len(rest) == 0 {
+		usage()
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	st, err := startAll(ctx, !*noPG, services.Options{DieWithParent: true})
+	if err != nil {
+		return err
+	}
+	defer st.stop()
+	for _, kv := range st.env() {
+		fmt.Fprintln(os.Stderr, "services:", kv)
+	}
+	cmd := exec.Command(rest[0], rest[1:]...)
+	cmd.Env = append(os.Environ(), st.env()...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go func() {
+		<-ctx.Done()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+	}()
+	return cmd.Wait()
+}
+
+func stateDir() string { return filepath.Join(services.CacheDir(), "dev-services") }
+
+func startCmd(args []string) error {
+	fs := flag.NewFlagSet("start", flag.ExitOnError)
+	ttl := fs.Duration("ttl", 8*time.Hour, "stop the servers by themselves after this long")
+	noPG := fs.Bool("no-postgres", false, "do not start PostgreSQL")
+	_ = fs.Parse(args)
+	if pid, ok := supervisorPID(); ok {
+		return fmt.Errorf("dev services already running (supervisor pid %d); run `stop` first", pid)
+	}
+	if _, err := ensureMinIO(context.Background()); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self, "supervise", "--ttl", ttl.String(), "--no-postgres="+strconv.FormatBool(*noPG))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "ready" {
+			fmt.Fprintf(os.Stderr, "services: running under supervisor pid %d; they stop after %s or on `stop`\n", cmd.Process.Pid, ttl)
+			return cmd.Process.Release()
+		}
+		fmt.Println(line)
+	}
+	_ = cmd.Wait()
+	return errors.New("the supervisor exited before the servers were ready")
+}
+
+func superviseCmd(args []string) error {
+	fs := flag.NewFlagSet("supervise", flag.ExitOnError)
+	ttl := fs.Duration("ttl", 8*time.Hour, "")
+	noPG := fs.Bool("no-postgres", false, "")
+	_ = fs.Parse(args)
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer cancel()
+	st, err := startAll(ctx, !*noPG, services.Options{DieWithParent: true})
+	if err != nil {
+		return err
+	}
+	defer st.stop()
+	if err := os.MkdirAll(stateDir(), 0o755); err != nil {
+		return err
+	}
+	pidFile := filepath.Join(stateDir(), "supervisor.pid")
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(pidFile)
+	for _, kv := range st.env() {
+		fmt.Println("export " + kv)
+	}
+	fmt.Printf("export AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s AWS_REGION=us-east-1\n", st.minio.AccessKey, st.minio.SecretKey)
+	fmt.Println("ready")
+	os.Stdout.Close()
+	// Detach from the terminal's output entirely.
+	if devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0); err == nil {
+		os.Stdout, os.Stderr = devnull, devnull
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(*ttl):
+	}
+	return nil
+}
+
+func supervisorPID() (int, bool) {
+	data, err := os.ReadFile(filepath.Join(stateDir(), "supervisor.pid"))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || syscall.Kill(pid, 0) != nil {
+		return 0, false
+	}
+	return pid, true
+}
+
+func stopCmd([]string) error {
+	pid, ok := supervisorPID()
+	if !ok {
+		fmt.Fprintln(os.Stderr, "services: nothing running")
+		return nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return err
+	}
+	for range 100 {
+		if syscall.Kill(pid, 0) != nil {
+			fmt.Fprintln(os.Stderr, "services: stopped")
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("supervisor %d did not stop", pid)
+}
+
