@@ -283,4 +283,3 @@ func stopCmd([]string) error {
 	}
 	return fmt.Errorf("supervisor %d did not stop", pid)
 }
-
