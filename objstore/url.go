@@ -63,6 +63,9 @@ func ParseURL(raw string) (*url.URL, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
 	}
+	if u.Scheme == "" {
+		return nil, fmt.Errorf("%w: %q has no scheme; use s3://, file://, mem:// or a plain directory path", ErrInvalidURL, raw)
+	}
 	u.Scheme = strings.ToLower(u.Scheme)
 	return u, nil
 }
