@@ -1,0 +1,71 @@
+// Package docs keeps shared state in one object — a registry, a manifest, a job's
+// state file — safe for many concurrent writers on any objstore.Store.
+//
+// Update is a read-modify-write loop done right: it reads the document, applies
+// the caller's function, and writes back with If-Match on the ETag it read. A
+// 412 (someone else wrote first) re-reads and re-applies the function (redrive);
+// a 409 (a concurrent write in flight) or a transient error backs off with full
+// jitter and retries; attempts and ctx bound it all.
+//
+// # The envelope, and why the nonce lives in the body
+//
+// Every write is an envelope {"cairn_doc":1,"rev":N,"nonce":…,"recent":[…],
+// "value":…} holding the caller's value, a revision that grows by one per write,
+// a fresh writer nonce, and the (rev, nonce) of the last HistoryLen writes. The
+// nonce must be in the body: S3's If-Match compares ETags, which are the MD5 of
+// the content only, so a nonce in user metadata would leave two writes of the
+// same bytes with the same ETag (ABA: a stale compare-and-swap would succeed).
+// In the body it makes every write's ETag unique. The history answers the other
+// hard question: when a write's response is lost (timeout, reset, 5xx after the
+// server applied it), Update reads the document back; if its nonce is in the
+// history the write committed and is not applied again; if the history window
+// proves it absent, the function is re-applied; if the window has moved past it,
+// Update returns objstore.ErrAmbiguous rather than guess.
+//
+// Plain JSON files written by other tools are read as revision 0; the first
+// Update wraps them in an envelope. Other readers of the object see the envelope.
+//
+// # Group commit
+//
+// Concurrent Updates of one key in one process are combined: a single writer
+// goroutine per key takes every pending update, applies the functions in arrival
+// order to one read of the document, and commits them with one conditional
+// write. Each caller gets the value after its own function; a function that
+// returns an error fails only its own caller. Under contention this turns N
+// round trips into one.
+//
+// # Stores without conditional writes
+//
+// On a store whose probe shows that conditional PUTs are not enforced, documents
+// fall back to a register (seed 000, done right): every write creates a new key
+// under "<key>/" named by a fixed-width sequence (max of the newest sequence + 1
+// and the local clock in nanoseconds) plus the writer id; a read LISTs "<key>/"
+// and takes the newest; a cleanup after each write deletes versions older than
+// the newest by more than a grace period (judged by the store's own
+// Last-Modified), never the newest. This gives read-after-update and
+// last-writer-wins, and NO compare-and-swap: concurrent updates can be lost. So
+// Create and Update on a register fail with objstore.ErrNotSupported unless
+// Options.LastWriterWins opts in.
+//
+// # Guarantees
+//
+//   - On a store that enforces conditional writes, Load and Update are
+//     linearizable (checked with porcupine under injected faults and on MinIO).
+//   - An Update that returns nil was applied exactly once, even if a response
+//     was lost along the way; one that returns an error other than
+//     objstore.ErrAmbiguous was not applied.
+//   - Every write changes the ETag, so no ABA.
+//   - Functions passed to Update may run more than once (on redrive) and must
+//     not have side effects beyond computing the new value.
+//   - All writers of a document must go through cairn (or at least write
+//     envelopes). A writer that bypasses it and overwrites the object breaks the
+//     history; use the write policy (package objstore/policy) to keep others out.
+//
+// # Errors
+//
+// Load returns objstore.ErrNotFound for a missing document; Create returns
+// objstore.ErrPreconditionFailed if it exists. Update returns the caller's own
+// error unchanged when its function fails, ErrContention (which wraps
+// objstore.ErrPreconditionFailed) when the attempts ran out, and
+// objstore.ErrAmbiguous when a lost response could not be resolved.
+package docs

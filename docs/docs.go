@@ -1,0 +1,480 @@
+package docs
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+// ErrContention: the attempts ran out while other writers kept changing the
+// document. It wraps objstore.ErrPreconditionFailed.
+var ErrContention = fmt.Errorf("docs: gave up after repeated conflicting writes; retry later or raise Options.MaxAttempts: %w", objstore.ErrPreconditionFailed)
+
+// Strategy chooses how documents are stored.
+type Strategy int
+
+const (
+	// Auto: compare-and-swap where the store enforces conditional writes (probed),
+	// the register otherwise.
+	Auto Strategy = iota
+	// CAS forces compare-and-swap; operations fail with ErrNotSupported on a
+	// store that does not enforce conditions.
+	CAS
+	// Register forces the last-writer-wins register (for tests and for stores
+	// whose probe you do not want to run).
+	Register
+)
+
+// Options configure a Store. A nil *Options means all defaults.
+type Options struct {
+	// MaxAttempts bounds the writes tried per Update (redrives after 412 and
+	// retries after 409 or transient errors). Default: 100.
+	MaxAttempts int
+	// BaseBackoff and MaxBackoff bound the full-jitter exponential backoff after
+	// conflicts. Defaults: 2ms and 1s.
+	BaseBackoff, MaxBackoff time.Duration
+	// HistoryLen is how many earlier writes each document remembers, which is
+	// how far back a lost response can be resolved. Default: 32.
+	HistoryLen int
+	// NoGroupCommit sends every Update as its own write (the naive loop with the
+	// nonce safety kept). Default: false.
+	NoGroupCommit bool
+	// MaxBatch caps how many updates one group commit applies. Default: 1024.
+	MaxBatch int
+	// Strategy: Auto (default), CAS or Register.
+	Strategy Strategy
+	// LastWriterWins allows Create and Update on a register (a store without
+	// conditional writes), accepting that concurrent updates can be lost.
+	// Default: false (they fail with objstore.ErrNotSupported).
+	LastWriterWins bool
+	// RegisterGrace is how long superseded register versions are kept before
+	// cleanup deletes them (readers that listed just before a write can still
+	// fetch what they saw). Default: 5 minutes.
+	RegisterGrace time.Duration
+	// WriterID names this writer in nonces and register keys. Default: random.
+	WriterID string
+	// CommitTimeout bounds one group commit (it runs detached from any single
+	// caller's context). Default: 1 minute.
+	CommitTimeout time.Duration
+}
+
+// Meta describes a committed document version.
+type Meta struct {
+	Key          string    `json:"key"`
+	ETag         string    `json:"etag"`
+	Rev          int64     `json:"rev"`
+	Exists       bool      `json:"exists"`
+	LastModified time.Time `json:"last_modified,omitzero"`
+}
+
+// Store keeps documents in an objstore.Store. It is safe for concurrent use;
+// use one per process and store so group commit can combine updates.
+type Store struct {
+	s    *objstore.Store
+	opts Options
+
+	counter atomic.Uint64
+
+	mu       sync.Mutex
+	batchers map[string]*batcher
+	strategy Strategy // resolved from Auto on first use
+	stats    Stats
+}
+
+// Stats count what a Store did (for tests and benchmarks).
+type Stats struct {
+	Updates    int // Update calls that returned
+	Writes     int // conditional writes sent
+	Redrives   int // 412s that led to re-reading and re-applying
+	Resolved   int // lost responses resolved by reading back
+	Ambiguous  int // lost responses that could not be resolved
+	NoopWrites int // updates that changed nothing and so wrote nothing
+}
+
+// New returns a document Store on s.
+func New(s *objstore.Store, opts *Options) *Store {
+	d := &Store{s: s, batchers: map[string]*batcher{}}
+	if opts != nil {
+		d.opts = *opts
+	}
+	o := &d.opts
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 100
+	}
+	if o.BaseBackoff <= 0 {
+		o.BaseBackoff = 2 * time.Millisecond
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = time.Second
+	}
+	if o.HistoryLen <= 0 {
+		o.HistoryLen = 32
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 1024
+	}
+	if o.RegisterGrace <= 0 {
+		o.RegisterGrace = 5 * time.Minute
+	}
+	if o.CommitTimeout <= 0 {
+		o.CommitTimeout = time.Minute
+	}
+	if o.WriterID == "" {
+		var b [6]byte
+		_, _ = crand.Read(b[:])
+		o.WriterID = hex.EncodeToString(b[:])
+	}
+	if o.Strategy != Auto {
+		d.strategy = o.Strategy
+	}
+	return d
+}
+
+// Objects returns the underlying object store.
+func (d *Store) Objects() *objstore.Store { return d.s }
+
+// Stats returns counters of what the Store did.
+func (d *Store) Stats() Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stats
+}
+
+func (d *Store) count(f func(*Stats)) {
+	d.mu.Lock()
+	f(&d.stats)
+	d.mu.Unlock()
+}
+
+func (d *Store) nonce() string {
+	return fmt.Sprintf("%s-%d", d.opts.WriterID, d.counter.Add(1))
+}
+
+// resolve decides, once, whether this store gets compare-and-swap or the register.
+func (d *Store) resolve(ctx context.Context) (Strategy, error) {
+	d.mu.Lock()
+	st := d.strategy
+	d.mu.Unlock()
+	if st != Auto {
+		return st, nil
+	}
+	caps, err := d.s.Capabilities(ctx)
+	if err != nil {
+		return Auto, err
+	}
+	st = Register
+	if caps.ConditionalWrites() {
+		st = CAS
+	}
+	d.mu.Lock()
+	d.strategy = st
+	d.mu.Unlock()
+	return st, nil
+}
+
+// current is a document as read, with what is needed to write it back.
+type current struct {
+	env    envelope
+	etag   string
+	exists bool
+	lm     time.Time
+	seq    int64 // register strategy: the newest version's sequence
+}
+
+func (c current) meta(key string) Meta {
+	return Meta{Key: key, ETag: c.etag, Rev: c.env.Rev, Exists: c.exists, LastModified: c.lm}
+}
+
+func (d *Store) read(ctx context.Context, key string) (current, error) {
+	data, info, err := d.s.GetBytes(ctx, key)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return current{env: envelope{Format: formatVersion}}, nil
+	}
+	if err != nil {
+		return current{}, err
+	}
+	env, err := decode(data)
+	if err != nil {
+		return current{}, fmt.Errorf("%s: %w", key, err)
+	}
+	return current{env: env, etag: info.ETag, exists: true, lm: info.LastModified}, nil
+}
+
+// LoadBytes reads a document's value. A missing document is objstore.ErrNotFound.
+func (d *Store) LoadBytes(ctx context.Context, key string) ([]byte, Meta, error) {
+	st, err := d.resolve(ctx)
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	var c current
+	if st == Register {
+		c, err = d.registerRead(ctx, key)
+	} else {
+		c, err = d.read(ctx, key)
+	}
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	if !c.exists {
+		return nil, c.meta(key), fmt.Errorf("docs: %q: %w", key, objstore.ErrNotFound)
+	}
+	return c.env.payload(), c.meta(key), nil
+}
+
+// CreateBytes writes a new document; it fails with objstore.ErrPreconditionFailed
+// if one exists.
+func (d *Store) CreateBytes(ctx context.Context, key string, value []byte) (Meta, error) {
+	return d.create(ctx, key, value, true)
+}
+
+func (d *Store) create(ctx context.Context, key string, value []byte, raw bool) (Meta, error) {
+	exists := fmt.Errorf("docs: %q already exists: %w", key, objstore.ErrPreconditionFailed)
+	_, m, err := d.update(ctx, key, raw, func(_ []byte, m Meta) ([]byte, error) {
+		if m.Exists {
+			return nil, exists
+		}
+		return value, nil
+	})
+	return m, err
+}
+
+// UpdateFunc computes a document's next value from its current one. m.Exists
+// is false for a missing document (cur is nil); return the value to create it,
+// or an error to abort. It may be called more than once.
+type UpdateFunc func(cur []byte, m Meta) ([]byte, error)
+
+// UpdateBytes applies fn to the document's current value and commits the result
+// with compare-and-swap, redriving on conflicts. It returns the value after fn.
+func (d *Store) UpdateBytes(ctx context.Context, key string, fn UpdateFunc) ([]byte, Meta, error) {
+	return d.update(ctx, key, true, fn)
+}
+
+func (d *Store) update(ctx context.Context, key string, raw bool, fn UpdateFunc) ([]byte, Meta, error) {
+	if err := objstore.ValidateKey(key); err != nil {
+		return nil, Meta{}, err
+	}
+	st, err := d.resolve(ctx)
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	defer d.count(func(s *Stats) { s.Updates++ })
+	r := &request{ctx: ctx, fn: fn, raw: raw, done: make(chan result, 1)}
+	if st == Register {
+		if !d.opts.LastWriterWins {
+			return nil, Meta{}, fmt.Errorf("docs: %q: %s does not enforce conditional writes, so concurrent updates could be lost; set Options.LastWriterWins to accept last-writer-wins: %w",
+				key, d.s, objstore.ErrNotSupported)
+		}
+		d.registerUpdate(ctx, key, []*request{r})
+	} else if d.opts.NoGroupCommit {
+		d.commit(ctx, key, []*request{r})
+	} else {
+		return d.enqueue(ctx, key, r)
+	}
+	res := <-r.done
+	return res.value, res.meta, res.err
+}
+
+type result struct {
+	value []byte
+	meta  Meta
+	err   error
+}
+
+type request struct {
+	ctx  context.Context
+	fn   UpdateFunc
+	raw  bool
+	done chan result
+
+	// set by the committer while applying
+	value []byte
+	err   error
+}
+
+func (d *Store) backoff(ctx context.Context, attempt int) error {
+	ceil := d.opts.BaseBackoff << min(attempt, 20)
+	if ceil <= 0 || ceil > d.opts.MaxBackoff {
+		ceil = d.opts.MaxBackoff
+	}
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(ceil) + 1)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// permanent reports errors that retrying cannot fix.
+func permanent(err error) bool {
+	return errors.Is(err, objstore.ErrNotSupported) || errors.Is(err, objstore.ErrInvalidKey) ||
+		errors.Is(err, objstore.ErrBucketNotFound) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded)
+}
+
+// apply runs the live requests' functions in order on c, returning the new
+// envelope payload and whether anything succeeded.
+func apply(key string, c current, reqs []*request) (next []byte, raw, any bool) {
+	state, exists, raw := c.env.payload(), c.exists, c.env.IsRaw
+	for _, r := range reqs {
+		if r.ctx.Err() != nil {
+			r.value, r.err = nil, r.ctx.Err() // cancelled before it was applied
+			continue
+		}
+		m := Meta{Key: key, ETag: c.etag, Rev: c.env.Rev, Exists: exists, LastModified: c.lm}
+		v, err := r.fn(bytes.Clone(state), m)
+		r.value, r.err = v, err
+		if err != nil {
+			continue
+		}
+		state, exists, raw, any = v, true, r.raw, true
+	}
+	return state, raw, any
+}
+
+// commit applies reqs to one read of key and writes the result with one
+// conditional write, redriving on 412. It delivers every request's result.
+func (d *Store) commit(ctx context.Context, key string, reqs []*request) {
+	deliver := func(m Meta, err error) {
+		for _, r := range reqs {
+			switch {
+			case r.err != nil:
+				r.done <- result{err: r.err}
+			case err != nil:
+				r.done <- result{err: err}
+			default:
+				r.done <- result{value: r.value, meta: m}
+			}
+		}
+	}
+	var lastErr error
+	for attempt := 0; attempt < d.opts.MaxAttempts; attempt++ {
+		if err := ctx.Err(); err != nil {
+			deliver(Meta{}, err)
+			return
+		}
+		c, err := d.read(ctx, key)
+		if err != nil {
+			if permanent(err) {
+				deliver(Meta{}, err)
+				return
+			}
+			lastErr = err
+			if d.backoff(ctx, attempt) != nil {
+				deliver(Meta{}, err)
+				return
+			}
+			continue
+		}
+		next, raw, any := apply(key, c, reqs)
+		if !any {
+			deliver(c.meta(key), nil) // every function failed: nothing to write
+			return
+		}
+		if c.exists && c.env.Rev > 0 && raw == c.env.IsRaw && bytes.Equal(next, c.env.payload()) {
+			d.count(func(s *Stats) { s.NoopWrites++ })
+			deliver(c.meta(key), nil) // nothing changed: linearizes at the read
+			return
+		}
+		env := envelope{Format: formatVersion, Rev: c.env.Rev + 1, Nonce: d.nonce(), IsRaw: raw}
+		if raw {
+			env.Raw = next
+		} else {
+			env.Value = next
+		}
+		if c.env.Nonce != "" {
+			env.Recent = append([]stamp{{c.env.Rev, c.env.Nonce}}, c.env.Recent...)
+		}
+		if len(env.Recent) > d.opts.HistoryLen-1 {
+			env.Recent = env.Recent[:d.opts.HistoryLen-1]
+		}
+		body, err := encode(&env)
+		if err != nil {
+			deliver(Meta{}, err)
+			return
+		}
+		cond := objstore.IfAbsent()
+		if c.exists {
+			cond = objstore.IfMatch(c.etag)
+		}
+		d.count(func(s *Stats) { s.Writes++ })
+		info, err := d.s.PutBytes(ctx, key, body, &objstore.PutOptions{If: cond, ContentType: "application/json"})
+		switch {
+		case err == nil:
+			deliver(Meta{Key: key, ETag: info.ETag, Rev: env.Rev, Exists: true, LastModified: info.LastModified}, nil)
+			return
+		case errors.Is(err, objstore.ErrPreconditionFailed):
+			d.count(func(s *Stats) { s.Redrives++ })
+			lastErr = err
+			if attempt >= 2 { // the first redrives are immediate; then spread out
+				if d.backoff(ctx, attempt-2) != nil {
+					deliver(Meta{}, ctx.Err())
+					return
+				}
+			}
+		case errors.Is(err, objstore.ErrAmbiguous):
+			committed, decisive := d.resolveLost(ctx, key, env)
+			switch {
+			case committed:
+				d.count(func(s *Stats) { s.Resolved++ })
+				deliver(Meta{Key: key, ETag: md5hex(body), Rev: env.Rev, Exists: true}, nil)
+				return
+			case decisive:
+				d.count(func(s *Stats) { s.Resolved++ })
+				lastErr = err // not applied: redrive
+			default:
+				d.count(func(s *Stats) { s.Ambiguous++ })
+				deliver(Meta{}, err)
+				return
+			}
+		case permanent(err):
+			deliver(Meta{}, err)
+			return
+		default: // 409 or a transient failure: back off and retry
+			lastErr = err
+			if d.backoff(ctx, attempt) != nil {
+				deliver(Meta{}, ctx.Err())
+				return
+			}
+		}
+	}
+	if errors.Is(lastErr, objstore.ErrPreconditionFailed) || lastErr == nil {
+		deliver(Meta{}, ErrContention)
+		return
+	}
+	deliver(Meta{}, fmt.Errorf("docs: %q: giving up after %d attempts: %w", key, d.opts.MaxAttempts, lastErr))
+}
+
+// resolveLost reads the document back after a write whose response was lost
+// and reports whether that write committed, and whether the answer is certain.
+func (d *Store) resolveLost(ctx context.Context, key string, mine envelope) (committed, decisive bool) {
+	for attempt := range 8 {
+		c, err := d.read(ctx, key)
+		if err == nil {
+			if !c.exists {
+				return false, true
+			}
+			return c.env.has(mine.Nonce, mine.Rev)
+		}
+		if permanent(err) || d.backoff(ctx, attempt) != nil {
+			return false, false
+		}
+	}
+	return false, false
+}
+
+func md5hex(b []byte) string {
+	s := md5.Sum(b)
+	return hex.EncodeToString(s[:])
+}

@@ -1,0 +1,350 @@
+package docs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/objstore"
+	"github.com/cairn-s3/cairn/objstore/faulty"
+	"github.com/cairn-s3/cairn/objstore/mem"
+)
+
+func slowMem(latency time.Duration) *objstore.Store {
+	return objstore.New(faulty.New(mem.NewBackend(""), &faulty.Options{Latency: latency}), nil)
+}
+
+func TestGroupCommitExactTotal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := docs.New(slowMem(500*time.Microsecond), nil)
+	c := docs.Typed[int](d)
+	const goroutines, each = 16, 40
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				if _, _, err := c.Update(ctx, "n", func(v *int, _ docs.Meta) error { *v++; return nil }); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	v, m, err := c.Load(ctx, "n")
+	if err != nil || v != goroutines*each {
+		t.Fatalf("counter = %d (%v) after %d increments", v, err, goroutines*each)
+	}
+	st := d.Stats()
+	if st.Writes >= st.Updates {
+		t.Errorf("%d writes for %d updates: group commit combined nothing", st.Writes, st.Updates)
+	}
+	if m.Rev != int64(st.Writes) {
+		t.Errorf("rev %d, writes %d: every successful write must add one revision", m.Rev, st.Writes)
+	}
+	t.Logf("%d updates in %d writes", st.Updates, st.Writes)
+}
+
+// A failing function fails only its own caller; the others in its batch commit.
+func TestGroupCommitIsolatesErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := docs.New(slowMem(time.Millisecond), nil)
+	c := docs.Typed[[]int](d)
+	errOdd := errors.New("odd callers refuse")
+	var wg sync.WaitGroup
+	results := make([]error, 40)
+	for i := range results {
+		wg.Go(func() {
+			_, _, results[i] = c.Update(ctx, "list", func(v *[]int, _ docs.Meta) error {
+				if i%2 == 1 {
+					*v = append(*v, -1) // must not leak into the committed value
+					return fmt.Errorf("caller %d: %w", i, errOdd)
+				}
+				*v = append(*v, i)
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	for i, err := range results {
+		if i%2 == 1 && !errors.Is(err, errOdd) {
+			t.Errorf("caller %d: %v, want its own error", i, err)
+		}
+		if i%2 == 0 && err != nil {
+			t.Errorf("caller %d: %v, want success", i, err)
+		}
+	}
+	v, _, err := c.Load(ctx, "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(v)
+	want := []int{}
+	for i := 0; i < 40; i += 2 {
+		want = append(want, i)
+	}
+	if !slices.Equal(v, want) {
+		t.Fatalf("committed %v, want exactly the even callers' values", v)
+	}
+}
+
+// Every write's response is lost after the server applied it: each Update must
+// still be applied exactly once.
+func TestLostResponsesAppliedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	inner := mem.NewBackend("")
+	f := faulty.New(inner, &faulty.Options{Rule: func(op faulty.Op, _ string) (faulty.Fault, time.Duration) {
+		if op == faulty.OpPut {
+			return faulty.LostResponse, 0
+		}
+		return faulty.None, 0
+	}})
+	d := docs.New(objstore.New(f, nil), &docs.Options{NoGroupCommit: true})
+	c := docs.Typed[int](d)
+	for i := range 20 {
+		v, _, err := c.Update(ctx, "n", func(v *int, _ docs.Meta) error { *v++; return nil })
+		if err != nil || v != i+1 {
+			t.Fatalf("update %d: %d, %v", i, v, err)
+		}
+	}
+	v, _, _ := docs.Typed[int](docs.New(objstore.New(inner, nil), nil)).Load(ctx, "n")
+	if v != 20 {
+		t.Fatalf("counter = %d after 20 updates with lost responses", v)
+	}
+	if st := d.Stats(); st.Resolved != 20 {
+		t.Errorf("stats %+v, want 20 resolved", st)
+	}
+}
+
+// When the history window has moved past a lost write, Update must say it does
+// not know (ErrAmbiguous), never guess and apply twice.
+func TestLostResponseBeyondHistoryIsAmbiguous(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	inner := mem.NewBackend("")
+	victim := &struct {
+		sync.Mutex
+		armed bool
+	}{}
+	other := docs.New(objstore.New(inner, nil), &docs.Options{NoGroupCommit: true, HistoryLen: 2})
+	f := faulty.New(inner, &faulty.Options{Rule: func(op faulty.Op, _ string) (faulty.Fault, time.Duration) {
+		victim.Lock()
+		defer victim.Unlock()
+		if op == faulty.OpPut && victim.armed {
+			victim.armed = false
+			return faulty.LostResponse, 0
+		}
+		return faulty.None, 0
+	}})
+	// After the victim's write lands and before it reads back, others write 3 times.
+	d := docs.New(objstore.New(hookAfterPut{f, func() {
+		for range 3 {
+			_, _, _ = docs.Typed[int](other).Update(ctx, "n", func(v *int, _ docs.Meta) error { *v += 100; return nil })
+		}
+	}}, nil), &docs.Options{NoGroupCommit: true, HistoryLen: 2})
+	if _, err := docs.Typed[int](d).Create(ctx, "n", 0); err != nil {
+		t.Fatal(err)
+	}
+	victim.Lock()
+	victim.armed = true
+	victim.Unlock()
+	_, _, err := docs.Typed[int](d).Update(ctx, "n", func(v *int, _ docs.Meta) error { *v++; return nil })
+	if !errors.Is(err, objstore.ErrAmbiguous) {
+		t.Fatalf("lost write beyond the history window: %v, want ErrAmbiguous", err)
+	}
+	v, _, _ := docs.Typed[int](other).Load(ctx, "n")
+	if v != 301 {
+		t.Fatalf("counter = %d, want 301 (the victim's +1 applied exactly once, plus 3×100)", v)
+	}
+}
+
+// hookAfterPut runs hook after each put that returned an ambiguous error.
+type hookAfterPut struct {
+	*faulty.Backend
+	hook func()
+}
+
+func (h hookAfterPut) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
+	info, err := h.Backend.Put(ctx, key, body, size, opts)
+	if errors.Is(err, objstore.ErrAmbiguous) {
+		h.hook()
+	}
+	return info, err
+}
+
+// Writing back identical content still changes the ETag: no ABA.
+func TestNoABA(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := docs.New(mem.New(), nil)
+	c := docs.Typed[string](d)
+	m1, err := c.Create(ctx, "k", "A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, m2, _ := c.Update(ctx, "k", func(v *string, _ docs.Meta) error { *v = "B"; return nil })
+	_, m3, _ := c.Update(ctx, "k", func(v *string, _ docs.Meta) error { *v = "A"; return nil })
+	if m1.ETag == m3.ETag || m1.ETag == m2.ETag {
+		t.Fatalf("ETags %s %s %s: A→B→A must not repeat an ETag", m1.ETag, m2.ETag, m3.ETag)
+	}
+	_, err = d.Objects().PutBytes(ctx, "k", []byte(`"stale"`), &objstore.PutOptions{If: objstore.IfMatch(m1.ETag)})
+	if !errors.Is(err, objstore.ErrPreconditionFailed) {
+		t.Fatalf("CAS with the ETag of the first A: %v, want ErrPreconditionFailed", err)
+	}
+}
+
+func TestCreateAndLoad(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := docs.New(mem.New(), nil)
+	c := docs.Typed[map[string]int](d)
+	if _, _, err := c.Load(ctx, "m"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("load missing: %v", err)
+	}
+	if _, err := c.Create(ctx, "m", map[string]int{"a": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create(ctx, "m", map[string]int{"b": 2}); !errors.Is(err, objstore.ErrPreconditionFailed) {
+		t.Fatalf("second create: %v, want ErrPreconditionFailed", err)
+	}
+	v, m, err := c.Load(ctx, "m")
+	if err != nil || v["a"] != 1 || m.Rev != 1 {
+		t.Fatalf("load: %v %+v %v", v, m, err)
+	}
+	// A plain JSON file from another tool is revision 0 and gets wrapped.
+	if _, err := d.Objects().PutBytes(ctx, "plain.json", []byte(`{"a": 7}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	v, m, err = c.Update(ctx, "plain.json", func(v *map[string]int, m docs.Meta) error {
+		if !m.Exists || m.Rev != 0 {
+			return fmt.Errorf("meta %+v", m)
+		}
+		(*v)["a"]++
+		return nil
+	})
+	if err != nil || v["a"] != 8 || m.Rev != 1 {
+		t.Fatalf("update of a plain JSON file: %v %+v %v", v, m, err)
+	}
+	// Raw bytes round-trip exactly, including bytes that look like JSON.
+	for _, b := range [][]byte{[]byte("\x00\xffbinary"), []byte(`{ "spaced" : 1 }`)} {
+		if _, _, err := d.UpdateBytes(ctx, "raw", func([]byte, docs.Meta) ([]byte, error) { return b, nil }); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := d.LoadBytes(ctx, "raw")
+		if err != nil || string(got) != string(b) {
+			t.Fatalf("raw round trip: %q %v, want %q", got, err, b)
+		}
+	}
+}
+
+func TestContextCancelledWhileQueued(t *testing.T) {
+	t.Parallel()
+	d := docs.New(slowMem(20*time.Millisecond), nil)
+	c := docs.Typed[int](d)
+	bg := context.Background()
+	go func() { _, _, _ = c.Update(bg, "n", func(v *int, _ docs.Meta) error { *v++; return nil }) }()
+	time.Sleep(5 * time.Millisecond) // the first commit is in flight
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	_, _, err := c.Update(ctx, "n", func(v *int, _ docs.Meta) error { *v += 1000; return nil })
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled update: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	v, _, _ := c.Load(bg, "n")
+	if v >= 1000 {
+		t.Fatalf("a cancelled update was applied: %d", v)
+	}
+}
+
+func TestContention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := mem.New()
+	d := docs.New(s, &docs.Options{NoGroupCommit: true, MaxAttempts: 1})
+	c := docs.Typed[int](d)
+	if _, err := c.Create(ctx, "n", 0); err != nil {
+		t.Fatal(err)
+	}
+	// Another writer changes the document inside our function every time.
+	_, _, err := c.Update(ctx, "n", func(v *int, _ docs.Meta) error {
+		_, _, _ = docs.Typed[int](docs.New(s, nil)).Update(ctx, "n", func(v *int, _ docs.Meta) error { *v += 10; return nil })
+		*v++
+		return nil
+	})
+	if !errors.Is(err, docs.ErrContention) || !errors.Is(err, objstore.ErrPreconditionFailed) {
+		t.Fatalf("exhausted attempts: %v, want ErrContention wrapping ErrPreconditionFailed", err)
+	}
+}
+
+func TestRegisterFallback(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	liar := objstore.New(faulty.New(mem.NewBackend(""), &faulty.Options{IgnoreConditions: true}), nil)
+
+	strict := docs.Typed[int](docs.New(liar, nil))
+	if _, _, err := strict.Update(ctx, "n", func(v *int, _ docs.Meta) error { *v++; return nil }); !errors.Is(err, objstore.ErrNotSupported) {
+		t.Fatalf("update on a store without conditions: %v, want ErrNotSupported", err)
+	}
+	if _, err := strict.Create(ctx, "n", 1); !errors.Is(err, objstore.ErrNotSupported) {
+		t.Fatalf("create on a store without conditions: %v, want ErrNotSupported", err)
+	}
+
+	d := docs.New(liar, &docs.Options{LastWriterWins: true, RegisterGrace: time.Nanosecond})
+	c := docs.Typed[string](d)
+	// One writer: read-after-update, every time.
+	for i := range 30 {
+		want := fmt.Sprintf("v%d", i)
+		if _, _, err := c.Update(ctx, "reg", func(v *string, _ docs.Meta) error { *v = want; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if got, _, err := c.Load(ctx, "reg"); err != nil || got != want {
+			t.Fatalf("read after update %d: %q %v", i, got, err)
+		}
+	}
+	// Many writers and readers: no errors, and reads only see written values.
+	var wg sync.WaitGroup
+	written := sync.Map{}
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 15 {
+				val := fmt.Sprintf("w%d-%d", w, i)
+				written.Store(val, true)
+				if _, _, err := c.Update(ctx, "reg", func(v *string, _ docs.Meta) error { *v = val; return nil }); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+		wg.Go(func() {
+			for range 15 {
+				got, _, err := c.Load(ctx, "reg")
+				if err != nil {
+					t.Error(err)
+					continue
+				}
+				if _, ok := written.Load(got); !ok && !strings.HasPrefix(got, "v") {
+					t.Errorf("read %q, which nobody wrote", got)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Cleanup never removes the newest: the register still reads, and holds few versions.
+	if _, _, err := c.Load(ctx, "reg"); err != nil {
+		t.Fatal(err)
+	}
+	vs, err := liar.ListAll(ctx, "reg/", nil)
+	if err != nil || len(vs) == 0 || len(vs) > 8 {
+		t.Fatalf("%d versions left (%v); want the newest and at most a few racing ones", len(vs), err)
+	}
+}

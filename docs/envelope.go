@@ -1,0 +1,81 @@
+package docs
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+const formatVersion = 1
+
+// stamp identifies one committed write.
+type stamp struct {
+	Rev   int64  `json:"r"`
+	Nonce string `json:"n"`
+}
+
+// envelope is the stored form of a document.
+type envelope struct {
+	Format int             `json:"cairn_doc"`
+	Rev    int64           `json:"rev"`
+	Nonce  string          `json:"nonce"`
+	Recent []stamp         `json:"recent,omitempty"` // earlier writes, newest first
+	Value  json.RawMessage `json:"value,omitempty"`  // JSON documents
+	Raw    []byte          `json:"raw,omitempty"`    // byte documents (base64)
+	IsRaw  bool            `json:"is_raw,omitempty"`
+}
+
+// payload returns the caller's bytes.
+func (e *envelope) payload() []byte {
+	if e.IsRaw {
+		return e.Raw
+	}
+	return e.Value
+}
+
+// has reports whether the write with nonce is this one or in the history, and
+// whether the history is long enough to tell for a write at rev.
+func (e *envelope) has(nonce string, rev int64) (found, decisive bool) {
+	if e.Nonce == nonce {
+		return true, true
+	}
+	oldest := e.Rev
+	for _, s := range e.Recent {
+		if s.Nonce == nonce {
+			return true, true
+		}
+		oldest = min(oldest, s.Rev)
+	}
+	// Revisions grow by one per write: if ours (rev) had committed, it is either
+	// in the window [oldest, e.Rev] or the document has not reached rev yet.
+	return false, e.Rev < rev || oldest <= rev
+}
+
+func decode(data []byte) (envelope, error) {
+	var e envelope
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) > 0 && trimmed[0] == '{' && bytes.Contains(trimmed, []byte(`"cairn_doc"`)) {
+		if err := json.Unmarshal(trimmed, &e); err != nil {
+			return e, fmt.Errorf("docs: the object looks like a cairn document but does not parse: %w", err)
+		}
+		if e.Format != formatVersion {
+			return e, fmt.Errorf("docs: document format %d is not supported by this cairn (want %d); upgrade cairn", e.Format, formatVersion)
+		}
+		return e, nil
+	}
+	// A plain object written by another tool: revision 0, no history.
+	if json.Valid(trimmed) {
+		return envelope{Format: formatVersion, Value: json.RawMessage(trimmed)}, nil
+	}
+	return envelope{Format: formatVersion, Raw: data, IsRaw: true}, nil
+}
+
+func encode(e *envelope) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

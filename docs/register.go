@@ -1,0 +1,154 @@
+package docs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+// The register keeps each version of key at "<key>/<seq>-<writer>", where seq is
+// a 20-digit, zero-padded number, so LIST order is version order.
+const seqWidth = 20
+
+func parseSeq(versionKey string) (int64, bool) {
+	name := versionKey[strings.LastIndexByte(versionKey, '/')+1:]
+	if len(name) < seqWidth+1 || name[seqWidth] != '-' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(name[:seqWidth], 10, 64)
+	return n, err == nil
+}
+
+func (d *Store) registerVersions(ctx context.Context, key string) ([]objstore.Info, error) {
+	var out []objstore.Info
+	for info, err := range d.s.List(ctx, key+"/", &objstore.ListOptions{Delimiter: "/"}) {
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := parseSeq(info.Key); ok && !info.IsPrefix {
+			out = append(out, info)
+		}
+	}
+	return out, nil
+}
+
+func (d *Store) registerRead(ctx context.Context, key string) (current, error) {
+	for range 5 {
+		vs, err := d.registerVersions(ctx, key)
+		if err != nil {
+			return current{}, err
+		}
+		if len(vs) == 0 {
+			return current{env: envelope{Format: formatVersion}}, nil
+		}
+		newest := vs[len(vs)-1]
+		data, info, err := d.s.GetBytes(ctx, newest.Key)
+		if errors.Is(err, objstore.ErrNotFound) {
+			continue // superseded and cleaned up between LIST and GET: list again
+		}
+		if err != nil {
+			return current{}, err
+		}
+		env, err := decode(data)
+		if err != nil {
+			return current{}, fmt.Errorf("%s: %w", newest.Key, err)
+		}
+		seq, _ := parseSeq(newest.Key)
+		return current{env: env, etag: info.ETag, exists: true, lm: info.LastModified, seq: seq}, nil
+	}
+	return current{}, fmt.Errorf("docs: %q: its newest version kept disappearing; is RegisterGrace too short?", key)
+}
+
+// registerUpdate writes a new version (last writer wins) and cleans up.
+func (d *Store) registerUpdate(ctx context.Context, key string, reqs []*request) {
+	deliver := func(m Meta, err error) {
+		for _, r := range reqs {
+			switch {
+			case r.err != nil:
+				r.done <- result{err: r.err}
+			case err != nil:
+				r.done <- result{err: err}
+			default:
+				r.done <- result{value: r.value, meta: m}
+			}
+		}
+	}
+	var lastErr error
+	for attempt := 0; attempt < d.opts.MaxAttempts; attempt++ {
+		c, err := d.registerRead(ctx, key)
+		if err != nil {
+			if permanent(err) {
+				deliver(Meta{}, err)
+				return
+			}
+			lastErr = err
+			if d.backoff(ctx, attempt) != nil {
+				break
+			}
+			continue
+		}
+		next, raw, any := apply(key, c, reqs)
+		if !any {
+			deliver(c.meta(key), nil)
+			return
+		}
+		env := envelope{Format: formatVersion, Rev: c.env.Rev + 1, Nonce: d.nonce(), IsRaw: raw}
+		if raw {
+			env.Raw = next
+		} else {
+			env.Value = next
+		}
+		body, err := encode(&env)
+		if err != nil {
+			deliver(Meta{}, err)
+			return
+		}
+		seq := max(c.seq+1, time.Now().UnixNano())
+		vkey := fmt.Sprintf("%s/%0*d-%s", key, seqWidth, seq, d.opts.WriterID)
+		d.count(func(s *Stats) { s.Writes++ })
+		info, err := d.s.PutBytes(ctx, vkey, body, &objstore.PutOptions{ContentType: "application/json"})
+		if errors.Is(err, objstore.ErrAmbiguous) {
+			// The version key is ours alone: it exists iff the write landed.
+			if _, herr := d.s.Head(ctx, vkey); herr == nil {
+				err, info = nil, objstore.Info{ETag: md5hex(body)}
+			}
+		}
+		if err == nil {
+			d.registerCleanup(ctx, key)
+			deliver(Meta{Key: key, ETag: info.ETag, Rev: env.Rev, Exists: true, LastModified: info.LastModified}, nil)
+			return
+		}
+		if permanent(err) {
+			deliver(Meta{}, err)
+			return
+		}
+		lastErr = err
+		if d.backoff(ctx, attempt) != nil {
+			break
+		}
+	}
+	if lastErr == nil {
+		lastErr = ctx.Err()
+	}
+	deliver(Meta{}, fmt.Errorf("docs: %q: register write failed: %w", key, lastErr))
+}
+
+// registerCleanup deletes versions older than the newest by more than the
+// grace period, judged by the store's Last-Modified times. Never the newest.
+func (d *Store) registerCleanup(ctx context.Context, key string) {
+	vs, err := d.registerVersions(ctx, key)
+	if err != nil || len(vs) < 2 {
+		return
+	}
+	newest := vs[len(vs)-1]
+	for _, v := range vs[:len(vs)-1] {
+		if newest.LastModified.Sub(v.LastModified) > d.opts.RegisterGrace {
+			_ = d.s.Delete(ctx, v.Key, objstore.Condition{})
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package docs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// Doc is a typed view of a Store for JSON documents of type T.
+type Doc[T any] struct{ d *Store }
+
+// Typed returns a view of d whose documents are JSON values of type T.
+func Typed[T any](d *Store) Doc[T] { return Doc[T]{d} }
+
+// Load reads and decodes the document at key.
+func (c Doc[T]) Load(ctx context.Context, key string) (T, Meta, error) {
+	var v T
+	data, m, err := c.d.LoadBytes(ctx, key)
+	if err != nil {
+		return v, m, err
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return v, m, fmt.Errorf("docs: %q does not decode as %T: %w", key, v, err)
+	}
+	return v, m, nil
+}
+
+// Create writes v as a new document; objstore.ErrPreconditionFailed if it exists.
+func (c Doc[T]) Create(ctx context.Context, key string, v T) (Meta, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return Meta{}, err
+	}
+	return c.d.create(ctx, key, data, false)
+}
+
+// Update applies fn to the current value (the zero T, with m.Exists false, for
+// a missing document) and commits the result. fn may run more than once.
+func (c Doc[T]) Update(ctx context.Context, key string, fn func(v *T, m Meta) error) (T, Meta, error) {
+	var out T
+	data, m, err := c.d.update(ctx, key, false, func(cur []byte, m Meta) ([]byte, error) {
+		var v T
+		if m.Exists {
+			if err := json.Unmarshal(cur, &v); err != nil {
+				return nil, fmt.Errorf("docs: %q does not decode as %T: %w", key, v, err)
+			}
+		}
+		if err := fn(&v, m); err != nil {
+			return nil, err
+		}
+		return json.Marshal(v)
+	})
+	if err != nil {
+		return out, m, err
+	}
+	err = json.Unmarshal(data, &out)
+	return out, m, err
+}
