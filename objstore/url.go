@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -89,4 +90,65 @@ func Open(ctx context.Context, raw string, opts *Options) (*Store, error) {
 		return nil, err
 	}
 	return New(b, opts), nil
+}
+
+// SplitObjectURL splits the URL of one object into its store's URL and its key:
+//
+//	s3://bucket/path/to/key?endpoint=…  ->  s3://bucket?endpoint=…  +  path/to/key
+//	mem://name/path/to/key              ->  mem://name              +  path/to/key
+//	file:///dir/path/to/key (or a path) ->  the nearest ancestor directory that is
+//	    already a cairn directory store (holds .cairn/), else the file's parent,
+//	    + the rest of the path
+func SplitObjectURL(raw string) (storeURL, key string, err error) {
+	u, err := ParseURL(raw)
+	if err != nil {
+		return "", "", err
+	}
+	switch u.Scheme {
+	case "file":
+		p := filepath.Clean(filepath.FromSlash(u.Path))
+		if p == string(filepath.Separator) || p == "." {
+			return "", "", fmt.Errorf("%w: %q names a directory, not an object", ErrInvalidURL, raw)
+		}
+		root := filepath.Dir(p)
+		for d := filepath.Dir(p); ; d = filepath.Dir(d) {
+			if fi, err := os.Stat(filepath.Join(d, ".cairn")); err == nil && fi.IsDir() {
+				root = d
+				break
+			}
+			if d == filepath.Dir(d) {
+				break
+			}
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return "", "", fmt.Errorf("%w: %v", ErrInvalidURL, err)
+		}
+		su := url.URL{Scheme: "file", Path: filepath.ToSlash(root), RawQuery: u.RawQuery}
+		return su.String(), filepath.ToSlash(rel), nil
+	default:
+		key = strings.TrimPrefix(u.Path, "/")
+		if key == "" {
+			return "", "", fmt.Errorf("%w: %q names a bucket, not an object: add the key, e.g. %s://%s/path/to/key", ErrInvalidURL, raw, u.Scheme, u.Host)
+		}
+		su := url.URL{Scheme: u.Scheme, Host: u.Host, RawQuery: u.RawQuery}
+		return su.String(), key, nil
+	}
+}
+
+// OpenObject opens the store holding the object an object URL names (see
+// SplitObjectURL) and returns it with the object's key.
+func OpenObject(ctx context.Context, raw string, opts *Options) (*Store, string, error) {
+	su, key, err := SplitObjectURL(raw)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := ValidateKey(key); err != nil {
+		return nil, "", err
+	}
+	s, err := Open(ctx, su, opts)
+	if err != nil {
+		return nil, "", err
+	}
+	return s, key, nil
 }

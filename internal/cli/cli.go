@@ -93,7 +93,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	root.PersistentFlags().BoolVar(&e.json, "json", false, "machine-readable JSON output")
 	root.PersistentFlags().StringVar(&e.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(probeCmd(e), benchCmd(e), versionCmd(e))
+	root.AddCommand(probeCmd(e), docCmd(e), putCmd(e), policyCmd(e), benchCmd(e), versionCmd(e))
 
 	err := root.ExecuteContext(ctx)
 	if err == nil {

@@ -1,0 +1,255 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+func docCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "doc",
+		Short: "Read, create and update shared JSON documents safely under concurrent writers",
+		Long: `doc reads and writes JSON documents (a registry, a manifest, a state file)
+with compare-and-swap: concurrent updates are never lost, and a write whose
+response was lost is resolved by reading back, never applied twice.
+
+Documents are stored in an envelope that carries a revision and writer nonces;
+'doc get' prints just the value. URLs name one object: s3://bucket/path/key.json,
+file:///dir/key.json (the directory store is the nearest ancestor holding
+.cairn/), mem://name/key.`,
+	}
+	cmd.AddCommand(docGetCmd(e), docCreateCmd(e), docUpdateCmd(e))
+	return cmd
+}
+
+func openDoc(cmd *cobra.Command, raw string) (*docs.Store, string, error) {
+	s, key, err := objstore.OpenObject(cmd.Context(), raw, nil)
+	if err != nil {
+		if errorsIsUsage(err) {
+			return nil, "", usageError{err}
+		}
+		return nil, "", err
+	}
+	return docs.New(s, nil), key, nil
+}
+
+func errorsIsUsage(err error) bool {
+	return exitCode(err) == ExitUsage
+}
+
+type docOut struct {
+	docs.Meta
+	Value json.RawMessage `json:"value,omitempty"`
+}
+
+func (e *env) printDoc(m docs.Meta, value []byte, showValue bool) error {
+	if e.json {
+		out := docOut{Meta: m}
+		if showValue {
+			out.Value = value
+		}
+		return e.writeJSON(out)
+	}
+	if showValue {
+		var buf bytes.Buffer
+		if json.Indent(&buf, value, "", "  ") == nil {
+			value = buf.Bytes()
+		}
+		_, err := fmt.Fprintln(e.stdout, string(value))
+		return err
+	}
+	_, err := fmt.Fprintln(e.stdout, m.ETag)
+	return err
+}
+
+func docGetCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get URL",
+		Short: "Print a document's value (with --json: key, etag, rev and value)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, key, err := openDoc(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			defer d.Objects().Close()
+			v, m, err := d.LoadBytes(cmd.Context(), key)
+			if err != nil {
+				return err
+			}
+			return e.printDoc(m, v, true)
+		},
+	}
+}
+
+func readInput(e *env, path string) ([]byte, error) {
+	if path == "-" {
+		return io.ReadAll(e.stdin)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usagef("reading %s: %v", path, err)
+	}
+	return data, nil
+}
+
+func docCreateCmd(e *env) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "create URL --file F",
+		Short: "Create a document from a JSON file (- for stdin); exit 3 if it exists",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if file == "" {
+				return usagef("--file is required (use - for stdin)")
+			}
+			data, err := readInput(e, file)
+			if err != nil {
+				return err
+			}
+			if !json.Valid(data) {
+				return usagef("%s is not valid JSON", file)
+			}
+			d, key, err := openDoc(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			defer d.Objects().Close()
+			m, err := docs.Typed[json.RawMessage](d).Create(cmd.Context(), key, json.RawMessage(bytes.TrimSpace(data)))
+			if err != nil {
+				return err
+			}
+			return e.printDoc(m, nil, false)
+		},
+	}
+	cmd.Flags().StringVar(&file, "file", "", "JSON file with the initial value (- for stdin)")
+	return cmd
+}
+
+func docUpdateCmd(e *env) *cobra.Command {
+	var sets []string
+	var merge string
+	var create bool
+	cmd := &cobra.Command{
+		Use:   "update URL (--set PATH=VALUE … | --merge F)",
+		Short: "Update fields of a document with compare-and-swap; prints the new ETag",
+		Long: `update applies --merge (a JSON merge patch, RFC 7386, from a file or - for
+stdin) and then each --set (PATH is dot-separated object keys; VALUE is JSON,
+or a string if it does not parse as JSON), redriving on concurrent writes.
+Exit code 3 if the retry budget ran out under contention.`,
+		Example: `  cairn doc update s3://lake/metastore/registry.json --set datasets.orders.version=7 --set owner=data-eng
+  echo '{"paused": true}' | cairn doc update file:///srv/state/job.json --merge -`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(sets) == 0 && merge == "" {
+				return usagef("give at least one --set PATH=VALUE or --merge FILE")
+			}
+			var patch any
+			if merge != "" {
+				data, err := readInput(e, merge)
+				if err != nil {
+					return err
+				}
+				if err := json.Unmarshal(data, &patch); err != nil {
+					return usagef("--merge %s: not JSON: %v", merge, err)
+				}
+			}
+			type setOp struct {
+				path []string
+				val  any
+			}
+			var ops []setOp
+			for _, s := range sets {
+				p, v, ok := strings.Cut(s, "=")
+				if !ok || p == "" {
+					return usagef("--set %q: use PATH=VALUE", s)
+				}
+				var val any
+				if json.Unmarshal([]byte(v), &val) != nil {
+					val = v
+				}
+				ops = append(ops, setOp{strings.Split(p, "."), val})
+			}
+			d, key, err := openDoc(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			defer d.Objects().Close()
+			v, m, err := docs.Typed[any](d).Update(cmd.Context(), key, func(v *any, m docs.Meta) error {
+				if !m.Exists && !create {
+					return fmt.Errorf("%q does not exist (create it with 'cairn doc create', or pass --create): %w", key, objstore.ErrNotFound)
+				}
+				if patch != nil {
+					*v = mergePatch(*v, patch)
+				}
+				for _, op := range ops {
+					if err := setPath(v, op.path, op.val); err != nil {
+						return usageError{err}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			data, _ := json.Marshal(v)
+			return e.printDoc(m, data, e.json)
+		},
+	}
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "PATH=VALUE to set (repeatable)")
+	cmd.Flags().StringVar(&merge, "merge", "", "JSON merge patch file (- for stdin)")
+	cmd.Flags().BoolVar(&create, "create", false, "create the document if it does not exist")
+	return cmd
+}
+
+// mergePatch applies an RFC 7386 JSON merge patch.
+func mergePatch(target, patch any) any {
+	p, ok := patch.(map[string]any)
+	if !ok {
+		return patch
+	}
+	t, ok := target.(map[string]any)
+	if !ok {
+		t = map[string]any{}
+	}
+	for k, v := range p {
+		if v == nil {
+			delete(t, k)
+		} else {
+			t[k] = mergePatch(t[k], v)
+		}
+	}
+	return t
+}
+
+func setPath(v *any, path []string, val any) error {
+	if *v == nil {
+		*v = map[string]any{}
+	}
+	cur, ok := (*v).(map[string]any)
+	if !ok {
+		return fmt.Errorf("cannot set %s: the document is not a JSON object", strings.Join(path, "."))
+	}
+	for i, p := range path[:len(path)-1] {
+		next, ok := cur[p].(map[string]any)
+		if !ok {
+			if cur[p] != nil {
+				return fmt.Errorf("cannot set %s: %s is not an object", strings.Join(path, "."), strings.Join(path[:i+1], "."))
+			}
+			next = map[string]any{}
+			cur[p] = next
+		}
+		cur = next
+	}
+	cur[path[len(path)-1]] = val
+	return nil
+}
