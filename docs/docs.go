@@ -41,7 +41,7 @@ type Options struct {
 	// retries after 409 or transient errors). Default: 100.
 	MaxAttempts int
 	// BaseBackoff and MaxBackoff bound the full-jitter exponential backoff after
-	// conflicts. Defaults: 2ms and 1s.
+	// conflicts. Defaults: 2ms and 200ms.
 	BaseBackoff, MaxBackoff time.Duration
 	// HistoryLen is how many earlier writes each document remembers, which is
 	// how far back a lost response can be resolved. Default: 32.
@@ -115,7 +115,7 @@ func New(s *objstore.Store, opts *Options) *Store {
 		o.BaseBackoff = 2 * time.Millisecond
 	}
 	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = time.Second
+		o.MaxBackoff = 200 * time.Millisecond
 	}
 	if o.HistoryLen <= 0 {
 		o.HistoryLen = 32
@@ -276,7 +276,7 @@ func (d *Store) update(ctx context.Context, key string, raw bool, fn UpdateFunc)
 		}
 		d.registerUpdate(ctx, key, []*request{r})
 	} else if d.opts.NoGroupCommit {
-		d.commit(ctx, key, []*request{r})
+		d.commit(ctx, key, []*request{r}, nil)
 	} else {
 		return d.enqueue(ctx, key, r)
 	}
@@ -345,7 +345,10 @@ func apply(key string, c current, reqs []*request) (next []byte, raw, any bool) 
 
 // commit applies reqs to one read of key and writes the result with one
 // conditional write, redriving on 412. It delivers every request's result.
-func (d *Store) commit(ctx context.Context, key string, reqs []*request) {
+// cached, if not nil, is the document as this Store last wrote it: the first
+// attempt compares-and-swaps against it without reading (a stale cache costs
+// one 412 and a read). It returns the document as written, for the next batch.
+func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached *current) *current {
 	deliver := func(m Meta, err error) {
 		for _, r := range reqs {
 			switch {
@@ -362,30 +365,39 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request) {
 	for attempt := 0; attempt < d.opts.MaxAttempts; attempt++ {
 		if err := ctx.Err(); err != nil {
 			deliver(Meta{}, err)
-			return
+			return nil
 		}
-		c, err := d.read(ctx, key)
+		var c current
+		var err error
+		fromCache := cached != nil
+		if fromCache {
+			c, cached = *cached, nil
+		} else {
+			c, err = d.read(ctx, key)
+		}
 		if err != nil {
 			if permanent(err) {
 				deliver(Meta{}, err)
-				return
+				return nil
 			}
 			lastErr = err
 			if d.backoff(ctx, attempt) != nil {
 				deliver(Meta{}, err)
-				return
+				return nil
 			}
 			continue
 		}
 		next, raw, any := apply(key, c, reqs)
 		if !any {
 			deliver(c.meta(key), nil) // every function failed: nothing to write
-			return
+			return nil
 		}
-		if c.exists && c.env.Rev > 0 && raw == c.env.IsRaw && bytes.Equal(next, c.env.payload()) {
+		// Nothing changed: linearize at the read and skip the write. Not for a
+		// cached state, which may be stale: the write's CAS is what proves it.
+		if !fromCache && c.exists && c.env.Rev > 0 && raw == c.env.IsRaw && bytes.Equal(next, c.env.payload()) {
 			d.count(func(s *Stats) { s.NoopWrites++ })
-			deliver(c.meta(key), nil) // nothing changed: linearizes at the read
-			return
+			deliver(c.meta(key), nil)
+			return nil
 		}
 		env := envelope{Format: formatVersion, Rev: c.env.Rev + 1, Nonce: d.nonce(), IsRaw: raw}
 		if raw {
@@ -402,7 +414,7 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request) {
 		body, err := encode(&env)
 		if err != nil {
 			deliver(Meta{}, err)
-			return
+			return nil
 		}
 		cond := objstore.IfAbsent()
 		if c.exists {
@@ -413,14 +425,17 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request) {
 		switch {
 		case err == nil:
 			deliver(Meta{Key: key, ETag: info.ETag, Rev: env.Rev, Exists: true, LastModified: info.LastModified}, nil)
-			return
+			if info.ETag == "" {
+				return nil
+			}
+			return &current{env: env, etag: info.ETag, exists: true, lm: info.LastModified}
 		case errors.Is(err, objstore.ErrPreconditionFailed):
 			d.count(func(s *Stats) { s.Redrives++ })
 			lastErr = err
 			if attempt >= 2 { // the first redrives are immediate; then spread out
 				if d.backoff(ctx, attempt-2) != nil {
 					deliver(Meta{}, ctx.Err())
-					return
+					return nil
 				}
 			}
 		case errors.Is(err, objstore.ErrAmbiguous):
@@ -429,31 +444,32 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request) {
 			case committed:
 				d.count(func(s *Stats) { s.Resolved++ })
 				deliver(Meta{Key: key, ETag: md5hex(body), Rev: env.Rev, Exists: true}, nil)
-				return
+				return nil
 			case decisive:
 				d.count(func(s *Stats) { s.Resolved++ })
 				lastErr = err // not applied: redrive
 			default:
 				d.count(func(s *Stats) { s.Ambiguous++ })
 				deliver(Meta{}, err)
-				return
+				return nil
 			}
 		case permanent(err):
 			deliver(Meta{}, err)
-			return
+			return nil
 		default: // 409 or a transient failure: back off and retry
 			lastErr = err
 			if d.backoff(ctx, attempt) != nil {
 				deliver(Meta{}, ctx.Err())
-				return
+				return nil
 			}
 		}
 	}
 	if errors.Is(lastErr, objstore.ErrPreconditionFailed) || lastErr == nil {
 		deliver(Meta{}, ErrContention)
-		return
+		return nil
 	}
 	deliver(Meta{}, fmt.Errorf("docs: %q: giving up after %d attempts: %w", key, d.opts.MaxAttempts, lastErr))
+	return nil
 }
 
 // resolveLost reads the document back after a write whose response was lost

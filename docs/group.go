@@ -48,6 +48,7 @@ func (d *Store) enqueue(ctx context.Context, key string, r *request) ([]byte, Me
 // run commits batches for key until its queue is empty, then exits (and the
 // key's batcher is dropped, so idle keys cost nothing).
 func (d *Store) run(key string, b *batcher) {
+	var cached *current // what the last batch wrote
 	for {
 		d.mu.Lock()
 		if len(b.queue) == 0 {
@@ -61,7 +62,7 @@ func (d *Store) run(key string, b *batcher) {
 		b.queue = b.queue[n:]
 		d.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), d.opts.CommitTimeout)
-		d.commit(ctx, key, batch)
+		cached = d.commit(ctx, key, batch, cached)
 		cancel()
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cairn-s3/cairn/internal/cli"
@@ -16,7 +18,13 @@ import (
 	"github.com/cairn-s3/cairn/objstore"
 )
 
-func TestMain(m *testing.M) { testmain.Run(m) }
+func TestMain(m *testing.M) {
+	testmain.Run(m, func() {
+		if binPath != "" {
+			os.RemoveAll(filepath.Dir(binPath))
+		}
+	})
+}
 
 func run(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
@@ -58,6 +66,56 @@ func TestExitCodesAndErrors(t *testing.T) {
 				t.Errorf("cairn %q: error is %d lines, want one: %q", tc.args, n+1, stderr)
 			}
 		}
+	}
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// buildCairn builds the real binary once per test run.
+func buildCairn(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cairn-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "cairn")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/cairn-s3/cairn/cmd/cairn").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// bench docs through the real binary, with worker processes, on an fs store:
+// it must finish, verify its counters and print ratios (figures are not judged).
+func TestBenchDocsWithProcesses(t *testing.T) {
+	t.Parallel()
+	bin := buildCairn(t)
+	out, err := exec.Command(bin, "bench", "docs", "--store", t.TempDir(), "--writers", "1,4", "--duration", "300ms",
+		"--procs", "2", "--proc-writers", "2", "--json").Output()
+	if err != nil {
+		t.Fatalf("bench docs: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want 3 result lines, got %q", out)
+	}
+	var last map[string]any
+	if err := json.Unmarshal([]byte(lines[2]), &last); err != nil || last["name"] != "docs/2-processes-x-2-writers" {
+		t.Fatalf("last line %q: %v", lines[2], err)
+	}
+	if r, _ := last["ratio"].(float64); r <= 0 {
+		t.Fatalf("ratio %v", last["ratio"])
 	}
 }
 
@@ -105,11 +163,7 @@ func TestProbeMinIOWithBinary(t *testing.T) {
 	t.Parallel()
 	ep := testenv.S3(t)
 	_, url := testenv.NewBucket(t, ep)
-	bin := filepath.Join(t.TempDir(), "cairn")
-	build := exec.Command("go", "build", "-o", bin, "github.com/cairn-s3/cairn/cmd/cairn")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildCairn(t)
 	cmd := exec.Command(bin, "probe", url, "--json")
 	cmd.Env = append(os.Environ(), ep.Env()...)
 	out, err := cmd.Output()

@@ -14,10 +14,13 @@ import (
 	"github.com/cairn-s3/cairn/objstore/objstoretest"
 )
 
-// Run is the body of TestMain: testmain.Run(m).
-func Run(m *testing.M) {
+// Run is the body of TestMain: testmain.Run(m). cleanups run after the tests.
+func Run(m *testing.M, cleanups ...func()) {
 	objstoretest.MaybeChild()
 	code := m.Run()
+	for _, c := range cleanups {
+		c()
+	}
 	testenv.Stop()
 	if code == 0 {
 		// Idle HTTP keep-alive connections of SDK clients are not leaks.

@@ -69,6 +69,9 @@ type Options struct {
 	Profile string
 	// HTTPClient overrides the SDK's HTTP client. Default: the SDK's.
 	HTTPClient *http.Client
+	// CreateBucket makes the URL opener create the bucket if it does not exist
+	// (URL parameter create_bucket=true). Default: false.
+	CreateBucket bool
 }
 
 // Backend is an objstore.Backend on one S3 bucket.
@@ -87,6 +90,11 @@ func init() {
 		b, err := NewBackend(ctx, o)
 		if err != nil {
 			return nil, err
+		}
+		if o.CreateBucket {
+			if err := b.EnsureBucket(ctx); err != nil {
+				return nil, err
+			}
 		}
 		return objstore.Prefixed(b, prefix)
 	})
@@ -111,14 +119,18 @@ func optionsFromURL(u *url.URL) (Options, string, error) {
 			o.Region = v
 		case "profile":
 			o.Profile = v
-		case "path_style", "use_path_style", "s3ForcePathStyle":
+		case "path_style", "use_path_style", "s3ForcePathStyle", "create_bucket":
 			b, err := strconv.ParseBool(v)
 			if err != nil {
 				return o, "", fmt.Errorf("%w: %s=%q is not a boolean", objstore.ErrInvalidURL, k, v)
 			}
-			o.PathStyle = b
+			if k == "create_bucket" {
+				o.CreateBucket = b
+			} else {
+				o.PathStyle = b
+			}
 		default:
-			return o, "", fmt.Errorf("%w: unknown s3 URL parameter %q (known: endpoint, region, path_style, profile)", objstore.ErrInvalidURL, k)
+			return o, "", fmt.Errorf("%w: unknown s3 URL parameter %q (known: endpoint, region, path_style, profile, create_bucket)", objstore.ErrInvalidURL, k)
 		}
 	}
 	return o, strings.TrimPrefix(u.Path, "/"), nil
