@@ -1,0 +1,172 @@
+// Package event parses the object-change notifications users receive from S3
+// and S3-compatible servers into one normalised Event, and orders events of one
+// key by their sequencer.
+//
+// Shapes understood (several records per message are fine, and envelopes nest):
+//   - S3 notifications: {"Records":[…]} as put on SQS or passed to Lambda;
+//   - Lambda's SQS batch: {"Records":[{"body":"<S3 notification>"}…]};
+//   - SNS: {"Type":"Notification","Message":"<S3 notification>"} and Lambda's
+//     {"Records":[{"Sns":{"Message":…}}]};
+//   - EventBridge: {"source":"aws.s3","detail-type":"Object Created"|"Object
+//     Deleted",…,"detail":{"object":{…}}};
+//   - MinIO webhook bodies: {"EventName","Key","Records":[…]} (event names
+//     with an "s3:" prefix, keys with "/" sent as %2F, ObjectRemoved:NoOP);
+//   - s3:TestEvent, recognised and marked Test so it can be ignored.
+//
+// Keys in S3, SNS and MinIO records are form-URL-encoded ("+" for space) and are
+// decoded; EventBridge keys arrive as they are. The AWS schema comes from
+// github.com/aws/aws-lambda-go/events rather than being declared again here.
+//
+// # Ordering
+//
+// CompareSequencer orders two events of the SAME key: sequencers are hex
+// strings; the shorter is right-padded with zeros, then they compare as
+// case-insensitive strings (the S3 User Guide's rule; left-padding, as some
+// articles advise, misorders sequencers of different lengths). Sequencers of
+// different keys mean nothing relative to each other. MinIO's sequencer is the
+// server's wall-clock time in nanoseconds (hex), not a per-key counter: it
+// orders the writes one MinIO server saw for a key as its clock saw them, so
+// two writes to one key within the clock's resolution, or on servers whose
+// clocks disagree, may tie or misorder. Events without a sequencer (audit
+// resubmissions, some replays) are Unordered: the ledger never lets them
+// override a sequenced decision.
+//
+// # Errors
+//
+// Parse returns a *ParseError naming the field at fault; it wraps ErrMalformed
+// (the message is not valid for its shape), ErrUnknownFormat (no shape fits) or
+// ErrUnknownEventType (an event name outside the S3 families). Arbitrary input
+// never panics (fuzzed).
+package event
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Kind is what happened to the object.
+type Kind string
+
+// The kinds of event.
+const (
+	Created Kind = "created" // ObjectCreated:* / "Object Created"
+	Removed Kind = "removed" // ObjectRemoved:Delete, DeleteMarkerCreated / "Object Deleted"
+	Test    Kind = "test"    // s3:TestEvent: ignore
+	Other   Kind = "other"   // restores, replication, tagging, ACLs, NoOP removals: ignore
+)
+
+// Format names the shape an event arrived in.
+type Format string
+
+// The formats.
+const (
+	FormatS3          Format = "s3"
+	FormatSNS         Format = "sns"
+	FormatEventBridge Format = "eventbridge"
+	FormatMinIO       Format = "minio"
+	FormatSQS         Format = "sqs" // Lambda's SQS batch
+	FormatAudit       Format = "audit"
+)
+
+// Event is one normalised object change.
+type Event struct {
+	Bucket    string    `json:"bucket"`
+	Key       string    `json:"key"` // decoded
+	VersionID string    `json:"version_id,omitempty"`
+	ETag      string    `json:"etag,omitempty"`
+	Size      int64     `json:"size"`
+	Sequencer string    `json:"sequencer,omitempty"` // upper-case hex, as sent
+	Kind      Kind      `json:"kind"`
+	Name      string    `json:"name"` // e.g. "ObjectCreated:Put" (no "s3:" prefix)
+	Time      time.Time `json:"time,omitzero"`
+	RequestID string    `json:"request_id,omitempty"`
+	HostID    string    `json:"host_id,omitempty"`
+	Region    string    `json:"region,omitempty"`
+	Format    Format    `json:"format"`
+}
+
+// Ignorable reports events that carry no work: test events and the rest of
+// the Other kind (e.g. MinIO's ObjectRemoved:NoOP for a key that never existed).
+func (e Event) Ignorable() bool { return e.Kind == Test || e.Kind == Other }
+
+// Unordered reports an event without a sequencer.
+func (e Event) Unordered() bool { return e.Sequencer == "" }
+
+// Sentinel errors, wrapped by *ParseError.
+var (
+	ErrMalformed        = errors.New("malformed event")
+	ErrUnknownFormat    = errors.New("unknown event format")
+	ErrUnknownEventType = errors.New("unknown event type")
+)
+
+// ParseError says which field of which message was wrong.
+type ParseError struct {
+	Field string // a path such as "Records[2].s3.object.key"
+	Err   error  // wraps ErrMalformed, ErrUnknownFormat or ErrUnknownEventType
+}
+
+func (e *ParseError) Error() string {
+	if e.Field == "" {
+		return "event: " + e.Err.Error()
+	}
+	return fmt.Sprintf("event: %s: %v", e.Field, e.Err)
+}
+
+func (e *ParseError) Unwrap() error { return e.Err }
+
+func malformed(field, format string, a ...any) error {
+	return &ParseError{Field: field, Err: fmt.Errorf("%w: "+format, append([]any{ErrMalformed}, a...)...)}
+}
+
+// CompareSequencer orders two sequencers of the same key: -1, 0 or +1. The
+// shorter is right-padded with zeros; comparison ignores case.
+func CompareSequencer(a, b string) int {
+	a, b = strings.ToUpper(a), strings.ToUpper(b)
+	if n := max(len(a), len(b)); len(a) < n {
+		a += strings.Repeat("0", n-len(a))
+	} else if len(b) < n {
+		b += strings.Repeat("0", n-len(b))
+	}
+	return strings.Compare(a, b)
+}
+
+// NormalizeSequencer returns the canonical form used for storage and equality:
+// upper case, trailing zeros removed (so "0A10" and "0A1" are the same point,
+// as CompareSequencer says).
+func NormalizeSequencer(s string) string {
+	return strings.TrimRight(strings.ToUpper(s), "0")
+}
+
+func validSequencer(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return len(s) <= 64
+}
+
+// kindOf classifies an S3 event name (with or without the "s3:" prefix).
+func kindOf(name string) (Kind, error) {
+	n := strings.TrimPrefix(name, "s3:")
+	family, _, _ := strings.Cut(n, ":")
+	switch {
+	case n == "TestEvent":
+		return Test, nil
+	case n == "ObjectRemoved:NoOP":
+		return Other, nil
+	case family == "ObjectCreated":
+		return Created, nil
+	case n == "ObjectRemoved:Delete" || n == "ObjectRemoved:DeleteMarkerCreated" || n == "ObjectRemoved:*":
+		return Removed, nil
+	}
+	switch family {
+	case "ObjectRemoved", "ObjectRestore", "ReducedRedundancyLostObject", "Replication", "LifecycleExpiration",
+		"LifecycleTransition", "IntelligentTiering", "ObjectTagging", "ObjectAcl", "ObjectAccessed", "ObjectTransition", "ObjectLegalHold", "ObjectRetention":
+		return Other, nil
+	}
+	return "", fmt.Errorf("%w: %q is not an S3 event name", ErrUnknownEventType, name)
+}

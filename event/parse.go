@@ -1,0 +1,264 @@
+package event
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+)
+
+// maxDepth bounds nested envelopes (SQS → SNS → S3 is 3).
+const maxDepth = 4
+
+// Parse decodes one message into its events.
+func Parse(data []byte) ([]Event, error) {
+	return parse(data, "", 0)
+}
+
+// probe holds the top-level fields that tell the shapes apart.
+type probe struct {
+	Records    json.RawMessage `json:"Records"`
+	EventName  *string         `json:"EventName"` // MinIO
+	Type       string          `json:"Type"`      // SNS
+	Message    *string         `json:"Message"`   // SNS
+	DetailType string          `json:"detail-type"`
+	Source     string          `json:"source"`
+	Detail     json.RawMessage `json:"detail"`
+	Event      string          `json:"Event"` // s3:TestEvent
+	Bucket     string          `json:"Bucket"`
+	RequestID  string          `json:"RequestId"`
+	HostID     string          `json:"HostId"`
+	Time       string          `json:"Time"`
+}
+
+func jsonErr(path string, err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := te.Field
+		if path != "" && field != "" {
+			field = path + "." + field
+		} else if path != "" {
+			field = path
+		}
+		return malformed(field, "%s is not a JSON %s", te.Value, te.Type)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return malformed(path, "invalid JSON at byte %d: %v", se.Offset, err)
+	}
+	return malformed(path, "%v", err)
+}
+
+func parse(data []byte, path string, depth int) ([]Event, error) {
+	if depth > maxDepth {
+		return nil, malformed(path, "envelopes nested more than %d deep", maxDepth)
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil, &ParseError{Field: path, Err: fmt.Errorf("%w: not a JSON object", ErrUnknownFormat)}
+	}
+	var p probe
+	if err := json.Unmarshal(trimmed, &p); err != nil {
+		return nil, jsonErr(path, err)
+	}
+	switch {
+	case p.Event == "s3:TestEvent":
+		ev := Event{Bucket: p.Bucket, Kind: Test, Name: "TestEvent", RequestID: p.RequestID, HostID: p.HostID, Format: FormatS3}
+		ev.Time, _ = time.Parse(time.RFC3339Nano, p.Time)
+		return []Event{ev}, nil
+	case p.Type == "Notification" && p.Message != nil:
+		evs, err := parse([]byte(*p.Message), join(path, "Message"), depth+1)
+		return retag(evs, FormatSNS), err
+	case p.Type == "SubscriptionConfirmation" || p.Type == "UnsubscribeConfirmation":
+		return nil, &ParseError{Field: join(path, "Type"), Err: fmt.Errorf("%w: SNS %s messages carry no object event; confirm the subscription via its SubscribeURL", ErrUnknownFormat, p.Type)}
+	case p.Source == "aws.s3" && p.DetailType != "":
+		return parseEventBridge(trimmed, path)
+	case p.Records != nil:
+		return parseRecords(p.Records, join(path, "Records"), p.EventName != nil, depth)
+	}
+	return nil, &ParseError{Field: path, Err: fmt.Errorf("%w: expected S3 Records, an SNS notification, an EventBridge event or a MinIO webhook body", ErrUnknownFormat)}
+}
+
+func join(path, field string) string {
+	if path == "" {
+		return field
+	}
+	return path + "." + field
+}
+
+func retag(evs []Event, f Format) []Event {
+	for i := range evs {
+		if evs[i].Format == FormatS3 {
+			evs[i].Format = f
+		}
+	}
+	return evs
+}
+
+// wrapper fields of a record that is itself an envelope (Lambda's SQS and SNS
+// batches).
+type envelopeRecord struct {
+	Body        *string `json:"body"`
+	EventSource string  `json:"eventSource"`
+	Sns         *struct {
+		Message string `json:"Message"`
+	} `json:"Sns"`
+}
+
+func parseRecords(raw json.RawMessage, path string, minio bool, depth int) ([]Event, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, jsonErr(path, err)
+	}
+	var out []Event
+	for i, item := range items {
+		rp := fmt.Sprintf("%s[%d]", path, i)
+		var env envelopeRecord
+		if err := json.Unmarshal(item, &env); err != nil {
+			return nil, jsonErr(rp, err)
+		}
+		switch {
+		case env.Body != nil && env.EventSource == "aws:sqs":
+			evs, err := parse([]byte(*env.Body), join(rp, "body"), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, retag(evs, FormatSQS)...)
+			continue
+		case env.Sns != nil:
+			evs, err := parse([]byte(env.Sns.Message), join(rp, "Sns.Message"), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, retag(evs, FormatSNS)...)
+			continue
+		}
+		ev, err := parseRecord(item, rp, minio)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ev)
+	}
+	if len(out) == 0 {
+		return nil, malformed(path, "no records")
+	}
+	return out, nil
+}
+
+// s3Record is aws-lambda-go's record, with the object decoded by hand: its own
+// decoder fails the whole record without naming the field on a bad key.
+type s3Record struct {
+	events.S3EventRecord
+	S3 struct {
+		Bucket events.S3Bucket `json:"bucket"`
+		Object struct {
+			Key       *string `json:"key"`
+			Size      int64   `json:"size"`
+			VersionID string  `json:"versionId"`
+			ETag      string  `json:"eTag"`
+			Sequencer string  `json:"sequencer"`
+		} `json:"object"`
+	} `json:"s3"`
+}
+
+func parseRecord(item json.RawMessage, path string, minio bool) (Event, error) {
+	var r s3Record
+	if err := json.Unmarshal(item, &r); err != nil {
+		return Event{}, jsonErr(path, err)
+	}
+	if r.EventName == "" {
+		return Event{}, malformed(join(path, "eventName"), "missing")
+	}
+	kind, err := kindOf(r.EventName)
+	if err != nil {
+		return Event{}, &ParseError{Field: join(path, "eventName"), Err: err}
+	}
+	ev := Event{Name: strings.TrimPrefix(r.EventName, "s3:"), Kind: kind, Time: r.EventTime, Region: r.AWSRegion, Format: FormatS3,
+		Bucket: r.S3.Bucket.Name, VersionID: r.S3.Object.VersionID, ETag: strings.Trim(r.S3.Object.ETag, `"`),
+		Size: r.S3.Object.Size, Sequencer: strings.ToUpper(r.S3.Object.Sequencer)}
+	if minio || r.EventSource == "minio:s3" {
+		ev.Format = FormatMinIO
+	}
+	ev.RequestID = r.ResponseElements["x-amz-request-id"]
+	ev.HostID = r.ResponseElements["x-amz-id-2"]
+	if ev.Bucket == "" {
+		return Event{}, malformed(join(path, "s3.bucket.name"), "missing")
+	}
+	if r.S3.Object.Key == nil || *r.S3.Object.Key == "" {
+		return Event{}, malformed(join(path, "s3.object.key"), "missing")
+	}
+	ev.Key, err = url.QueryUnescape(*r.S3.Object.Key)
+	if err != nil {
+		return Event{}, malformed(join(path, "s3.object.key"), "invalid URL encoding: %v", err)
+	}
+	if ev.Size < 0 {
+		return Event{}, malformed(join(path, "s3.object.size"), "negative")
+	}
+	if !validSequencer(ev.Sequencer) {
+		return Event{}, malformed(join(path, "s3.object.sequencer"), "%q is not a hex sequencer", r.S3.Object.Sequencer)
+	}
+	return ev, nil
+}
+
+type eventBridge struct {
+	DetailType string    `json:"detail-type"`
+	Time       time.Time `json:"time"`
+	Region     string    `json:"region"`
+	Detail     struct {
+		Bucket struct {
+			Name string `json:"name"`
+		} `json:"bucket"`
+		Object struct {
+			Key       *string `json:"key"`
+			Size      int64   `json:"size"`
+			ETag      string  `json:"etag"`
+			VersionID string  `json:"version-id"`
+			Sequencer string  `json:"sequencer"`
+		} `json:"object"`
+		RequestID string `json:"request-id"`
+		Reason    string `json:"reason"`
+	} `json:"detail"`
+}
+
+func parseEventBridge(data []byte, path string) ([]Event, error) {
+	var e eventBridge
+	if err := json.Unmarshal(data, &e); err != nil {
+		return nil, jsonErr(path, err)
+	}
+	var kind Kind
+	switch e.DetailType {
+	case "Object Created":
+		kind = Created
+	case "Object Deleted":
+		kind = Removed
+	case "Object Restore Initiated", "Object Restore Completed", "Object Restore Expired", "Object Tags Added",
+		"Object Tags Deleted", "Object ACL Updated", "Object Storage Class Changed", "Object Access Tier Changed":
+		kind = Other
+	default:
+		return nil, &ParseError{Field: join(path, "detail-type"), Err: fmt.Errorf("%w: %q", ErrUnknownEventType, e.DetailType)}
+	}
+	o := e.Detail.Object
+	ev := Event{Bucket: e.Detail.Bucket.Name, VersionID: o.VersionID, ETag: strings.Trim(o.ETag, `"`), Size: o.Size,
+		Sequencer: strings.ToUpper(o.Sequencer), Kind: kind, Name: e.DetailType, Time: e.Time, Region: e.Region,
+		RequestID: e.Detail.RequestID, Format: FormatEventBridge}
+	if e.Detail.Reason != "" {
+		ev.Name += ":" + e.Detail.Reason
+	}
+	switch {
+	case ev.Bucket == "":
+		return nil, malformed(join(path, "detail.bucket.name"), "missing")
+	case o.Key == nil || *o.Key == "":
+		return nil, malformed(join(path, "detail.object.key"), "missing")
+	case !validSequencer(ev.Sequencer):
+		return nil, malformed(join(path, "detail.object.sequencer"), "%q is not a hex sequencer", o.Sequencer)
+	case ev.Size < 0:
+		return nil, malformed(join(path, "detail.object.size"), "negative")
+	}
+	ev.Key = *o.Key // EventBridge keys are not URL-encoded
+	return []Event{ev}, nil
+}
