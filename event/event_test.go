@@ -158,8 +158,8 @@ func TestCompareSequencer(t *testing.T) {
 	}{
 		{"0055AED6DCD90281E5", "0055AED6DCD90281E6", -1},
 		{"0055aed6dcd90281e5", "0055AED6DCD90281E5", 0}, // case-insensitive
-		{"0A", "0A00", 0},                               // right-padding with zeros
-		{"1", "0F", 1},                                  // right-padded "10" > "0F" (left-padding would say "01" < "0F")
+		{"0A", "0A00", 0}, // right-padding with zeros
+		{"1", "0F", 1},    // right-padded "10" > "0F" (left-padding would say "01" < "0F")
 		{"0055AED6DCD90281E5", "0055AED6DCD90281E500", 0},
 		{"18EA62B45DD80160", "18EA62B45DFE78D5", -1}, // MinIO timestamps
 		{"", "00", 0},
