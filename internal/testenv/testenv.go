@@ -89,6 +89,8 @@ func Stop() {
 	defer mu.Unlock()
 	minio.Stop()
 	minio = nil
+	pg.Stop()
+	pg = nil
 	for _, d := range tmpDirs {
 		os.RemoveAll(d)
 	}
@@ -138,4 +140,53 @@ func emptyBucket(b *s3store.Backend) {
 		}
 		_ = s.Delete(ctx, info.Key, objstore.Condition{})
 	}
+}
+
+var (
+	pg    *services.Server
+	pgErr error
+)
+
+// Postgres returns the base URL of a PostgreSQL server for tests, starting one
+// if CAIRN_TEST_POSTGRES_URL is not set.
+func Postgres(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv("CAIRN_TEST_POSTGRES_URL"); u != "" {
+		return u
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if pg == nil && pgErr == nil {
+		dir, err := os.MkdirTemp("", "cairn-pg-")
+		if err != nil {
+			pgErr = err
+		} else {
+			tmpDirs = append(tmpDirs, dir)
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			pg, pgErr = services.StartPostgres(ctx, services.PostgresBinDir, services.Options{DataDir: dir, DieWithParent: true})
+			cancel()
+		}
+	}
+	if pgErr != nil {
+		unavailable(t, "PostgreSQL", pgErr)
+	}
+	return pg.URL
+}
+
+// PostgresSchema creates a fresh schema for one test and returns a URL whose
+// connections use it (search_path); the schema is dropped at cleanup.
+func PostgresSchema(t testing.TB, exec func(ctx context.Context, url, sql string) error) string {
+	t.Helper()
+	base := Postgres(t)
+	schema := strings.ReplaceAll(UniqueName("t"), "-", "_")
+	ctx := context.Background()
+	if err := exec(ctx, base, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("creating schema: %v", err)
+	}
+	t.Cleanup(func() { _ = exec(context.Background(), base, "DROP SCHEMA "+schema+" CASCADE") })
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	return base + sep + "search_path=" + schema
 }

@@ -1,0 +1,277 @@
+// Package ledger is the intake ledger: the system of record between object-change
+// notifications and business state. Notifications are at-least-once, sometimes
+// lost, unordered across keys, and a key can be overwritten faster than its
+// events arrive; the ledger decides what work is valid.
+//
+// Record stores events durably and decides each one: New (work to do),
+// Duplicate (this key and sequencer are known), Stale (older than what was
+// accepted for the key), or Ignored (test events, NoOP removals). Work is one
+// row per key (the default "latest state" policy: a newer event coalesces older
+// pending work, since the object only holds its newest bytes) or per key and
+// version (Options.EveryVersion). Claim hands out work with a lease and a
+// fencing token; at most one active claim per key; a key's work runs in
+// sequencer order. Complete and Fail succeed only for the current holder.
+// Failures retry with backoff up to MaxAttempts, then the record is dead.
+// An expired lease makes the work claimable again, with a higher token.
+//
+// # What exactly-once means here
+//
+// The ledger makes DECISIONS exactly-once: each accepted (key, sequencer) is
+// claimed by one holder at a time, and only the current holder can complete it.
+// A handler's EFFECTS are exactly-once only if the handler commits them
+// conditionally on the fencing token (e.g. UPDATE … WHERE token < $token, or a
+// compare-and-swap document whose value carries the highest token seen) or is
+// idempotent: a holder that stalls past its lease can still be running when the
+// next holder starts, and only the token tells the downstream store which one
+// is current.
+//
+// # Guarantees
+//
+//   - A Record that returned nil is durable (committed; SQLite in WAL mode with
+//     synchronous=FULL, PostgreSQL at commit).
+//   - For one key, no event older than an accepted one is ever handed out after
+//     it; duplicates of a key+sequencer never produce a second claim once
+//     recorded.
+//   - Claims carry a token that grows by one per claim of the row; Complete,
+//     Fail and Renew with an older token fail with ErrSuperseded, and after the
+//     lease expired with ErrLeaseLost.
+//   - Lease expiry on PostgreSQL is judged by the database server's clock, so
+//     workers on many machines never compare their own clocks.
+//
+// # Errors
+//
+// ErrLeaseLost, ErrSuperseded, ErrNotFound, and ErrUnavailable (the database
+// cannot be reached: retry) work with errors.Is.
+package ledger
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/cairn-s3/cairn/event"
+)
+
+// Sentinel errors.
+var (
+	ErrLeaseLost   = errors.New("ledger: the claim's lease expired; another worker may now hold this work")
+	ErrSuperseded  = errors.New("ledger: the claim was superseded by a newer claim (higher fencing token)")
+	ErrNotFound    = errors.New("ledger: no such record")
+	ErrUnavailable = errors.New("ledger: database unavailable")
+)
+
+// Status of a record's work.
+type Status string
+
+// The statuses.
+const (
+	Pending   Status = "pending"   // work to do
+	Claimed   Status = "claimed"   // a worker holds a lease on it
+	Processed Status = "processed" // the newest accepted event was handled
+	Failed    Status = "failed"    // the last attempt failed; retried after NextAttempt
+	Dead      Status = "dead"      // attempts exhausted: a dead letter
+)
+
+// Outcome of recording one event.
+type Outcome string
+
+// The outcomes.
+const (
+	New       Outcome = "new"       // accepted: work to do
+	Coalesced Outcome = "coalesced" // accepted; replaced older pending work for the key
+	Duplicate Outcome = "duplicate" // this key and sequencer were already recorded
+	Stale     Outcome = "stale"     // older than the accepted event for the key
+	Ignored   Outcome = "ignored"   // test events, NoOP removals and other non-work
+)
+
+// Decision is what Record decided about one event.
+type Decision struct {
+	Outcome Outcome `json:"outcome"`
+	Bucket  string  `json:"bucket"`
+	Key     string  `json:"key"`
+	Seq     string  `json:"sequencer,omitempty"`
+}
+
+// Record is the ledger's row for one key (or key and version).
+type Record struct {
+	Bucket      string     `json:"bucket"`
+	Key         string     `json:"key"`
+	VersionID   string     `json:"version_id,omitempty"`
+	ETag        string     `json:"etag,omitempty"`
+	Size        int64      `json:"size"`
+	Kind        event.Kind `json:"kind"`
+	Name        string     `json:"event_name,omitempty"`
+	EventTime   time.Time  `json:"event_time,omitzero"`
+	Seq         string     `json:"sequencer,omitempty"` // accepted sequencer, as sent
+	Status      Status     `json:"status"`
+	Attempts    int        `json:"attempts"`
+	Token       int64      `json:"token"`
+	LeaseUntil  time.Time  `json:"lease_until,omitzero"`
+	NextAttempt time.Time  `json:"next_attempt,omitzero"`
+	FirstSeen   time.Time  `json:"first_seen"`
+	Updated     time.Time  `json:"updated"`
+	Seen        int        `json:"seen"`  // deliveries, duplicates included
+	Stale       int        `json:"stale"` // stale deliveries
+	LastError   string     `json:"last_error,omitempty"`
+	Result      string     `json:"result,omitempty"`
+	Source      string     `json:"source,omitempty"`
+
+	// Gen counts acceptances of new work for the row; RunGen is the Gen the
+	// last claim ran. When they differ at completion, newer work arrived while
+	// the claim ran, and the row goes back to pending.
+	Gen    int64 `json:"gen"`
+	RunGen int64 `json:"run_gen"`
+	// Replays counts explicit replays (never confused with duplicates).
+	Replays int `json:"replays,omitempty"`
+}
+
+// Event returns the normalised event the record's accepted work is about.
+func (r Record) Event() event.Event {
+	return event.Event{Bucket: r.Bucket, Key: r.Key, VersionID: r.VersionID, ETag: r.ETag, Size: r.Size,
+		Sequencer: r.Seq, Kind: r.Kind, Name: r.Name, Time: r.EventTime}
+}
+
+// Claim is a leased piece of work.
+type Claim struct {
+	Record
+	Ident string `json:"-"` // the row's identity within the bucket
+}
+
+// Filter selects records for List.
+type Filter struct {
+	Status Status // "" for all
+	Bucket string
+	Prefix string // key prefix
+	// After is the cursor: list records after this (bucket, ident).
+	AfterBucket, AfterIdent string
+	Limit                   int // default 100
+}
+
+// Counts summarise the ledger.
+type Counts map[Status]int
+
+// Options configure a ledger. A nil *Options means all defaults.
+type Options struct {
+	// EveryVersion keys work by version id too, so every version is processed
+	// (versioned buckets). Default: false (latest state: newer events coalesce).
+	EveryVersion bool
+	// MaxAttempts before a record is dead. Default: 5.
+	MaxAttempts int
+	// RetryBase and RetryMax bound the exponential backoff between attempts.
+	// Defaults: 1s and 5m.
+	RetryBase, RetryMax time.Duration
+	// Now is the clock (tests). Default: time.Now; PostgreSQL uses the database
+	// server's clock unless Now is set.
+	Now func() time.Time
+}
+
+// WithDefaults fills the zero fields.
+func (o *Options) WithDefaults() Options {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 5
+	}
+	if c.RetryBase <= 0 {
+		c.RetryBase = time.Second
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = 5 * time.Minute
+	}
+	return c
+}
+
+// Backoff is the delay before attempt n+1 after n failed attempts.
+func (o Options) Backoff(attempts int) time.Duration {
+	d := o.RetryBase << min(max(attempts-1, 0), 30)
+	if d <= 0 || d > o.RetryMax {
+		d = o.RetryMax
+	}
+	return d
+}
+
+// seqWidth is the fixed width sequencers are padded to for storage, so that
+// string order in SQL equals event.CompareSequencer.
+const seqWidth = 64
+
+// SortSeq is the stored, comparable form of a sequencer: upper case, right-
+// padded with zeros to 64 hex digits. "" stays "" (unordered).
+func SortSeq(s string) string {
+	if s == "" {
+		return ""
+	}
+	s = strings.ToUpper(s)
+	if len(s) < seqWidth {
+		s += strings.Repeat("0", seqWidth-len(s))
+	}
+	return s
+}
+
+// Ident is the identity of the work an event belongs to: the key, or with
+// everyVersion the key, U+001F and the version id (NUL cannot be stored in
+// PostgreSQL text).
+func Ident(ev event.Event, everyVersion bool) string {
+	if everyVersion && ev.VersionID != "" {
+		return ev.Key + "\x1f" + ev.VersionID
+	}
+	return ev.Key
+}
+
+// Decide applies one event to the current row (nil if none) and returns the
+// outcome and the row to store (nil if unchanged). It is the single place the
+// ledger's acceptance rules live; every backend calls it inside its
+// transaction, so all backends decide alike.
+func Decide(row *Record, ev event.Event, source string, now time.Time) (Outcome, *Record) {
+	if ev.Ignorable() {
+		return Ignored, nil
+	}
+	if row == nil {
+		r := &Record{Bucket: ev.Bucket, Key: ev.Key, VersionID: ev.VersionID, ETag: ev.ETag, Size: ev.Size, Kind: ev.Kind,
+			Name: ev.Name, EventTime: ev.Time, Seq: ev.Sequencer, Status: Pending, FirstSeen: now, Updated: now, Seen: 1, Source: source, Gen: 1}
+		return New, r
+	}
+	r := *row
+	r.Seen++
+	r.Updated = now
+	accept := func() Outcome {
+		prev := r.Status
+		r.VersionID, r.ETag, r.Size, r.Kind, r.Name, r.EventTime, r.Source = ev.VersionID, ev.ETag, ev.Size, ev.Kind, ev.Name, ev.Time, source
+		r.LastError = ""
+		r.Gen++
+		if r.Status != Claimed {
+			r.Status, r.Attempts, r.NextAttempt = Pending, 0, time.Time{}
+		}
+		if prev == Pending || prev == Failed {
+			return Coalesced
+		}
+		return New
+	}
+	switch {
+	case ev.Unordered():
+		// No sequencer (e.g. an audit resubmission): never overrides a sequenced
+		// decision; it only asks for the key to be processed again if what it
+		// saw differs from what the ledger accepted.
+		if ev.ETag != "" && ev.ETag == r.ETag && ev.Kind == r.Kind {
+			return Duplicate, &r
+		}
+		seq := r.Seq
+		out := accept()
+		r.Seq = seq
+		return out, &r
+	case r.Seq == "":
+		r.Seq = ev.Sequencer
+		return accept(), &r
+	}
+	switch c := event.CompareSequencer(ev.Sequencer, r.Seq); {
+	case c == 0:
+		return Duplicate, &r
+	case c < 0:
+		r.Stale++
+		return Stale, &r
+	default:
+		r.Seq = ev.Sequencer
+		return accept(), &r
+	}
+}

@@ -1,0 +1,87 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cairn-s3/cairn/event"
+)
+
+// Ledger is the interface every backend implements and the conformance suite
+// (package ledgertest) checks.
+type Ledger interface {
+	// Record stores events durably and decides each (same order as evs).
+	Record(ctx context.Context, source string, evs []event.Event) ([]Decision, error)
+	// Claim leases up to n records of work for lease.
+	Claim(ctx context.Context, n int, lease time.Duration) ([]Claim, error)
+	Renew(ctx context.Context, c Claim, lease time.Duration) (Claim, error)
+	Complete(ctx context.Context, c Claim, result string) error
+	Fail(ctx context.Context, c Claim, cause string, retryable bool) error
+	// Get returns the records of one key.
+	Get(ctx context.Context, bucket, key string) ([]Record, error)
+	// List pages through records (Filter.After* is the cursor).
+	List(ctx context.Context, f Filter) ([]Claim, error)
+	Counts(ctx context.Context) (Counts, error)
+	Close() error
+}
+
+// ErrInvalidURL: a ledger URL names no known backend.
+var ErrInvalidURL = errors.New("invalid ledger URL")
+
+// An Opener opens a ledger from a URL; backends register one per scheme.
+type Opener func(ctx context.Context, url string, opts *Options) (Ledger, error)
+
+var (
+	openersMu sync.RWMutex
+	openers   = map[string]Opener{}
+)
+
+// Register makes a backend available to Open under scheme.
+func Register(scheme string, o Opener) {
+	openersMu.Lock()
+	defer openersMu.Unlock()
+	if _, dup := openers[scheme]; dup {
+		panic("ledger: Register called twice for " + scheme)
+	}
+	openers[scheme] = o
+}
+
+// DefaultURL is the embedded default: a SQLite file under ./cairn-data.
+const DefaultURL = "cairn-data/ledger.db"
+
+// Open opens a ledger: sqlite:///abs/path.db, a plain path (SQLite), or
+// postgres://… (postgresql:// too). The backend packages must be linked in.
+func Open(ctx context.Context, url string, opts *Options) (Ledger, error) {
+	scheme, _, ok := strings.Cut(url, "://")
+	if !ok {
+		if url == "" {
+			url = DefaultURL
+		}
+		abs, err := filepath.Abs(url)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
+		}
+		scheme, url = "sqlite", "sqlite://"+abs
+	}
+	if scheme == "postgresql" {
+		scheme = "postgres"
+	}
+	openersMu.RLock()
+	o, found := openers[scheme]
+	var known []string
+	for k := range openers {
+		known = append(known, k)
+	}
+	openersMu.RUnlock()
+	if !found {
+		slices.Sort(known)
+		return nil, fmt.Errorf("%w: unknown scheme %q in %q; known: %s (or a plain path for SQLite)", ErrInvalidURL, scheme, url, strings.Join(known, ", "))
+	}
+	return o(ctx, url, opts)
+}

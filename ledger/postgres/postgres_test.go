@@ -1,0 +1,52 @@
+package postgres_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/ledgertest"
+	"github.com/cairn-s3/cairn/ledger/postgres"
+)
+
+func TestMain(m *testing.M) {
+	ledgertest.MaybeChild()
+	testmain.Run(m)
+}
+
+func execSQL(ctx context.Context, url, q string) error {
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, q)
+	return err
+}
+
+func TestConformance(t *testing.T) {
+	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string) {
+		url := testenv.PostgresSchema(t, execSQL)
+		l, err := postgres.Open(context.Background(), url, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l, url
+	}})
+}
+
+func TestUnreachable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := ledger.Open(ctx, "postgres://nobody@127.0.0.1:1/db?connect_timeout=2", nil)
+	if !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("unreachable database: %v, want ErrUnavailable", err)
+	}
+}

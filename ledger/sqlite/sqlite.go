@@ -1,0 +1,64 @@
+// Package sqlite is the embedded intake ledger: one SQLite file in WAL mode with
+// synchronous=FULL (a Record that returned is on disk), pure Go (modernc.org/sqlite,
+// no cgo). Writers are serialised by BEGIN IMMEDIATE; several processes may share
+// the file on one machine. Open it as sqlite:///abs/path.db or a plain path.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	_ "modernc.org/sqlite" // the driver
+
+	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/sqlledger"
+)
+
+func init() {
+	ledger.Register("sqlite", func(ctx context.Context, raw string, opts *ledger.Options) (ledger.Ledger, error) {
+		u, err := url.Parse(raw)
+		if err != nil || u.Path == "" {
+			return nil, fmt.Errorf("%w: %q: use sqlite:///abs/path.db or a plain path", ledger.ErrInvalidURL, raw)
+		}
+		return Open(ctx, u.Path, opts)
+	})
+}
+
+var migrations = []string{`CREATE TABLE cairn_ledger (
+ bucket TEXT NOT NULL, ident TEXT NOT NULL, key TEXT NOT NULL, version_id TEXT NOT NULL DEFAULT '', etag TEXT NOT NULL DEFAULT '',
+ size INTEGER NOT NULL DEFAULT 0, kind TEXT NOT NULL DEFAULT '', name TEXT NOT NULL DEFAULT '', event_time INTEGER NOT NULL DEFAULT 0,
+ seq TEXT NOT NULL DEFAULT '', seq_sort TEXT NOT NULL DEFAULT '', status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+ token INTEGER NOT NULL DEFAULT 0, lease_until INTEGER NOT NULL DEFAULT 0, next_at INTEGER NOT NULL DEFAULT 0,
+ first_seen INTEGER NOT NULL DEFAULT 0, updated INTEGER NOT NULL DEFAULT 0, seen INTEGER NOT NULL DEFAULT 0,
+ stale INTEGER NOT NULL DEFAULT 0, last_error TEXT NOT NULL DEFAULT '', result TEXT NOT NULL DEFAULT '',
+ source TEXT NOT NULL DEFAULT '', gen INTEGER NOT NULL DEFAULT 0, run_gen INTEGER NOT NULL DEFAULT 0,
+ replays INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (bucket, ident)) WITHOUT ROWID`,
+	`CREATE INDEX cairn_ledger_work ON cairn_ledger (status, next_at)`,
+	`CREATE INDEX cairn_ledger_key ON cairn_ledger (bucket, key)`,
+}
+
+// Open opens (creating if needed) the ledger file at path.
+func Open(ctx context.Context, path string, opts *ledger.Options) (*sqlledger.Ledger, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("ledger: creating %s: %w", filepath.Dir(path), err)
+	}
+	dsn := "file:" + path + "?_txlock=immediate&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(30000)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, err
+	}
+	l, err := sqlledger.New(ctx, db, sqlledger.Dialect{Name: "sqlite", Rebind: func(s string) string { return s }, Migrations: migrations}, opts)
+	if err != nil {
+		db.Close()
+		if strings.Contains(err.Error(), "unable to open") || strings.Contains(err.Error(), "not a database") {
+			return nil, fmt.Errorf("ledger: %s is not a usable SQLite file: %w", path, err)
+		}
+		return nil, err
+	}
+	return l, nil
+}

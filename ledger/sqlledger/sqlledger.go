@@ -1,0 +1,514 @@
+// Package sqlledger is the intake ledger on SQL (database/sql), shared by the
+// SQLite and PostgreSQL backends: they differ only in a Dialect (placeholders,
+// row locking, the clock, the schema). All acceptance rules are ledger.Decide,
+// run inside each Record transaction.
+//
+// Concurrency: on SQLite every writing transaction is BEGIN IMMEDIATE (one
+// writer at a time, durable at commit in WAL mode). On PostgreSQL, Record
+// inserts placeholder rows in key order and locks them FOR UPDATE (so two
+// workers deciding the same key serialise, without deadlock), and Claim picks
+// rows FOR UPDATE SKIP LOCKED so many workers on many machines claim disjoint
+// work without application locks.
+package sqlledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/ledger"
+)
+
+// Dialect is what differs between SQL databases.
+type Dialect struct {
+	Name string
+	// Rebind turns "?" placeholders into the database's own.
+	Rebind func(string) string
+	// Lock is appended to SELECTs that read rows a transaction will rewrite
+	// ("FOR UPDATE" on PostgreSQL, "" on SQLite, whose transactions are
+	// exclusive), and SkipLocked to the claim's candidate query.
+	Lock, SkipLocked string
+	// Placeholders: insert rows with status 'init' before locking them
+	// (PostgreSQL), so concurrent first events of a key serialise.
+	Placeholders bool
+	// ServerNow, if set, reads the database server's clock (unix ms).
+	ServerNow string
+	// Migrations, in order; migration i brings the schema to version i+1.
+	Migrations []string
+	// Classify maps driver errors (e.g. connection refused) to ledger errors.
+	Classify func(error) error
+}
+
+// Ledger is a SQL intake ledger.
+type Ledger struct {
+	db   *sql.DB
+	d    Dialect
+	opts ledger.Options
+}
+
+// New migrates the schema and returns a Ledger on db.
+func New(ctx context.Context, db *sql.DB, d Dialect, opts *ledger.Options) (*Ledger, error) {
+	l := &Ledger{db: db, d: d, opts: opts.WithDefaults()}
+	if err := l.migrate(ctx); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// DB returns the underlying database handle.
+func (l *Ledger) DB() *sql.DB { return l.db }
+
+// Close closes the database.
+func (l *Ledger) Close() error { return l.db.Close() }
+
+func (l *Ledger) q(s string) string { return l.d.Rebind(s) }
+
+func (l *Ledger) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if l.d.Classify != nil {
+		err = l.d.Classify(err)
+	}
+	if errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrSuperseded) || errors.Is(err, ledger.ErrNotFound) {
+		return err
+	}
+	return fmt.Errorf("ledger (%s) %s: %w", l.d.Name, op, err)
+}
+
+func (l *Ledger) migrate(ctx context.Context) error {
+	if _, err := l.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS cairn_schema (version INTEGER NOT NULL)`); err != nil {
+		return l.wrap("creating the schema table", err)
+	}
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return l.wrap("migrating", err)
+	}
+	defer tx.Rollback()
+	if l.d.Name == "postgres" {
+		// Serialise concurrent first starts.
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(727272)`); err != nil {
+			return l.wrap("migrating", err)
+		}
+	}
+	var v int
+	err = tx.QueryRowContext(ctx, `SELECT version FROM cairn_schema`).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO cairn_schema (version) VALUES (0)`); err != nil {
+			return l.wrap("migrating", err)
+		}
+	} else if err != nil {
+		return l.wrap("reading the schema version", err)
+	}
+	if v > len(l.d.Migrations) {
+		return fmt.Errorf("ledger (%s): the database has schema version %d, newer than this cairn knows (%d); upgrade cairn", l.d.Name, v, len(l.d.Migrations))
+	}
+	for i := v; i < len(l.d.Migrations); i++ {
+		if _, err := tx.ExecContext(ctx, l.d.Migrations[i]); err != nil {
+			return l.wrap(fmt.Sprintf("migration %d", i+1), err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, l.q(`UPDATE cairn_schema SET version = ?`), len(l.d.Migrations)); err != nil {
+		return l.wrap("migrating", err)
+	}
+	return l.wrap("migrating", tx.Commit())
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// now returns the time used for leases: the server's clock where the dialect
+// has one (unless a test clock is set), else the local clock.
+func (l *Ledger) now(ctx context.Context, q querier) (time.Time, error) {
+	if l.opts.Now != nil {
+		return l.opts.Now(), nil
+	}
+	if l.d.ServerNow == "" {
+		return time.Now(), nil
+	}
+	var ms int64
+	if err := q.QueryRowContext(ctx, l.d.ServerNow).Scan(&ms); err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(ms), nil
+}
+
+const cols = `bucket, ident, key, version_id, etag, size, kind, name, event_time, seq, seq_sort, status, attempts, token,
+lease_until, next_at, first_seen, updated, seen, stale, last_error, result, source, gen, run_gen, replays`
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+type scanner interface{ Scan(...any) error }
+
+func scanRecord(s scanner) (ledger.Claim, error) {
+	var c ledger.Claim
+	var kind, status, seqSort string
+	var evTime, lease, next, first, upd int64
+	err := s.Scan(&c.Bucket, &c.Ident, &c.Key, &c.VersionID, &c.ETag, &c.Size, &kind, &c.Name, &evTime, &c.Seq, &seqSort,
+		&status, &c.Attempts, &c.Token, &lease, &next, &first, &upd, &c.Seen, &c.Stale, &c.LastError, &c.Result, &c.Source,
+		&c.Gen, &c.RunGen, &c.Replays)
+	c.Kind, c.Status = event.Kind(kind), ledger.Status(status)
+	c.EventTime, c.LeaseUntil, c.NextAttempt, c.FirstSeen, c.Updated = fromMS(evTime), fromMS(lease), fromMS(next), fromMS(first), fromMS(upd)
+	return c, err
+}
+
+func args(ident string, r *ledger.Record) []any {
+	return []any{r.Bucket, ident, r.Key, r.VersionID, r.ETag, r.Size, string(r.Kind), r.Name, ms(r.EventTime), r.Seq, ledger.SortSeq(r.Seq),
+		string(r.Status), r.Attempts, r.Token, ms(r.LeaseUntil), ms(r.NextAttempt), ms(r.FirstSeen), ms(r.Updated), r.Seen, r.Stale,
+		r.LastError, r.Result, r.Source, r.Gen, r.RunGen, r.Replays}
+}
+
+var upsert = `INSERT INTO cairn_ledger (` + cols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT (bucket, ident) DO UPDATE SET key=excluded.key, version_id=excluded.version_id, etag=excluded.etag, size=excluded.size,
+kind=excluded.kind, name=excluded.name, event_time=excluded.event_time, seq=excluded.seq, seq_sort=excluded.seq_sort,
+status=excluded.status, attempts=excluded.attempts, token=excluded.token, lease_until=excluded.lease_until, next_at=excluded.next_at,
+first_seen=excluded.first_seen, updated=excluded.updated, seen=excluded.seen, stale=excluded.stale, last_error=excluded.last_error,
+result=excluded.result, source=excluded.source, gen=excluded.gen, run_gen=excluded.run_gen, replays=excluded.replays`
+
+type rowID struct{ bucket, ident string }
+
+// Record stores events and decides each (see ledger.Decide), in one transaction.
+func (l *Ledger) Record(ctx context.Context, source string, evs []event.Event) ([]ledger.Decision, error) {
+	out := make([]ledger.Decision, len(evs))
+	var ids []rowID
+	seen := map[rowID]bool{}
+	for i, ev := range evs {
+		out[i] = ledger.Decision{Outcome: ledger.Ignored, Bucket: ev.Bucket, Key: ev.Key, Seq: ev.Sequencer}
+		if ev.Ignorable() {
+			continue
+		}
+		id := rowID{ev.Bucket, ledger.Ident(ev, l.opts.EveryVersion)}
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	slices.SortFunc(ids, func(a, b rowID) int { return strings.Compare(a.bucket+"\x00"+a.ident, b.bucket+"\x00"+b.ident) })
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, l.wrap("record", err)
+	}
+	defer tx.Rollback()
+	now, err := l.now(ctx, tx)
+	if err != nil {
+		return nil, l.wrap("record", err)
+	}
+	if l.d.Placeholders {
+		stmt, err := tx.PrepareContext(ctx, l.q(`INSERT INTO cairn_ledger (bucket, ident, key, kind, status, first_seen, updated)
+VALUES (?, ?, '', '', 'init', 0, 0) ON CONFLICT (bucket, ident) DO NOTHING`))
+		if err != nil {
+			return nil, l.wrap("record", err)
+		}
+		for _, id := range ids {
+			if _, err := stmt.ExecContext(ctx, id.bucket, id.ident); err != nil {
+				stmt.Close()
+				return nil, l.wrap("record", err)
+			}
+		}
+		stmt.Close()
+	}
+	cur, err := l.load(ctx, tx, ids)
+	if err != nil {
+		return nil, l.wrap("record", err)
+	}
+	dirty := map[rowID]bool{}
+	for i, ev := range evs {
+		if ev.Ignorable() {
+			continue
+		}
+		id := rowID{ev.Bucket, ledger.Ident(ev, l.opts.EveryVersion)}
+		var row *ledger.Record
+		if r, ok := cur[id]; ok && r.Status != "init" {
+			row = r
+		}
+		o, next := ledger.Decide(row, ev, source, now)
+		out[i].Outcome = o
+		if next != nil {
+			cur[id] = next
+			dirty[id] = true
+		}
+	}
+	stmt, err := tx.PrepareContext(ctx, l.q(upsert))
+	if err != nil {
+		return nil, l.wrap("record", err)
+	}
+	defer stmt.Close()
+	for _, id := range ids {
+		if dirty[id] {
+			if _, err := stmt.ExecContext(ctx, args(id.ident, cur[id])...); err != nil {
+				return nil, l.wrap("record", err)
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, l.wrap("record", err)
+	}
+	return out, nil
+}
+
+// load reads (and on PostgreSQL locks) the rows of ids.
+func (l *Ledger) load(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]*ledger.Record, error) {
+	cur := make(map[rowID]*ledger.Record, len(ids))
+	const chunk = 400
+	for start := 0; start < len(ids); start += chunk {
+		part := ids[start:min(start+chunk, len(ids))]
+		var sb strings.Builder
+		qargs := make([]any, 0, 2*len(part))
+		sb.WriteString(`SELECT ` + cols + ` FROM cairn_ledger WHERE `)
+		for i, id := range part {
+			if i > 0 {
+				sb.WriteString(" OR ")
+			}
+			sb.WriteString("(bucket = ? AND ident = ?)")
+			qargs = append(qargs, id.bucket, id.ident)
+		}
+		sb.WriteString(" ORDER BY bucket, ident " + l.d.Lock)
+		rows, err := tx.QueryContext(ctx, l.q(sb.String()), qargs...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			c, err := scanRecord(rows)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			r := c.Record
+			cur[rowID{c.Bucket, c.Ident}] = &r
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return cur, nil
+}
+
+// Claim leases up to n records of work: pending or failed records whose retry
+// time has come, and claimed records whose lease expired. Per key, only when no
+// other version of the key is claimed or waiting with an older sequencer.
+func (l *Ledger) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, l.wrap("claim", err)
+	}
+	defer tx.Rollback()
+	now, err := l.now(ctx, tx)
+	if err != nil {
+		return nil, l.wrap("claim", err)
+	}
+	nowMS := ms(now)
+	q := `UPDATE cairn_ledger SET status = 'claimed', token = token + 1, lease_until = ?, attempts = attempts + 1,
+run_gen = gen, updated = ?
+WHERE (bucket, ident) IN (
+  SELECT l.bucket, l.ident FROM cairn_ledger l
+  WHERE ((l.status IN ('pending', 'failed') AND l.next_at <= ?) OR (l.status = 'claimed' AND l.lease_until < ?))
+    AND NOT EXISTS (SELECT 1 FROM cairn_ledger o WHERE o.bucket = l.bucket AND o.key = l.key AND o.ident <> l.ident
+      AND ((o.status = 'claimed' AND o.lease_until >= ?) OR (o.status IN ('pending', 'failed', 'claimed') AND o.seq_sort < l.seq_sort)))
+  ORDER BY l.status, l.next_at LIMIT ? ` + l.d.SkipLocked + `)
+RETURNING ` + cols
+	rows, err := tx.QueryContext(ctx, l.q(q), nowMS+lease.Milliseconds(), nowMS, nowMS, nowMS, nowMS, n)
+	if err != nil {
+		return nil, l.wrap("claim", err)
+	}
+	var out []ledger.Claim
+	for rows.Next() {
+		c, err := scanRecord(rows)
+		if err != nil {
+			rows.Close()
+			return nil, l.wrap("claim", err)
+		}
+		out = append(out, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, l.wrap("claim", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, l.wrap("claim", err)
+	}
+	slices.SortFunc(out, func(a, b ledger.Claim) int { return a.Updated.Compare(b.Updated) })
+	return out, nil
+}
+
+// finish runs a guarded update of a claim and explains a refusal.
+func (l *Ledger) finish(ctx context.Context, op string, c ledger.Claim, set string, setArgs ...any) error {
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return l.wrap(op, err)
+	}
+	defer tx.Rollback()
+	now, err := l.now(ctx, tx)
+	if err != nil {
+		return l.wrap(op, err)
+	}
+	a := append([]any{}, setArgs...)
+	for i, v := range a {
+		if _, ok := v.(nowPlus); ok {
+			a[i] = ms(now) + int64(v.(nowPlus))
+		}
+	}
+	a = append(a, ms(now), c.Bucket, c.Ident, c.Token, ms(now))
+	res, err := tx.ExecContext(ctx, l.q(`UPDATE cairn_ledger SET `+set+`, updated = ?
+WHERE bucket = ? AND ident = ? AND token = ? AND status = 'claimed' AND lease_until >= ?`), a...)
+	if err != nil {
+		return l.wrap(op, err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return l.wrap(op, tx.Commit())
+	}
+	var token int64
+	var status string
+	err = tx.QueryRowContext(ctx, l.q(`SELECT token, status FROM cairn_ledger WHERE bucket = ? AND ident = ?`), c.Bucket, c.Ident).Scan(&token, &status)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%s %s/%s: %w", op, c.Bucket, c.Key, ledger.ErrNotFound)
+	case err != nil:
+		return l.wrap(op, err)
+	case token != c.Token:
+		return fmt.Errorf("%s %s/%s with token %d (current %d): %w", op, c.Bucket, c.Key, c.Token, token, ledger.ErrSuperseded)
+	default:
+		return fmt.Errorf("%s %s/%s with token %d: %w", op, c.Bucket, c.Key, c.Token, ledger.ErrLeaseLost)
+	}
+}
+
+// nowPlus marks an argument as "the transaction's now + this many ms".
+type nowPlus int64
+
+// Renew extends the claim's lease.
+func (l *Ledger) Renew(ctx context.Context, c ledger.Claim, lease time.Duration) (ledger.Claim, error) {
+	err := l.finish(ctx, "renew", c, `lease_until = ?`, nowPlus(lease.Milliseconds()))
+	if err == nil {
+		c.LeaseUntil = time.Now().Add(lease) // approximate, for the caller's information
+	}
+	return c, err
+}
+
+// Complete records the claim's work as processed (or, if newer work arrived
+// while it ran, makes the record pending again).
+func (l *Ledger) Complete(ctx context.Context, c ledger.Claim, result string) error {
+	return l.finish(ctx, "complete", c, `status = CASE WHEN gen = run_gen THEN 'processed' ELSE 'pending' END,
+attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = ?, last_error = '', lease_until = 0, next_at = 0`, result)
+}
+
+// Fail records a failed attempt: retried after a backoff if retryable and
+// attempts remain, else dead. If newer work arrived meanwhile, that work is
+// pending instead.
+func (l *Ledger) Fail(ctx context.Context, c ledger.Claim, cause string, retryable bool) error {
+	status := ledger.Dead
+	if retryable && c.Attempts < l.opts.MaxAttempts {
+		status = ledger.Failed
+	}
+	return l.finish(ctx, "fail", c, `status = CASE WHEN gen <> run_gen THEN 'pending' ELSE CAST(? AS TEXT) END,
+attempts = CASE WHEN gen <> run_gen THEN 0 ELSE attempts END,
+next_at = CASE WHEN gen <> run_gen THEN 0 ELSE CAST(? AS BIGINT) END, last_error = ?, lease_until = 0`,
+		string(status), nowPlus(l.opts.Backoff(c.Attempts).Milliseconds()), truncate(cause, 4000))
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// Get returns the records of one key (one, unless EveryVersion).
+func (l *Ledger) Get(ctx context.Context, bucket, key string) ([]ledger.Record, error) {
+	rows, err := l.db.QueryContext(ctx, l.q(`SELECT `+cols+` FROM cairn_ledger WHERE bucket = ? AND key = ? AND status <> 'init' ORDER BY seq_sort, ident`), bucket, key)
+	if err != nil {
+		return nil, l.wrap("get", err)
+	}
+	defer rows.Close()
+	var out []ledger.Record
+	for rows.Next() {
+		c, err := scanRecord(rows)
+		if err != nil {
+			return nil, l.wrap("get", err)
+		}
+		out = append(out, c.Record)
+	}
+	if len(out) == 0 && rows.Err() == nil {
+		return nil, fmt.Errorf("%s/%s: %w", bucket, key, ledger.ErrNotFound)
+	}
+	return out, l.wrap("get", rows.Err())
+}
+
+// List pages through records in (bucket, ident) order.
+func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	q := `SELECT ` + cols + ` FROM cairn_ledger WHERE status <> 'init' AND (bucket > ? OR (bucket = ? AND ident > ?))`
+	a := []any{f.AfterBucket, f.AfterBucket, f.AfterIdent}
+	if f.Status != "" {
+		q += ` AND status = ?`
+		a = append(a, string(f.Status))
+	}
+	if f.Bucket != "" {
+		q += ` AND bucket = ?`
+		a = append(a, f.Bucket)
+	}
+	if f.Prefix != "" {
+		q += ` AND key >= ? AND key < ?`
+		a = append(a, f.Prefix, f.Prefix+"\U0010FFFF")
+	}
+	q += ` ORDER BY bucket, ident LIMIT ?`
+	a = append(a, f.Limit)
+	rows, err := l.db.QueryContext(ctx, l.q(q), a...)
+	if err != nil {
+		return nil, l.wrap("list", err)
+	}
+	defer rows.Close()
+	var out []ledger.Claim
+	for rows.Next() {
+		c, err := scanRecord(rows)
+		if err != nil {
+			return nil, l.wrap("list", err)
+		}
+		out = append(out, c)
+	}
+	return out, l.wrap("list", rows.Err())
+}
+
+// Counts returns how many records have each status.
+func (l *Ledger) Counts(ctx context.Context) (ledger.Counts, error) {
+	rows, err := l.db.QueryContext(ctx, `SELECT status, COUNT(*) FROM cairn_ledger WHERE status <> 'init' GROUP BY status`)
+	if err != nil {
+		return nil, l.wrap("counts", err)
+	}
+	defer rows.Close()
+	out := ledger.Counts{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, l.wrap("counts", err)
+		}
+		out[ledger.Status(s)] = n
+	}
+	return out, l.wrap("counts", rows.Err())
+}
