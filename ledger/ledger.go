@@ -107,7 +107,7 @@ type Record struct {
 	Attempts    int        `json:"attempts"`
 	Token       int64      `json:"token"`
 	LeaseUntil  time.Time  `json:"lease_until,omitzero"`
-	NextAttempt time.Time  `json:"next_attempt,omitzero"`
+	NextAttempt time.Time  `json:"next_attempt,omitzero"` // pending: since when; failed: retry time
 	FirstSeen   time.Time  `json:"first_seen"`
 	Updated     time.Time  `json:"updated"`
 	Seen        int        `json:"seen"`  // deliveries, duplicates included
@@ -229,7 +229,8 @@ func Decide(row *Record, ev event.Event, source string, now time.Time) (Outcome,
 	}
 	if row == nil {
 		r := &Record{Bucket: ev.Bucket, Key: ev.Key, VersionID: ev.VersionID, ETag: ev.ETag, Size: ev.Size, Kind: ev.Kind,
-			Name: ev.Name, EventTime: ev.Time, Seq: ev.Sequencer, Status: Pending, FirstSeen: now, Updated: now, Seen: 1, Source: source, Gen: 1}
+			Name: ev.Name, EventTime: ev.Time, Seq: ev.Sequencer, Status: Pending, FirstSeen: now, Updated: now, Seen: 1, Source: source, Gen: 1,
+			NextAttempt: now}
 		return New, r
 	}
 	r := *row
@@ -241,7 +242,8 @@ func Decide(row *Record, ev event.Event, source string, now time.Time) (Outcome,
 		r.LastError = ""
 		r.Gen++
 		if r.Status != Claimed {
-			r.Status, r.Attempts, r.NextAttempt = Pending, 0, time.Time{}
+			// next_at orders pending work first-in, first-out.
+			r.Status, r.Attempts, r.NextAttempt = Pending, 0, now
 		}
 		if prev == Pending || prev == Failed {
 			return Coalesced

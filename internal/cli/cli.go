@@ -16,11 +16,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/objstore"
 	// Store backends, linked in for their URL schemes.
 	_ "github.com/cairn-s3/cairn/objstore/fs"
@@ -92,8 +94,26 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	root.SetErr(stderr)
 	root.PersistentFlags().BoolVar(&e.json, "json", false, "machine-readable JSON output")
 	root.PersistentFlags().StringVar(&e.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	var cpuProfile string
+	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file")
+	_ = root.PersistentFlags().MarkHidden("cpuprofile")
+	defer func() {
+		if cpuProfile != "" {
+			pprof.StopCPUProfile()
+		}
+	}()
+	root.PersistentPreRunE = chainPreRun(root.PersistentPreRunE, func() error {
+		if cpuProfile == "" {
+			return nil
+		}
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return usagef("--cpuprofile: %v", err)
+		}
+		return pprof.StartCPUProfile(f)
+	})
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(probeCmd(e), docCmd(e), putCmd(e), policyCmd(e), benchCmd(e), versionCmd(e))
+	root.AddCommand(probeCmd(e), docCmd(e), putCmd(e), policyCmd(e), ledgerCmd(e), benchCmd(e), versionCmd(e))
 
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -108,10 +128,19 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	return code
 }
 
+func chainPreRun(first func(*cobra.Command, []string) error, then func() error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := first(cmd, args); err != nil {
+			return err
+		}
+		return then()
+	}
+}
+
 func exitCode(err error) int {
 	var ue usageError
 	switch {
-	case errors.As(err, &ue), errors.Is(err, objstore.ErrInvalidURL), errors.Is(err, objstore.ErrInvalidKey):
+	case errors.As(err, &ue), errors.Is(err, objstore.ErrInvalidURL), errors.Is(err, objstore.ErrInvalidKey), errors.Is(err, ledger.ErrInvalidURL):
 		return ExitUsage
 	case strings.HasPrefix(err.Error(), "unknown command"), strings.Contains(err.Error(), "accepts "), strings.Contains(err.Error(), "requires "):
 		return ExitUsage // cobra's argument errors

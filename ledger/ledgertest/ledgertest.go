@@ -618,7 +618,7 @@ func testStormProcesses(t *testing.T, h Harness) {
 			for k.out.Scan() {
 				f := strings.Fields(k.out.Text())
 				mu.Lock()
-				if f[0] == "ran" {
+				if len(f) == 3 && f[0] == "ran" {
 					log[f[1]] = append(log[f[1]], f[2])
 				} else {
 					t.Errorf("child: %s", k.out.Text())

@@ -66,6 +66,58 @@ func classify(err error) error {
 	return err
 }
 
+// unnestRows passes a batch as one array per column, read with unnest.
+func unnestRows(rows [][]any, types []string) (string, []any) {
+	cols := make([][]any, len(types))
+	for _, r := range rows {
+		for i, v := range r {
+			cols[i] = append(cols[i], v)
+		}
+	}
+	var sb strings.Builder
+	sb.WriteString("unnest(")
+	args := make([]any, len(types))
+	for i, t := range types {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("CAST(? AS " + t + "[])")
+		switch t {
+		case "bigint":
+			a := make([]int64, len(rows))
+			for j, v := range cols[i] {
+				a[j] = toInt64(v)
+			}
+			args[i] = a
+		default:
+			a := make([]string, len(rows))
+			for j, v := range cols[i] {
+				a[j] = v.(string)
+			}
+			args[i] = a
+		}
+	}
+	sb.WriteString(") AS t(")
+	for i := range types {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "c%d", i+1)
+	}
+	sb.WriteString(")")
+	return sb.String(), args
+}
+
+func toInt64(v any) int64 {
+	switch x := v.(type) {
+	case int:
+		return int64(x)
+	case int64:
+		return x
+	}
+	panic(fmt.Sprintf("postgres: %T is not an integer column value", v))
+}
+
 // Open connects and migrates the schema.
 func Open(ctx context.Context, url string, opts *ledger.Options) (*sqlledger.Ledger, error) {
 	db, err := sql.Open("pgx", url)
@@ -82,8 +134,8 @@ func Open(ctx context.Context, url string, opts *ledger.Options) (*sqlledger.Led
 	}
 	l, err := sqlledger.New(ctx, db, sqlledger.Dialect{
 		Name: "postgres", Rebind: rebind, Lock: "FOR UPDATE", SkipLocked: "FOR UPDATE SKIP LOCKED", Placeholders: true,
-		ServerNow:  `SELECT floor(extract(epoch from clock_timestamp()) * 1000)::bigint`,
-		Migrations: migrations, Classify: classify,
+		ServerNow: `SELECT floor(extract(epoch from clock_timestamp()) * 1000)::bigint`,
+		Rows:      unnestRows, BatchUpsert: true, Migrations: migrations, Classify: classify,
 	}, opts)
 	if err != nil {
 		db.Close()

@@ -7,6 +7,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -42,17 +43,35 @@ var migrations = []string{`CREATE TABLE cairn_ledger (
 	`CREATE INDEX cairn_ledger_key ON cairn_ledger (bucket, key)`,
 }
 
+// jsonRows passes a batch as one JSON argument, read with json_each: one
+// statement for a whole batch, prepared once (SQLite caps bound parameters).
+func jsonRows(rows [][]any, types []string) (string, []any) {
+	data, _ := json.Marshal(rows)
+	var sb strings.Builder
+	sb.WriteString("(SELECT ")
+	for i := range types {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "value->>%d AS c%d", i, i+1)
+	}
+	sb.WriteString(" FROM json_each(?))")
+	return sb.String(), []any{string(data)}
+}
+
 // Open opens (creating if needed) the ledger file at path.
 func Open(ctx context.Context, path string, opts *ledger.Options) (*sqlledger.Ledger, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("ledger: creating %s: %w", filepath.Dir(path), err)
 	}
-	dsn := "file:" + path + "?_txlock=immediate&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(30000)"
+	dsn := "file:" + path + "?_txlock=immediate&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(30000)" +
+		"&_pragma=cache_size(-65536)&_pragma=mmap_size(268435456)&_pragma=temp_store(memory)"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, err
 	}
-	l, err := sqlledger.New(ctx, db, sqlledger.Dialect{Name: "sqlite", Rebind: func(s string) string { return s }, Migrations: migrations}, opts)
+	l, err := sqlledger.New(ctx, db, sqlledger.Dialect{Name: "sqlite", Rebind: func(s string) string { return s },
+		KeyIndexHint: "INDEXED BY cairn_ledger_key", Rows: jsonRows, Migrations: migrations}, opts)
 	if err != nil {
 		db.Close()
 		if strings.Contains(err.Error(), "unable to open") || strings.Contains(err.Error(), "not a database") {

@@ -33,9 +33,19 @@ type Dialect struct {
 	// ("FOR UPDATE" on PostgreSQL, "" on SQLite, whose transactions are
 	// exclusive), and SkipLocked to the claim's candidate query.
 	Lock, SkipLocked string
+	// KeyIndexHint makes per-key lookups use the (bucket, key) index
+	// ("INDEXED BY cairn_ledger_key" on SQLite, whose planner otherwise scans).
+	KeyIndexHint string
 	// Placeholders: insert rows with status 'init' before locking them
 	// (PostgreSQL), so concurrent first events of a key serialise.
 	Placeholders bool
+	// Rows turns a list of rows (each a list of column values) into a SQL
+	// row source with columns c1..cN and its arguments: json_each over one JSON
+	// argument on SQLite, unnest over one array per column on PostgreSQL. It
+	// lets one prepared statement read or write a whole batch.
+	Rows func(rows [][]any, types []string) (from string, args []any)
+	// BatchUpsert writes a batch with one statement over Rows.
+	BatchUpsert bool
 	// ServerNow, if set, reads the database server's clock (unix ms).
 	ServerNow string
 	// Migrations, in order; migration i brings the schema to version i+1.
@@ -170,14 +180,24 @@ func scanRecord(s scanner) (ledger.Claim, error) {
 	return c, err
 }
 
-func args(ident string, r *ledger.Record) []any {
-	return []any{r.Bucket, ident, r.Key, r.VersionID, r.ETag, r.Size, string(r.Kind), r.Name, ms(r.EventTime), r.Seq, ledger.SortSeq(r.Seq),
+func (l *Ledger) args(ident string, r *ledger.Record) []any {
+	sortSeq := "" // only every-version claims compare sequencers in SQL
+	if l.opts.EveryVersion {
+		sortSeq = ledger.SortSeq(r.Seq)
+	}
+	return []any{r.Bucket, ident, r.Key, r.VersionID, r.ETag, r.Size, string(r.Kind), r.Name, ms(r.EventTime), r.Seq, sortSeq,
 		string(r.Status), r.Attempts, r.Token, ms(r.LeaseUntil), ms(r.NextAttempt), ms(r.FirstSeen), ms(r.Updated), r.Seen, r.Stale,
 		r.LastError, r.Result, r.Source, r.Gen, r.RunGen, r.Replays}
 }
 
-var upsert = `INSERT INTO cairn_ledger (` + cols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
-ON CONFLICT (bucket, ident) DO UPDATE SET key=excluded.key, version_id=excluded.version_id, etag=excluded.etag, size=excluded.size,
+// colTypes are the SQL types of cols, for Dialect.Rows.
+var colTypes = []string{"text", "text", "text", "text", "text", "bigint", "text", "text", "bigint", "text", "text", "text", "bigint",
+	"bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "text", "text", "text", "bigint", "bigint", "bigint"}
+
+var upsertFrom = `INSERT INTO cairn_ledger (` + cols + `)
+SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26
+FROM %s WHERE true
+ON CONFLICT (bucket, ident) DO UPDATE SET version_id=excluded.version_id, etag=excluded.etag, size=excluded.size,
 kind=excluded.kind, name=excluded.name, event_time=excluded.event_time, seq=excluded.seq, seq_sort=excluded.seq_sort,
 status=excluded.status, attempts=excluded.attempts, token=excluded.token, lease_until=excluded.lease_until, next_at=excluded.next_at,
 first_seen=excluded.first_seen, updated=excluded.updated, seen=excluded.seen, stale=excluded.stale, last_error=excluded.last_error,
@@ -190,6 +210,7 @@ func (l *Ledger) Record(ctx context.Context, source string, evs []event.Event) (
 	out := make([]ledger.Decision, len(evs))
 	var ids []rowID
 	seen := map[rowID]bool{}
+	keyOf := map[rowID]string{}
 	for i, ev := range evs {
 		out[i] = ledger.Decision{Outcome: ledger.Ignored, Bucket: ev.Bucket, Key: ev.Key, Seq: ev.Sequencer}
 		if ev.Ignorable() {
@@ -198,6 +219,7 @@ func (l *Ledger) Record(ctx context.Context, source string, evs []event.Event) (
 		id := rowID{ev.Bucket, ledger.Ident(ev, l.opts.EveryVersion)}
 		if !seen[id] {
 			seen[id] = true
+			keyOf[id] = ev.Key
 			ids = append(ids, id)
 		}
 	}
@@ -215,18 +237,16 @@ func (l *Ledger) Record(ctx context.Context, source string, evs []event.Event) (
 		return nil, l.wrap("record", err)
 	}
 	if l.d.Placeholders {
-		stmt, err := tx.PrepareContext(ctx, l.q(`INSERT INTO cairn_ledger (bucket, ident, key, kind, status, first_seen, updated)
-VALUES (?, ?, '', '', 'init', 0, 0) ON CONFLICT (bucket, ident) DO NOTHING`))
-		if err != nil {
+		// One statement, inserting in key order (the lock order of load).
+		rows := make([][]any, len(ids))
+		for i, id := range ids {
+			rows[i] = []any{id.bucket, id.ident, keyOf[id]}
+		}
+		from, a := l.d.Rows(rows, []string{"text", "text", "text"})
+		if _, err := tx.ExecContext(ctx, l.q(`INSERT INTO cairn_ledger (bucket, ident, key, kind, status, first_seen, updated)
+SELECT c1, c2, c3, '', 'init', 0, 0 FROM `+from+` ORDER BY c1, c2 ON CONFLICT (bucket, ident) DO NOTHING`), a...); err != nil {
 			return nil, l.wrap("record", err)
 		}
-		for _, id := range ids {
-			if _, err := stmt.ExecContext(ctx, id.bucket, id.ident); err != nil {
-				stmt.Close()
-				return nil, l.wrap("record", err)
-			}
-		}
-		stmt.Close()
 	}
 	cur, err := l.load(ctx, tx, ids)
 	if err != nil {
@@ -249,17 +269,8 @@ VALUES (?, ?, '', '', 'init', 0, 0) ON CONFLICT (bucket, ident) DO NOTHING`))
 			dirty[id] = true
 		}
 	}
-	stmt, err := tx.PrepareContext(ctx, l.q(upsert))
-	if err != nil {
+	if err := l.upsert(ctx, tx, ids, dirty, cur); err != nil {
 		return nil, l.wrap("record", err)
-	}
-	defer stmt.Close()
-	for _, id := range ids {
-		if dirty[id] {
-			if _, err := stmt.ExecContext(ctx, args(id.ident, cur[id])...); err != nil {
-				return nil, l.wrap("record", err)
-			}
-		}
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, l.wrap("record", err)
@@ -267,42 +278,69 @@ VALUES (?, ?, '', '', 'init', 0, 0) ON CONFLICT (bucket, ident) DO NOTHING`))
 	return out, nil
 }
 
-// load reads (and on PostgreSQL locks) the rows of ids.
+// upsert writes the dirty rows: one statement for the batch where the dialect
+// reads typed arrays cheaply (PostgreSQL's unnest), else one prepared
+// statement executed per row (SQLite, where it is a function call, not a
+// round trip).
+func (l *Ledger) upsert(ctx context.Context, tx *sql.Tx, ids []rowID, dirty map[rowID]bool, cur map[rowID]*ledger.Record) error {
+	var batch [][]any
+	for _, id := range ids {
+		if dirty[id] {
+			batch = append(batch, l.args(id.ident, cur[id]))
+		}
+	}
+	if l.d.BatchUpsert {
+		from, a := l.d.Rows(batch, colTypes)
+		_, err := tx.ExecContext(ctx, l.q(fmt.Sprintf(upsertFrom, from)), a...)
+		return err
+	}
+	stmt, err := tx.PrepareContext(ctx, l.q(fmt.Sprintf(upsertFrom, "(SELECT "+placeholders(len(colTypes))+")")))
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for _, row := range batch {
+		if _, err := stmt.ExecContext(ctx, row...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func placeholders(n int) string {
+	var sb strings.Builder
+	for i := range n {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "? AS c%d", i+1)
+	}
+	return sb.String()
+}
+
+// load reads (and on PostgreSQL locks) the rows of ids, in one statement.
 func (l *Ledger) load(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]*ledger.Record, error) {
 	cur := make(map[rowID]*ledger.Record, len(ids))
-	const chunk = 400
-	for start := 0; start < len(ids); start += chunk {
-		part := ids[start:min(start+chunk, len(ids))]
-		var sb strings.Builder
-		qargs := make([]any, 0, 2*len(part))
-		sb.WriteString(`SELECT ` + cols + ` FROM cairn_ledger WHERE `)
-		for i, id := range part {
-			if i > 0 {
-				sb.WriteString(" OR ")
-			}
-			sb.WriteString("(bucket = ? AND ident = ?)")
-			qargs = append(qargs, id.bucket, id.ident)
-		}
-		sb.WriteString(" ORDER BY bucket, ident " + l.d.Lock)
-		rows, err := tx.QueryContext(ctx, l.q(sb.String()), qargs...)
+	rows := make([][]any, len(ids))
+	for i, id := range ids {
+		rows[i] = []any{id.bucket, id.ident}
+	}
+	from, a := l.d.Rows(rows, []string{"text", "text"})
+	q := `SELECT ` + cols + ` FROM cairn_ledger WHERE (bucket, ident) IN (SELECT c1, c2 FROM ` + from + `) ORDER BY bucket, ident ` + l.d.Lock
+	res, err := tx.QueryContext(ctx, l.q(q), a...)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
+	for res.Next() {
+		c, err := scanRecord(res)
 		if err != nil {
 			return nil, err
 		}
-		for rows.Next() {
-			c, err := scanRecord(rows)
-			if err != nil {
-				rows.Close()
-				return nil, err
-			}
-			r := c.Record
-			cur[rowID{c.Bucket, c.Ident}] = &r
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
+		r := c.Record
+		cur[rowID{c.Bucket, c.Ident}] = &r
 	}
-	return cur, nil
+	return cur, res.Err()
 }
 
 // Claim leases up to n records of work: pending or failed records whose retry
@@ -322,16 +360,26 @@ func (l *Ledger) Claim(ctx context.Context, n int, lease time.Duration) ([]ledge
 		return nil, l.wrap("claim", err)
 	}
 	nowMS := ms(now)
+	// Candidates come off the (status, next_at) index in next_at order, which is
+	// first-in first-out for pending work and retry order for failed work; LIMIT
+	// stops the scan early, so a claim costs O(n), not O(table).
+	perKey, perKeyArgs := "", []any{}
+	if l.opts.EveryVersion {
+		// One version of a key at a time, oldest sequencer first.
+		perKey = `AND NOT EXISTS (SELECT 1 FROM cairn_ledger o ` + l.d.KeyIndexHint + ` WHERE o.bucket = l.bucket AND o.key = l.key AND o.ident <> l.ident
+      AND ((o.status = 'claimed' AND o.lease_until >= ?) OR (o.status IN ('pending', 'failed', 'claimed') AND o.seq_sort < l.seq_sort)))`
+		perKeyArgs = append(perKeyArgs, nowMS)
+	}
 	q := `UPDATE cairn_ledger SET status = 'claimed', token = token + 1, lease_until = ?, attempts = attempts + 1,
 run_gen = gen, updated = ?
 WHERE (bucket, ident) IN (
   SELECT l.bucket, l.ident FROM cairn_ledger l
-  WHERE ((l.status IN ('pending', 'failed') AND l.next_at <= ?) OR (l.status = 'claimed' AND l.lease_until < ?))
-    AND NOT EXISTS (SELECT 1 FROM cairn_ledger o WHERE o.bucket = l.bucket AND o.key = l.key AND o.ident <> l.ident
-      AND ((o.status = 'claimed' AND o.lease_until >= ?) OR (o.status IN ('pending', 'failed', 'claimed') AND o.seq_sort < l.seq_sort)))
-  ORDER BY l.status, l.next_at LIMIT ? ` + l.d.SkipLocked + `)
+  WHERE ((l.status IN ('pending', 'failed') AND l.next_at <= ?) OR (l.status = 'claimed' AND l.lease_until < ?)) ` + perKey + `
+  LIMIT ? ` + l.d.SkipLocked + `)
 RETURNING ` + cols
-	rows, err := tx.QueryContext(ctx, l.q(q), nowMS+lease.Milliseconds(), nowMS, nowMS, nowMS, nowMS, n)
+	qargs := append([]any{nowMS + lease.Milliseconds(), nowMS, nowMS, nowMS}, perKeyArgs...)
+	qargs = append(qargs, n)
+	rows, err := tx.QueryContext(ctx, l.q(q), qargs...)
 	if err != nil {
 		return nil, l.wrap("claim", err)
 	}
@@ -351,7 +399,7 @@ RETURNING ` + cols
 	if err := tx.Commit(); err != nil {
 		return nil, l.wrap("claim", err)
 	}
-	slices.SortFunc(out, func(a, b ledger.Claim) int { return a.Updated.Compare(b.Updated) })
+	slices.SortFunc(out, func(a, b ledger.Claim) int { return a.NextAttempt.Compare(b.NextAttempt) })
 	return out, nil
 }
 
@@ -412,7 +460,8 @@ func (l *Ledger) Renew(ctx context.Context, c ledger.Claim, lease time.Duration)
 // while it ran, makes the record pending again).
 func (l *Ledger) Complete(ctx context.Context, c ledger.Claim, result string) error {
 	return l.finish(ctx, "complete", c, `status = CASE WHEN gen = run_gen THEN 'processed' ELSE 'pending' END,
-attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = ?, last_error = '', lease_until = 0, next_at = 0`, result)
+attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = ?, last_error = '', lease_until = 0, next_at = ?`,
+		result, nowPlus(0))
 }
 
 // Fail records a failed attempt: retried after a backoff if retryable and
@@ -425,8 +474,8 @@ func (l *Ledger) Fail(ctx context.Context, c ledger.Claim, cause string, retryab
 	}
 	return l.finish(ctx, "fail", c, `status = CASE WHEN gen <> run_gen THEN 'pending' ELSE CAST(? AS TEXT) END,
 attempts = CASE WHEN gen <> run_gen THEN 0 ELSE attempts END,
-next_at = CASE WHEN gen <> run_gen THEN 0 ELSE CAST(? AS BIGINT) END, last_error = ?, lease_until = 0`,
-		string(status), nowPlus(l.opts.Backoff(c.Attempts).Milliseconds()), truncate(cause, 4000))
+next_at = CASE WHEN gen <> run_gen THEN CAST(? AS BIGINT) ELSE CAST(? AS BIGINT) END, last_error = ?, lease_until = 0`,
+		string(status), nowPlus(0), nowPlus(l.opts.Backoff(c.Attempts).Milliseconds()), truncate(cause, 4000))
 }
 
 func truncate(s string, n int) string {

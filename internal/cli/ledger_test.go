@@ -1,0 +1,67 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/internal/cli"
+	"github.com/cairn-s3/cairn/ledger"
+)
+
+func TestLedgerCommands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := ledger.Open(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Record(ctx, "webhook", []event.Event{
+		{Bucket: "b", Key: "dir/ünï code.txt", Kind: event.Created, Sequencer: "01", ETag: "e1"},
+		{Bucket: "b", Key: "dir/ünï code.txt", Kind: event.Created, Sequencer: "01", ETag: "e1"},
+		{Bucket: "b", Key: "other/x", Kind: event.Created, Sequencer: "05"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := l.Claim(ctx, 1, 60e9)
+	_ = l.Fail(ctx, cs[0], "handler exploded", false)
+	l.Close()
+
+	code, out, stderr := run(t, "ledger", "ls", "--ledger", path, "--json")
+	if code != 0 {
+		t.Fatal(stderr)
+	}
+	if n := strings.Count(strings.TrimSpace(out), "\n") + 1; n != 2 {
+		t.Fatalf("ls --json: %d lines, want 2: %s", n, out)
+	}
+	code, out, _ = run(t, "ledger", "ls", "--ledger", "sqlite://"+path, "--status", "dead")
+	if code != 0 || !strings.Contains(out, "handler exploded") || strings.Count(out, "\n") != 2 {
+		t.Fatalf("ls --status dead: %d %q", code, out)
+	}
+	code, out, _ = run(t, "ledger", "show", "b/dir/ünï code.txt", "--ledger", path, "--json")
+	var r ledger.Record
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Seen != 2 || r.Key != "dir/ünï code.txt" {
+		t.Fatalf("show: %d %q", code, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		hint string
+	}{
+		{[]string{"ledger", "ls", "--ledger", path, "--status", "bogus"}, cli.ExitUsage, "--status"},
+		{[]string{"ledger", "ls", "--ledger", "ftp://x/y"}, cli.ExitUsage, "unknown scheme"},
+		{[]string{"ledger", "show", "no-slash", "--ledger", path}, cli.ExitUsage, "BUCKET/KEY"},
+		{[]string{"ledger", "show", "b/missing", "--ledger", path}, cli.ExitRuntime, "no such record"},
+		{[]string{"ledger", "ls", "--ledger", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2"}, cli.ExitRuntime, "unavailable"},
+	} {
+		code, _, stderr := run(t, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.hint) {
+			t.Errorf("cairn %q: exit %d %q, want %d mentioning %q", tc.args, code, stderr, tc.code, tc.hint)
+		}
+	}
+}
