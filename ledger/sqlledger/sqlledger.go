@@ -12,6 +12,7 @@
 package sqlledger
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -226,7 +227,7 @@ func (l *Ledger) Record(ctx context.Context, source string, evs []event.Event) (
 	if len(ids) == 0 {
 		return out, nil
 	}
-	slices.SortFunc(ids, func(a, b rowID) int { return strings.Compare(a.bucket+"\x00"+a.ident, b.bucket+"\x00"+b.ident) })
+	slices.SortFunc(ids, func(a, b rowID) int { return cmp.Or(strings.Compare(a.bucket, b.bucket), strings.Compare(a.ident, b.ident)) })
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, l.wrap("record", err)
