@@ -227,7 +227,9 @@ func (l *Ledger) Record(ctx context.Context, source string, evs []event.Event) (
 	if len(ids) == 0 {
 		return out, nil
 	}
-	slices.SortFunc(ids, func(a, b rowID) int { return cmp.Or(strings.Compare(a.bucket, b.bucket), strings.Compare(a.ident, b.ident)) })
+	slices.SortFunc(ids, func(a, b rowID) int {
+		return cmp.Or(strings.Compare(a.bucket, b.bucket), strings.Compare(a.ident, b.ident))
+	})
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, l.wrap("record", err)
