@@ -1,0 +1,329 @@
+// Package lease implements named, expiring leases stored as objects on any
+// objstore.Store that enforces conditional writes: one holder at a time, renewed
+// in the background, with a fencing token that grows by one on every acquisition
+// for the life of the lease name.
+//
+// # How expiry is judged (no clocks compared)
+//
+// The lease is a compare-and-swap document (package docs) whose revision grows
+// with every write. The holder renews it every TTL/3. A waiter takes an expired
+// lease over only after it has watched the document keep one revision for a
+// whole TTL on its OWN monotonic clock, and then only by a compare-and-swap on
+// that revision. The holder, for its part, considers the lease lost once TTL has
+// passed on its own monotonic clock since the start of its last successful
+// renewal. Since the waiter can only have first seen that revision after the
+// renewal started, the waiter's takeover comes after the holder's deadline —
+// using durations measured on one machine each, never one machine's wall clock
+// against another's. A holder with a wildly wrong wall clock behaves correctly;
+// only clock RATES matter (they differ by parts per million).
+//
+// # Guarantees and limits
+//
+//   - At most one holder at a time, as far as the holders' own deadlines go; a
+//     holder that is paused (GC, SIGSTOP, a VM migration) past its deadline may
+//     act after its lease is gone: Done() is closed as soon as it notices, but
+//     only the fencing token protects the resource. Pass Token() to whatever you
+//     write and have it refuse tokens lower than the highest it has seen.
+//   - A crashed holder's lease is taken over after one TTL of silence.
+//   - Release writes a "released" state by compare-and-swap; it never deletes
+//     (MinIO ignores conditional DELETE, so a delete could remove a successor's
+//     lease).
+//   - These are cooperative locks: writers that bypass them are not stopped.
+//     Combine them with fencing, and with the write policy (objstore/policy).
+//
+// # Errors
+//
+// ErrNotAcquired (TryAcquire found it held), ErrLeaseLost (renewal failed or
+// the lease was taken over), and objstore.ErrNotSupported on stores that do not
+// enforce conditional writes.
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+// Errors.
+var (
+	ErrNotAcquired = errors.New("lease: held by another holder")
+	ErrLeaseLost   = errors.New("lease: lost (renewal failed or the lease was taken over)")
+)
+
+// State is the stored lease document.
+type State struct {
+	Holder   string `json:"holder"` // "" when released
+	Token    int64  `json:"token"`  // fencing token of the latest acquisition
+	TTLms    int64  `json:"ttl_ms"`
+	Host     string `json:"host,omitempty"`
+	PID      int    `json:"pid,omitempty"`
+	Acquired string `json:"acquired,omitempty"` // holder's wall clock, for people only
+	Renewals int64  `json:"renewals"`
+}
+
+// Options configure a Lease. A nil *Options means defaults.
+type Options struct {
+	// TTL is how long a lease lives without renewal. Default: 30s.
+	TTL time.Duration
+	// Poll is how often a waiter re-reads the lease. Default: TTL/10.
+	Poll time.Duration
+	// Holder names this holder. Default: host/pid/random.
+	Holder string
+	// Now is the monotonic clock (tests). Default: time.Now.
+	Now func() time.Time
+}
+
+// Manager hands out leases stored in one Store.
+type Manager struct {
+	d    docs.Doc[State]
+	s    *objstore.Store
+	opts Options
+}
+
+// New returns a Manager on s.
+func New(s *objstore.Store, opts *Options) *Manager {
+	m := &Manager{s: s, d: docs.Typed[State](docs.New(s, &docs.Options{NoGroupCommit: true}))}
+	if opts != nil {
+		m.opts = *opts
+	}
+	if m.opts.TTL <= 0 {
+		m.opts.TTL = 30 * time.Second
+	}
+	if m.opts.Poll <= 0 {
+		m.opts.Poll = m.opts.TTL / 10
+	}
+	if m.opts.Now == nil {
+		m.opts.Now = time.Now
+	}
+	if m.opts.Holder == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		m.opts.Holder = fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	return m
+}
+
+// Lease is a held lease.
+type Lease struct {
+	m     *Manager
+	key   string
+	token int64
+	done  chan struct{}
+
+	mu       sync.Mutex
+	deadline time.Time // on the holder's monotonic clock
+	err      error
+	stop     chan struct{}
+	stopped  chan struct{}
+	released bool
+}
+
+// Token is the fencing token: larger than every earlier holder's.
+func (l *Lease) Token() int64 { return l.token }
+
+// Done is closed when the lease is lost (or released).
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Err is ErrLeaseLost after a loss, nil while held or after Release.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Valid reports whether the lease is still held by the holder's own deadline.
+func (l *Lease) Valid() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err == nil && !l.released && l.m.opts.Now().Before(l.deadline)
+}
+
+func (m *Manager) mine(st State) bool { return st.Holder == m.opts.Holder }
+
+// take writes a new acquisition if the document is still at rev (0: free or
+// missing). It returns the new token.
+func (m *Manager) take(ctx context.Context, key string, rev int64, requireFree bool) (int64, error) {
+	var token int64
+	host, _ := os.Hostname()
+	_, _, err := m.d.Update(ctx, key, func(st *State, meta docs.Meta) error {
+		if meta.Rev != rev {
+			return ErrNotAcquired // changed since we judged it: someone is alive
+		}
+		if requireFree && st.Holder != "" {
+			return ErrNotAcquired
+		}
+		st.Token++
+		token = st.Token
+		*st = State{Holder: m.opts.Holder, Token: token, TTLms: m.opts.TTL.Milliseconds(), Host: host, PID: os.Getpid(),
+			Acquired: time.Now().UTC().Format(time.RFC3339Nano)}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return token, nil
+}
+
+// TryAcquire takes the lease if it is free or released; else ErrNotAcquired.
+func (m *Manager) TryAcquire(ctx context.Context, key string) (*Lease, error) {
+	_, meta, err := m.d.Load(ctx, key)
+	if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		return nil, err
+	}
+	start := m.opts.Now()
+	token, err := m.take(ctx, key, meta.Rev, true)
+	if err != nil {
+		return nil, err
+	}
+	return m.hold(key, token, start), nil
+}
+
+// Acquire waits until the lease is free, released, or expired (silent for a
+// whole TTL as watched from here), then takes it; or until ctx is done.
+func (m *Manager) Acquire(ctx context.Context, key string) (*Lease, error) {
+	var watchedRev int64 = -1
+	var since time.Time
+	for {
+		st, meta, err := m.d.Load(ctx, key)
+		if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			return nil, err
+		}
+		now := m.opts.Now()
+		if meta.Rev != watchedRev {
+			watchedRev, since = meta.Rev, now
+		}
+		free := !meta.Exists || st.Holder == ""
+		ttl := time.Duration(st.TTLms) * time.Millisecond
+		if ttl <= 0 {
+			ttl = m.opts.TTL
+		}
+		if free || now.Sub(since) >= ttl {
+			token, err := m.take(ctx, key, meta.Rev, false)
+			if err == nil {
+				return m.hold(key, token, now), nil
+			}
+			if !errors.Is(err, ErrNotAcquired) && !errors.Is(err, objstore.ErrPreconditionFailed) {
+				return nil, err
+			}
+		}
+		t := time.NewTimer(m.opts.Poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (m *Manager) hold(key string, token int64, start time.Time) *Lease {
+	l := &Lease{m: m, key: key, token: token, done: make(chan struct{}), deadline: start.Add(m.opts.TTL),
+		stop: make(chan struct{}), stopped: make(chan struct{})}
+	go l.renew()
+	return l
+}
+
+// renew keeps the lease alive until Release or loss.
+func (l *Lease) renew() {
+	defer close(l.stopped)
+	interval := l.m.opts.TTL / 3
+	for {
+		l.mu.Lock()
+		wait := min(interval, l.deadline.Sub(l.m.opts.Now()))
+		l.mu.Unlock()
+		t := time.NewTimer(max(wait, 0))
+		select {
+		case <-l.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if !l.Valid() {
+			l.lose(fmt.Errorf("%w: not renewed before its deadline", ErrLeaseLost))
+			return
+		}
+		start := l.m.opts.Now()
+		ctx, cancel := context.WithDeadline(context.Background(), l.deadlineWall())
+		_, _, err := l.m.d.Update(ctx, l.key, func(st *State, _ docs.Meta) error {
+			if !l.m.mine(*st) || st.Token != l.token {
+				return ErrLeaseLost
+			}
+			st.Renewals++
+			return nil
+		})
+		cancel()
+		switch {
+		case err == nil:
+			l.mu.Lock()
+			l.deadline = start.Add(l.m.opts.TTL)
+			l.mu.Unlock()
+		case errors.Is(err, ErrLeaseLost):
+			l.lose(fmt.Errorf("%w: taken over by another holder", ErrLeaseLost))
+			return
+		default:
+			// Transient: keep trying until the deadline says otherwise.
+		}
+	}
+}
+
+func (l *Lease) deadlineWall() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Now().Add(l.deadline.Sub(l.m.opts.Now()))
+}
+
+func (l *Lease) lose(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil && !l.released {
+		l.err = err
+		close(l.done)
+	}
+}
+
+// Release gives the lease up by writing a released state (keeping the token
+// counter). Releasing a lost lease does nothing and returns its loss.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.released || l.err != nil {
+		err := l.err
+		l.mu.Unlock()
+		return err
+	}
+	l.released = true
+	close(l.stop)
+	l.mu.Unlock()
+	<-l.stopped
+	_, _, err := l.m.d.Update(ctx, l.key, func(st *State, _ docs.Meta) error {
+		if !l.m.mine(*st) || st.Token != l.token {
+			return ErrLeaseLost // someone took it over: nothing of ours to release
+		}
+		st.Holder, st.Host, st.PID, st.Acquired = "", "", 0, ""
+		return nil
+	})
+	l.mu.Lock()
+	select {
+	case <-l.done:
+	default:
+		close(l.done)
+	}
+	l.mu.Unlock()
+	if errors.Is(err, ErrLeaseLost) {
+		return fmt.Errorf("releasing %s: %w", l.key, err)
+	}
+	return err
+}
+
+// Status reads a lease without taking it.
+func (m *Manager) Status(ctx context.Context, key string) (State, docs.Meta, error) {
+	return m.d.Load(ctx, key)
+}
