@@ -113,13 +113,17 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return pprof.StartCPUProfile(f)
 	})
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(probeCmd(e), docCmd(e), putCmd(e), policyCmd(e), ledgerCmd(e), benchCmd(e), versionCmd(e))
+	root.AddCommand(probeCmd(e), docCmd(e), putCmd(e), policyCmd(e), lockCmd(e), ledgerCmd(e), benchCmd(e), versionCmd(e))
 
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
 	}
 	code := exitCode(err)
+	var xe exitError
+	if errors.As(err, &xe) && xe.code != ExitPrecondition && xe.code != ExitLeaseLost {
+		return xe.code // the command's own status: it has spoken for itself
+	}
 	msg := err.Error()
 	if code == ExitUsage && !strings.Contains(msg, "cairn help") {
 		msg += " (see 'cairn help')"
@@ -139,7 +143,10 @@ func chainPreRun(first func(*cobra.Command, []string) error, then func() error) 
 
 func exitCode(err error) int {
 	var ue usageError
+	var xe exitError
 	switch {
+	case errors.As(err, &xe):
+		return xe.code
 	case errors.As(err, &ue), errors.Is(err, objstore.ErrInvalidURL), errors.Is(err, objstore.ErrInvalidKey), errors.Is(err, ledger.ErrInvalidURL):
 		return ExitUsage
 	case strings.HasPrefix(err.Error(), "unknown command"), strings.Contains(err.Error(), "accepts "), strings.Contains(err.Error(), "requires "):

@@ -1,0 +1,189 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cairn-s3/cairn/lock/lease"
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+// exitError carries a specific exit code (a child's, or 3/4).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
+
+func lockCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "lock",
+		Short: "Hold leases (with fencing tokens) stored in the bucket while commands run",
+		Long: `Leases are objects in the store: one holder at a time, renewed in the
+background, taken over after one TTL of silence, and each acquisition gets a
+fencing token one higher than the last. Expiry never compares two machines'
+clocks. These are cooperative locks: pass the token on to whatever the command
+writes and have it refuse tokens lower than the highest it has seen.`,
+	}
+	cmd.AddCommand(lockRunCmd(e), lockStatusCmd(e))
+	return cmd
+}
+
+func lockRunCmd(e *env) *cobra.Command {
+	var ttl, wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "run URL [--ttl 30s] [--wait 0|DUR] -- CMD ARGS…",
+		Short: "Run a command while holding a lease; CAIRN_FENCING_TOKEN is in its environment",
+		Long: `run takes the lease named by URL (e.g. s3://bucket/locks/deploy or
+file:///srv/data/locks/deploy), runs CMD with CAIRN_FENCING_TOKEN and
+CAIRN_LEASE set, renews the lease while CMD runs, and releases it after.
+
+Exit codes: CMD's own exit code; 3 if the lease could not be acquired within
+--wait (0: try once); 4 if the lease was lost while CMD ran (CMD then gets
+SIGTERM, and SIGKILL 10s later).`,
+		Example: `  cairn lock run s3://ops/locks/deploy --ttl 30s --wait 5m -- ./deploy.sh
+  cairn lock run file:///srv/data/locks/compact -- sh -c 'compact --fencing-token "$CAIRN_FENCING_TOKEN"'`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 {
+				return usagef("put the command after --: cairn lock run URL -- CMD ARGS…")
+			}
+			if ttl < time.Second {
+				return usagef("--ttl must be at least 1s")
+			}
+			ctx := cmd.Context()
+			s, key, err := objstore.OpenObject(ctx, args[0], nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			m := lease.New(s, &lease.Options{TTL: ttl})
+			var l *lease.Lease
+			if wait <= 0 {
+				l, err = m.TryAcquire(ctx, key)
+			} else {
+				wctx, cancel := context.WithTimeout(ctx, wait)
+				l, err = m.Acquire(wctx, key)
+				cancel()
+			}
+			if errors.Is(err, lease.ErrNotAcquired) {
+				return exitError{ExitPrecondition, fmt.Errorf("lease %s is held by another holder (see 'cairn lock status'): %w", args[0], err)}
+			}
+			if err != nil {
+				return err
+			}
+			e.log.Info("lease acquired", "lease", args[0], "token", l.Token())
+			code, lost := runLeased(e, l, args[1:], args[0])
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if rerr := l.Release(rctx); rerr != nil && !lost {
+				e.log.Warn("releasing the lease failed; it expires by itself after the TTL", "err", rerr)
+			}
+			if lost {
+				return exitError{ExitLeaseLost, fmt.Errorf("lease %s was lost while the command ran (%v); it was sent SIGTERM", args[0], l.Err())}
+			}
+			if code != 0 {
+				return exitError{code, fmt.Errorf("command exited with status %d", code)}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "lease time-to-live (renewed every ttl/3)")
+	cmd.Flags().DurationVar(&wait, "wait", 0, "how long to wait for the lease (0: try once)")
+	return cmd
+}
+
+// runLeased runs argv, forwarding SIGINT/SIGTERM, and stops it if the lease is
+// lost. It returns the command's exit code and whether the lease was lost.
+func runLeased(e *env, l *lease.Lease, argv []string, name string) (int, bool) {
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Env = append(os.Environ(), "CAIRN_FENCING_TOKEN="+strconv.FormatInt(l.Token(), 10), "CAIRN_LEASE="+name)
+	c.Stdin, c.Stdout, c.Stderr = e.stdin, e.stdout, e.stderr
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		fmt.Fprintln(e.stderr, "cairn:", err)
+		return 127, false
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	exited := make(chan error, 1)
+	go func() { exited <- c.Wait() }()
+	lost := false
+	kill := func(sig syscall.Signal) { _ = syscall.Kill(-c.Process.Pid, sig) }
+	var killTimer <-chan time.Time
+	for {
+		select {
+		case err := <-exited:
+			var ee *exec.ExitError
+			switch {
+			case err == nil:
+				return 0, lost
+			case errors.As(err, &ee):
+				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					return 128 + int(ws.Signal()), lost
+				}
+				return ee.ExitCode(), lost
+			default:
+				return 1, lost
+			}
+		case s := <-sigs:
+			kill(s.(syscall.Signal))
+		case <-l.Done():
+			if !lost {
+				lost = true
+				e.log.Error("lease lost; stopping the command", "err", l.Err())
+				kill(syscall.SIGTERM)
+				killTimer = time.After(10 * time.Second)
+			}
+		case <-killTimer:
+			kill(syscall.SIGKILL)
+		}
+	}
+}
+
+func lockStatusCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status URL",
+		Short: "Show a lease's holder, fencing token and renewals",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, key, err := objstore.OpenObject(cmd.Context(), args[0], nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			st, meta, err := lease.New(s, nil).Status(cmd.Context(), key)
+			if errors.Is(err, objstore.ErrNotFound) {
+				st, err = lease.State{}, nil
+			}
+			if err != nil {
+				return err
+			}
+			held := st.Holder != ""
+			if e.json {
+				return e.writeJSON(map[string]any{"lease": args[0], "held": held, "state": st, "revision": meta.Rev,
+					"last_write": meta.LastModified})
+			}
+			if !held {
+				fmt.Fprintf(e.stdout, "%s: free (last fencing token %d)\n", args[0], st.Token)
+				return nil
+			}
+			fmt.Fprintf(e.stdout, "%s: held by %s (pid %d on %s)\nfencing token: %d\nttl: %s, renewals: %d, revision %d\nacquired: %s (holder's clock)\nlast write: %s (store's clock); expires if not renewed within the ttl\n",
+				args[0], st.Holder, st.PID, st.Host, st.Token, time.Duration(st.TTLms)*time.Millisecond, st.Renewals, meta.Rev,
+				st.Acquired, meta.LastModified.Format(time.RFC3339Nano))
+			return nil
+		},
+	}
+}

@@ -1,0 +1,80 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/internal/cli"
+	"github.com/cairn-s3/cairn/lock/lease"
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+func exitOf(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+func TestLockRun(t *testing.T) {
+	t.Parallel()
+	bin := buildCairn(t)
+	dir := t.TempDir()
+	url := "file://" + dir + "/locks/job"
+	out, err := exec.Command(bin, "lock", "run", url, "--", "sh", "-c", "echo $CAIRN_FENCING_TOKEN; exit 7").Output()
+	if exitOf(err) != 7 || strings.TrimSpace(string(out)) != "1" {
+		t.Fatalf("first run: %q exit %d, want token 1 and the command's exit 7", out, exitOf(err))
+	}
+	holder := exec.Command(bin, "lock", "run", url, "--ttl", "1s", "--", "sleep", "30")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Process.Kill()
+	time.Sleep(700 * time.Millisecond)
+	if err := exec.Command(bin, "lock", "run", url, "--", "true").Run(); exitOf(err) != cli.ExitPrecondition {
+		t.Fatalf("second holder with --wait 0: exit %d, want 3", exitOf(err))
+	}
+	st, err := exec.Command(bin, "lock", "status", url, "--json").Output()
+	if err != nil || !strings.Contains(string(st), `"held":true`) || !strings.Contains(string(st), `"token":2`) {
+		t.Fatalf("status: %s %v", st, err)
+	}
+	// Take the lease away from the running holder, as a successor would after a pause.
+	ctx := context.Background()
+	s, key, err := objstore.OpenObject(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := docs.Typed[lease.State](docs.New(s, nil)).Update(ctx, key, func(st *lease.State, _ docs.Meta) error {
+		st.Holder, st.Token = "intruder", st.Token+1
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	holder.Stderr = &stderr
+	done := make(chan error, 1)
+	go func() { done <- holder.Wait() }()
+	select {
+	case err := <-done:
+		if exitOf(err) != cli.ExitLeaseLost {
+			t.Fatalf("holder whose lease was taken: exit %d, want 4", exitOf(err))
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the holder kept running after losing its lease")
+	}
+	for _, args := range [][]string{{"lock", "run", url}, {"lock", "run", url, "--ttl", "10ms", "--", "true"}} {
+		if err := exec.Command(bin, args...).Run(); exitOf(err) != cli.ExitUsage {
+			t.Errorf("cairn %q: exit %d, want 2", args, exitOf(err))
+		}
+	}
+}
