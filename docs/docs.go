@@ -349,18 +349,7 @@ func apply(key string, c current, reqs []*request) (next []byte, raw, any bool) 
 // attempt compares-and-swaps against it without reading (a stale cache costs
 // one 412 and a read). It returns the document as written, for the next batch.
 func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached *current) *current {
-	deliver := func(m Meta, err error) {
-		for _, r := range reqs {
-			switch {
-			case r.err != nil:
-				r.done <- result{err: r.err}
-			case err != nil:
-				r.done <- result{err: err}
-			default:
-				r.done <- result{value: r.value, meta: m}
-			}
-		}
-	}
+	deliver := func(m Meta, err error) { deliver(reqs, m, err) }
 	var lastErr error
 	for attempt := 0; attempt < d.opts.MaxAttempts; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -399,18 +388,7 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 			deliver(c.meta(key), nil)
 			return nil
 		}
-		env := envelope{Format: formatVersion, Rev: c.env.Rev + 1, Nonce: d.nonce(), IsRaw: raw}
-		if raw {
-			env.Raw = next
-		} else {
-			env.Value = next
-		}
-		if c.env.Nonce != "" {
-			env.Recent = append([]stamp{{c.env.Rev, c.env.Nonce}}, c.env.Recent...)
-		}
-		if len(env.Recent) > d.opts.HistoryLen-1 {
-			env.Recent = env.Recent[:d.opts.HistoryLen-1]
-		}
+		env := d.next(c, next, raw)
 		body, err := encode(&env)
 		if err != nil {
 			deliver(Meta{}, err)
@@ -470,6 +448,39 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 	}
 	deliver(Meta{}, fmt.Errorf("docs: %q: giving up after %d attempts: %w", key, d.opts.MaxAttempts, lastErr))
 	return nil
+}
+
+// deliver sends every request its result: its own error if its function
+// failed, else err, else its value with the committed meta.
+func deliver(reqs []*request, m Meta, err error) {
+	for _, r := range reqs {
+		switch {
+		case r.err != nil:
+			r.done <- result{err: r.err}
+		case err != nil:
+			r.done <- result{err: err}
+		default:
+			r.done <- result{value: r.value, meta: m}
+		}
+	}
+}
+
+// next is the envelope that succeeds c with value: one revision up, a fresh
+// nonce, and c's write added to the history.
+func (d *Store) next(c current, value []byte, raw bool) envelope {
+	env := envelope{Format: formatVersion, Rev: c.env.Rev + 1, Nonce: d.nonce(), IsRaw: raw}
+	if raw {
+		env.Raw = value
+	} else {
+		env.Value = value
+	}
+	if c.env.Nonce != "" {
+		env.Recent = append([]stamp{{c.env.Rev, c.env.Nonce}}, c.env.Recent...)
+	}
+	if len(env.Recent) > d.opts.HistoryLen-1 {
+		env.Recent = env.Recent[:d.opts.HistoryLen-1]
+	}
+	return env
 }
 
 // resolveLost reads the document back after a write whose response was lost

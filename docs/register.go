@@ -66,18 +66,7 @@ func (d *Store) registerRead(ctx context.Context, key string) (current, error) {
 
 // registerUpdate writes a new version (last writer wins) and cleans up.
 func (d *Store) registerUpdate(ctx context.Context, key string, reqs []*request) {
-	deliver := func(m Meta, err error) {
-		for _, r := range reqs {
-			switch {
-			case r.err != nil:
-				r.done <- result{err: r.err}
-			case err != nil:
-				r.done <- result{err: err}
-			default:
-				r.done <- result{value: r.value, meta: m}
-			}
-		}
-	}
+	deliver := func(m Meta, err error) { deliver(reqs, m, err) }
 	var lastErr error
 	for attempt := 0; attempt < d.opts.MaxAttempts; attempt++ {
 		c, err := d.registerRead(ctx, key)
@@ -97,12 +86,7 @@ func (d *Store) registerUpdate(ctx context.Context, key string, reqs []*request)
 			deliver(c.meta(key), nil)
 			return
 		}
-		env := envelope{Format: formatVersion, Rev: c.env.Rev + 1, Nonce: d.nonce(), IsRaw: raw}
-		if raw {
-			env.Raw = next
-		} else {
-			env.Value = next
-		}
+		env := d.next(c, next, raw)
 		body, err := encode(&env)
 		if err != nil {
 			deliver(Meta{}, err)

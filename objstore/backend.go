@@ -2,6 +2,7 @@ package objstore
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"time"
@@ -34,6 +35,19 @@ func IfAbsent() Condition { return Condition{Absent: true} }
 
 // IfMatch is the compare-and-swap condition (If-Match: etag).
 func IfMatch(etag string) Condition { return Condition{Match: NormalizeETag(etag)} }
+
+// Replacing is the condition for replacing exactly what a read saw: if-match
+// its ETag, or if-absent when the read found nothing (err is ErrNotFound). Any
+// other read error is returned.
+func Replacing(info Info, err error) (Condition, error) {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return IfAbsent(), nil
+	case err != nil:
+		return Condition{}, err
+	}
+	return IfMatch(info.ETag), nil
+}
 
 // IsZero reports whether c is unconditional.
 func (c Condition) IsZero() bool { return !c.Absent && c.Match == "" }

@@ -116,13 +116,12 @@ func docsResult(name string, naive, cairn phase, s *objstore.Store, d time.Durat
 func naiveIncrement(ctx context.Context, s *objstore.Store, key string) error {
 	for {
 		data, info, err := s.GetBytes(ctx, key)
-		cond, n := objstore.IfMatch(info.ETag), 0
-		switch {
-		case errors.Is(err, objstore.ErrNotFound):
-			cond = objstore.IfAbsent()
-		case err != nil:
+		cond, err := objstore.Replacing(info, err)
+		if err != nil {
 			return err
-		default:
+		}
+		n := 0
+		if !cond.Absent {
 			if n, err = strconv.Atoi(string(data)); err != nil {
 				return err
 			}

@@ -70,14 +70,9 @@ condition fails the upload is aborted and nothing is left behind.
 			for attempt := 0; ; attempt++ {
 				cond := objstore.Condition{Absent: ifAbsent, Match: ifMatch}
 				if retryOnChange {
-					cur, err := s.Head(ctx, key)
-					switch {
-					case errors.Is(err, objstore.ErrNotFound):
-						cond = objstore.IfAbsent()
-					case err != nil:
+					var err error
+					if cond, err = objstore.Replacing(s.Head(ctx, key)); err != nil {
 						return err
-					default:
-						cond = objstore.IfMatch(cur.ETag)
 					}
 				}
 				r, closeFn, err := open()

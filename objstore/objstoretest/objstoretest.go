@@ -657,14 +657,12 @@ func testRacingCreates(t *testing.T, in Instance) {
 func increment(ctx context.Context, s *objstore.Store, key string) error {
 	for {
 		data, info, err := s.GetBytes(ctx, key)
-		cond := objstore.IfMatch(info.ETag)
-		n := 0
-		switch {
-		case errors.Is(err, objstore.ErrNotFound):
-			cond = objstore.IfAbsent()
-		case err != nil:
+		cond, err := objstore.Replacing(info, err)
+		if err != nil {
 			return err
-		default:
+		}
+		n := 0
+		if !cond.Absent {
 			if n, err = strconv.Atoi(string(data)); err != nil {
 				return fmt.Errorf("counter holds %q", data)
 			}
