@@ -8,12 +8,15 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-s3/cairn/lock/lease"
+	"github.com/cairn-s3/cairn/lock/pathlock"
+	"github.com/cairn-s3/cairn/lock/treelock"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
@@ -36,7 +39,7 @@ fencing token one higher than the last. Expiry never compares two machines'
 clocks. These are cooperative locks: pass the token on to whatever the command
 writes and have it refuse tokens lower than the highest it has seen.`,
 	}
-	cmd.AddCommand(lockRunCmd(e), lockStatusCmd(e))
+	cmd.AddCommand(lockRunCmd(e), lockStatusCmd(e), lockTreeCmd(e))
 	return cmd
 }
 
@@ -84,7 +87,8 @@ SIGTERM, and SIGKILL 10s later).`,
 				return err
 			}
 			e.log.Info("lease acquired", "lease", args[0], "token", l.Token())
-			code, lost := runLeased(e, l, args[1:], args[0])
+			code, lost := runHeld(e, args[1:], []string{"CAIRN_FENCING_TOKEN=" + strconv.FormatInt(l.Token(), 10), "CAIRN_LEASE=" + args[0]},
+				l.Done(), l.Err)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
 			if rerr := l.Release(rctx); rerr != nil && !lost {
@@ -104,13 +108,15 @@ SIGTERM, and SIGKILL 10s later).`,
 	return cmd
 }
 
-// runLeased runs argv, forwarding SIGINT/SIGTERM, and stops it if the lease is
-// lost. It returns the command's exit code and whether the lease was lost.
-func runLeased(e *env, l *lease.Lease, argv []string, name string) (int, bool) {
+// runHeld runs argv with extra environment, forwarding SIGINT/SIGTERM, and
+// stops it if done closes (the lock was lost). It returns the command's exit
+// code and whether the lock was lost.
+func runHeld(e *env, argv, extraEnv []string, done <-chan struct{}, why func() error) (int, bool) {
 	c := exec.Command(argv[0], argv[1:]...)
-	c.Env = append(os.Environ(), "CAIRN_FENCING_TOKEN="+strconv.FormatInt(l.Token(), 10), "CAIRN_LEASE="+name)
+	c.Env = append(os.Environ(), extraEnv...)
 	c.Stdin, c.Stdout, c.Stderr = e.stdin, e.stdout, e.stderr
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	withParentDeath(c.SysProcAttr)
 	if err := c.Start(); err != nil {
 		fmt.Fprintln(e.stderr, "cairn:", err)
 		return 127, false
@@ -140,10 +146,11 @@ func runLeased(e *env, l *lease.Lease, argv []string, name string) (int, bool) {
 			}
 		case s := <-sigs:
 			kill(s.(syscall.Signal))
-		case <-l.Done():
+		case <-done:
 			if !lost {
 				lost = true
-				e.log.Error("lease lost; stopping the command", "err", l.Err())
+				done = nil
+				e.log.Error("lock lost; stopping the command", "err", why())
 				kill(syscall.SIGTERM)
 				killTimer = time.After(10 * time.Second)
 			}
@@ -186,4 +193,86 @@ func lockStatusCmd(e *env) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func lockTreeCmd(e *env) *cobra.Command {
+	var storeURL string
+	var reads, writes []string
+	var ttl, wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "tree --store URL [--read PATH]… [--write PATH]… [--ttl 30s] [--wait DUR] -- CMD ARGS…",
+		Short: "Run a command holding a distributed hierarchical lock on pseudo-folder paths",
+		Long: `tree locks paths like /datasets/orders across processes and machines: a write
+of a path excludes every read and write of its ancestors and descendants; reads
+share. Lock documents live under cairn-locks/tree/ in the store; a crashed
+holder's locks are released after --ttl.
+
+Exit codes: CMD's own; 3 if not acquired within --wait (0: try once); 4 if the
+lock's session was lost while CMD ran (CMD gets SIGTERM).`,
+		Example: `  cairn lock tree --store s3://lake --write /datasets/orders --read /reference -- ./rebuild.sh`,
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 0 {
+				return usagef("put the command after --: cairn lock tree --store URL --write /p -- CMD ARGS…")
+			}
+			if len(reads)+len(writes) == 0 {
+				return usagef("name at least one --read or --write path")
+			}
+			if ttl < time.Second {
+				return usagef("--ttl must be at least 1s")
+			}
+			ctx := cmd.Context()
+			s, err := openStore(ctx, storeURL)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			m := treelock.New(s, &treelock.Options{TTL: ttl})
+			defer m.Close()
+			req := treelock.Request{Read: reads, Write: writes}
+			var h *treelock.Held
+			if wait <= 0 {
+				h, err = m.TryAcquire(ctx, req)
+			} else {
+				wctx, cancel := context.WithTimeout(ctx, wait)
+				h, err = m.Acquire(wctx, req)
+				cancel()
+			}
+			switch {
+			case errors.Is(err, pathlock.ErrBadPath):
+				return usageError{err}
+			case errors.Is(err, treelock.ErrNotAcquired):
+				return exitError{ExitPrecondition, err}
+			case err != nil:
+				return err
+			}
+			code, lost := runHeld(e, args, []string{"CAIRN_TREE_LOCK=" + strings.Join(append(prefixed("r:", reads), prefixed("w:", writes)...), ",")},
+				h.Done(), func() error { return treelock.ErrSessionLost })
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			h.Release(rctx)
+			cancel()
+			if lost {
+				return exitError{ExitLeaseLost, treelock.ErrSessionLost}
+			}
+			if code != 0 {
+				return exitError{code, fmt.Errorf("command exited with status %d", code)}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&storeURL, "store", "", "store URL holding the lock documents")
+	cmd.Flags().StringArrayVar(&reads, "read", nil, "path to lock for reading (repeatable)")
+	cmd.Flags().StringArrayVar(&writes, "write", nil, "path to lock for writing (repeatable)")
+	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "session time-to-live")
+	cmd.Flags().DurationVar(&wait, "wait", 0, "how long to wait (0: try once)")
+	_ = cmd.MarkFlagRequired("store")
+	return cmd
+}
+
+func prefixed(p string, xs []string) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = p + x
+	}
+	return out
 }

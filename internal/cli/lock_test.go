@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -76,5 +77,44 @@ func TestLockRun(t *testing.T) {
 		if err := exec.Command(bin, args...).Run(); exitOf(err) != cli.ExitUsage {
 			t.Errorf("cairn %q: exit %d, want 2", args, exitOf(err))
 		}
+	}
+}
+
+func TestLockTree(t *testing.T) {
+	t.Parallel()
+	bin := buildCairn(t)
+	store := t.TempDir()
+	holder := exec.Command(bin, "lock", "tree", "--store", store, "--write", "/data/orders", "--ttl", "1s", "--wait", "30s",
+		"--", "sh", "-c", "echo holding; exec sleep 30")
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Process.Kill()
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "holding\n" {
+		t.Fatalf("holder: %q %v", line, err)
+	}
+	run := func(args ...string) int {
+		return exitOf(exec.Command(bin, append([]string{"lock", "tree", "--store", store}, args...)...).Run())
+	}
+	if code := run("--read", "/data", "--", "true"); code != cli.ExitPrecondition {
+		t.Fatalf("reading /data while /data/orders is written: exit %d, want 3", code)
+	}
+	if code := run("--read", "/data/customers", "--", "true"); code != 0 {
+		t.Fatalf("a sibling path: exit %d, want 0", code)
+	}
+	if code := run("--write", "/", "--", "true"); code != cli.ExitPrecondition {
+		t.Fatalf("the root while /data/orders is written: exit %d, want 3", code)
+	}
+	_ = holder.Process.Kill() // kill -9: its locks go when its session expires
+	_ = holder.Wait()
+	if code := run("--read", "/data", "--wait", "20s", "--", "true"); code != 0 {
+		t.Fatalf("after the holder was killed: exit %d, want 0 once its session expired", code)
+	}
+	if code := run("--", "true"); code != cli.ExitUsage {
+		t.Fatalf("no paths: exit %d, want 2", code)
 	}
 }

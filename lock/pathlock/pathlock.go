@@ -368,3 +368,27 @@ func (l *Locker) Nodes() int {
 
 // lubFn is lub; a variable so a test can show that four modes are not enough.
 var lubFn = lub
+
+// Step is one node of a request's plan: the path and the mode it needs.
+type Step struct {
+	Path string
+	Mode Mode
+}
+
+// Plan returns the nodes a request locks, with their modes, in the global
+// acquisition order (ancestors first, then by components). The distributed
+// tree lock uses the same plan.
+func Plan(r Request) ([]Step, error) {
+	steps, err := plan(r)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Step, len(steps))
+	for i, s := range steps {
+		out[i] = Step{s.path, s.mode}
+	}
+	return out, nil
+}
+
+// Compatible reports whether a holder in mode a admits another in mode b.
+func Compatible(a, b Mode) bool { return compatible[a][b] }
