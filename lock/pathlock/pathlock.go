@@ -186,10 +186,64 @@ type waiter struct {
 	granted bool
 }
 
+// node is one path in a trie: a lookup walks only the small child maps along
+// its own path, so its cost does not grow with how many other paths are held.
 type node struct {
+	name   string
+	parent *node
+	// kids holds the children while there are few (a scan beats hashing and
+	// keeps the heap small); wide switches to a map past wideAt children.
+	kids  []*node
+	wide  map[string]*node
 	held  [6]int
 	queue []*waiter
 }
+
+const wideAt = 16
+
+func (n *node) child(name string) *node {
+	if n.wide != nil {
+		return n.wide[name]
+	}
+	for _, k := range n.kids {
+		if k.name == name {
+			return k
+		}
+	}
+	return nil
+}
+
+func (n *node) addChild(c *node) {
+	if n.wide == nil && len(n.kids) < wideAt {
+		n.kids = append(n.kids, c)
+		return
+	}
+	if n.wide == nil {
+		n.wide = make(map[string]*node, 2*wideAt)
+		for _, k := range n.kids {
+			n.wide[k.name] = k
+		}
+		n.kids = n.kids[:0]
+	}
+	n.wide[c.name] = c
+}
+
+func (n *node) removeChild(c *node) {
+	if n.wide != nil {
+		delete(n.wide, c.name)
+		return
+	}
+	for i, k := range n.kids {
+		if k == c {
+			last := len(n.kids) - 1
+			n.kids[i], n.kids[last] = n.kids[last], nil
+			n.kids = n.kids[:last]
+			return
+		}
+	}
+}
+
+func (n *node) hasChildren() bool { return len(n.kids) > 0 || len(n.wide) > 0 }
 
 func (n *node) admits(m Mode) bool {
 	for h := IS; h <= X; h++ {
@@ -214,13 +268,15 @@ func (n *node) grant() {
 // Locker is a hierarchical lock table. The zero value is ready to use.
 type Locker struct {
 	mu    sync.Mutex
-	nodes map[string]*node
+	root  *node
+	count int // nodes in the trie besides the root
 }
 
 // Held is an acquired request; Release it once.
 type Held struct {
 	l     *Locker
 	steps []step
+	nodes []*node // resolved nodes of steps
 	once  sync.Once
 }
 
@@ -245,46 +301,74 @@ func (l *Locker) acquire(ctx context.Context, r Request, wait bool) (*Held, erro
 	if err != nil {
 		return nil, err
 	}
-	h := &Held{l: l, steps: steps}
+	h := &Held{l: l, steps: steps, nodes: make([]*node, len(steps))}
 	// Fast path: take every node that is free now under one hold of the mutex.
 	l.mu.Lock()
 	got := 0
-	for got < len(steps) && l.tryNode(steps[got]) {
+	for got < len(steps) && l.tryNode(h, got) {
 		got++
 	}
 	l.mu.Unlock()
 	for ; got < len(steps); got++ {
-		if err := l.lockNode(ctx, steps[got], wait); err != nil {
-			l.release(steps[:got])
+		if err := l.lockNode(ctx, h, got, wait); err != nil {
+			l.release(h, got)
 			return nil, err
 		}
 	}
 	return h, nil
 }
 
-var nodePool = sync.Pool{New: func() any { return &node{} }}
-
-// tryNode grants s if its node admits it without waiting; the caller holds l.mu.
-func (l *Locker) tryNode(s step) bool {
-	if l.nodes == nil {
-		l.nodes = map[string]*node{}
+// resolve finds or creates the node of steps[i]; its parent is an earlier step
+// (plans hold every ancestor, ancestors first). The caller holds l.mu.
+func (l *Locker) resolve(h *Held, i int) *node {
+	if n := h.nodes[i]; n != nil {
+		return n
 	}
-	n := l.nodes[s.path]
+	p := h.steps[i].path
+	if p == "/" {
+		if l.root == nil {
+			l.root = &node{name: "/"}
+		}
+		h.nodes[i] = l.root
+		return l.root
+	}
+	cut := strings.LastIndexByte(p, '/')
+	parentPath := p[:max(cut, 1)]
+	var parent *node
+	for j := i - 1; j >= 0; j-- {
+		if h.steps[j].path == parentPath {
+			parent = l.resolve(h, j)
+			break
+		}
+	}
+	name := p[cut+1:]
+	n := parent.child(name)
 	if n == nil {
 		n = nodePool.Get().(*node)
-		l.nodes[s.path] = n
+		n.name, n.parent = name, parent
+		parent.addChild(n)
+		l.count++
 	}
-	if len(n.queue) == 0 && n.admits(s.mode) {
-		n.held[s.mode]++
+	h.nodes[i] = n
+	return n
+}
+
+var nodePool = sync.Pool{New: func() any { return &node{} }}
+
+// tryNode grants steps[i] if its node admits it without waiting; the caller
+// holds l.mu.
+func (l *Locker) tryNode(h *Held, i int) bool {
+	n := l.resolve(h, i)
+	if m := h.steps[i].mode; len(n.queue) == 0 && n.admits(m) {
+		n.held[m]++
 		return true
 	}
-	l.gc(s.path, n)
 	return false
 }
 
-func (l *Locker) lockNode(ctx context.Context, s step, wait bool) error {
+func (l *Locker) lockNode(ctx context.Context, h *Held, i int, wait bool) error {
 	l.mu.Lock()
-	if l.tryNode(s) {
+	if l.tryNode(h, i) {
 		l.mu.Unlock()
 		return nil
 	}
@@ -292,12 +376,8 @@ func (l *Locker) lockNode(ctx context.Context, s step, wait bool) error {
 		l.mu.Unlock()
 		return errWouldBlock
 	}
-	n := l.nodes[s.path]
-	if n == nil {
-		n = nodePool.Get().(*node)
-		l.nodes[s.path] = n
-	}
-	w := &waiter{mode: s.mode, ready: make(chan struct{})}
+	n, mode := h.nodes[i], h.steps[i].mode
+	w := &waiter{mode: mode, ready: make(chan struct{})}
 	n.queue = append(n.queue, w)
 	l.mu.Unlock()
 	select {
@@ -308,45 +388,47 @@ func (l *Locker) lockNode(ctx context.Context, s step, wait bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if w.granted { // granted while we were giving up: give it back
-		n.held[s.mode]--
+		n.held[mode]--
 	} else {
 		n.queue = slices.DeleteFunc(n.queue, func(x *waiter) bool { return x == w })
 	}
 	n.grant() // whoever queued behind us may go now
-	l.gc(s.path, n)
 	return ctx.Err()
 }
 
-// gc drops a node nobody holds or waits on; the caller holds l.mu.
-func (l *Locker) gc(path string, n *node) {
-	if len(n.queue) > 0 {
-		return
+// gc drops n, and then its ancestors, while nobody holds, waits on, or has a
+// child below them; the caller holds l.mu.
+func (l *Locker) gc(n *node) {
+	for n != nil && n.parent != nil && len(n.queue) == 0 && !n.hasChildren() && n.held == [6]int{} {
+		p := n.parent
+		p.removeChild(n)
+		l.count--
+		*n = node{queue: n.queue[:0], kids: n.kids[:0]}
+		nodePool.Put(n)
+		n = p
 	}
-	for _, c := range n.held {
-		if c > 0 {
-			return
-		}
-	}
-	delete(l.nodes, path)
-	*n = node{queue: n.queue[:0]}
-	nodePool.Put(n)
 }
 
-func (l *Locker) release(steps []step) {
+// release gives back the first k steps of h, deepest first.
+func (l *Locker) release(h *Held, k int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for i := len(steps) - 1; i >= 0; i-- {
-		s := steps[i]
-		n := l.nodes[s.path]
-		n.held[s.mode]--
+	// Resolve any step the slow path never reached (it may have been created).
+	for i := k - 1; i >= 0; i-- {
+		n := h.nodes[i]
+		n.held[h.steps[i].mode]--
 		n.grant()
-		l.gc(s.path, n)
+	}
+	for i := len(h.steps) - 1; i >= 0; i-- {
+		if n := h.nodes[i]; n != nil {
+			l.gc(n)
+		}
 	}
 }
 
 // Release unlocks everything h holds. Calling it again does nothing.
 func (h *Held) Release() {
-	h.once.Do(func() { h.l.release(h.steps) })
+	h.once.Do(func() { h.l.release(h, len(h.steps)) })
 }
 
 // Modes returns the mode taken on each node, in acquisition order (for
@@ -359,11 +441,12 @@ func (h *Held) Modes() map[string]Mode {
 	return out
 }
 
-// Nodes reports how many nodes the table holds (zero when nothing is locked).
+// Nodes reports how many nodes the table holds besides the root (zero when
+// nothing is locked).
 func (l *Locker) Nodes() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.nodes)
+	return l.count
 }
 
 // lubFn is lub; a variable so a test can show that four modes are not enough.

@@ -267,7 +267,14 @@ func TestRandomLoadInvariant(t *testing.T) {
 func (l *Locker) waiting(path string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if n := l.nodes[path]; n != nil {
+	n := l.root
+	for _, c := range strings.Split(strings.Trim(path, "/"), "/") {
+		if n == nil || c == "" {
+			break
+		}
+		n = n.child(c)
+	}
+	if n != nil {
 		return len(n.queue)
 	}
 	return 0
