@@ -6,12 +6,14 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cairn-s3/cairn/docs"
 	"github.com/cairn-s3/cairn/internal/cli"
+	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/lock/lease"
 	"github.com/cairn-s3/cairn/objstore"
 )
@@ -116,5 +118,33 @@ func TestLockTree(t *testing.T) {
 	}
 	if code := run("--", "true"); code != cli.ExitUsage {
 		t.Fatalf("no paths: exit %d, want 2", code)
+	}
+}
+
+// The lock commands against real MinIO, through the binary.
+func TestLockCommandsMinIO(t *testing.T) {
+	t.Parallel()
+	ep := testenv.S3(t)
+	_, url := testenv.NewBucket(t, ep)
+	u, _ := objstore.ParseURL(url)
+	leaseURL := "s3://" + u.Host + "/locks/deploy?" + u.RawQuery
+	bin := buildCairn(t)
+	run := func(args ...string) (string, int) {
+		c := exec.Command(bin, args...)
+		c.Env = append(c.Environ(), ep.Env()...)
+		out, err := c.Output()
+		return strings.TrimSpace(string(out)), exitOf(err)
+	}
+	for want := 1; want <= 2; want++ {
+		out, code := run("lock", "run", leaseURL, "--", "sh", "-c", "echo $CAIRN_FENCING_TOKEN")
+		if code != 0 || out != strconv.Itoa(want) {
+			t.Fatalf("lock run #%d on MinIO: %q exit %d", want, out, code)
+		}
+	}
+	if out, code := run("lock", "status", leaseURL, "--json"); code != 0 || !strings.Contains(out, `"held":false`) || !strings.Contains(out, `"token":2`) {
+		t.Fatalf("lock status: %s %d", out, code)
+	}
+	if out, code := run("lock", "tree", "--store", url, "--write", "/datasets/orders", "--", "echo", "tree ok"); code != 0 || out != "tree ok" {
+		t.Fatalf("lock tree on MinIO: %q exit %d", out, code)
 	}
 }
