@@ -72,14 +72,7 @@ SIGTERM, and SIGKILL 10s later).`,
 			}
 			defer s.Close()
 			m := lease.New(s, &lease.Options{TTL: ttl})
-			var l *lease.Lease
-			if wait <= 0 {
-				l, err = m.TryAcquire(ctx, key)
-			} else {
-				wctx, cancel := context.WithTimeout(ctx, wait)
-				l, err = m.Acquire(wctx, key)
-				cancel()
-			}
+			l, err := acquireWithin(ctx, wait, key, m.TryAcquire, m.Acquire)
 			if errors.Is(err, lease.ErrNotAcquired) {
 				return exitError{ExitPrecondition, fmt.Errorf("lease %s is held by another holder (see 'cairn lock status'): %w", args[0], err)}
 			}
@@ -106,6 +99,16 @@ SIGTERM, and SIGKILL 10s later).`,
 	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "lease time-to-live (renewed every ttl/3)")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "how long to wait for the lease (0: try once)")
 	return cmd
+}
+
+// acquireWithin tries once (wait <= 0) or waits up to wait.
+func acquireWithin[R, H any](ctx context.Context, wait time.Duration, r R, try, block func(context.Context, R) (H, error)) (H, error) {
+	if wait <= 0 {
+		return try(ctx, r)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return block(wctx, r)
 }
 
 // runHeld runs argv with extra environment, forwarding SIGINT/SIGTERM, and
@@ -230,14 +233,7 @@ lock's session was lost while CMD ran (CMD gets SIGTERM).`,
 			m := treelock.New(s, &treelock.Options{TTL: ttl})
 			defer m.Close()
 			req := treelock.Request{Read: reads, Write: writes}
-			var h *treelock.Held
-			if wait <= 0 {
-				h, err = m.TryAcquire(ctx, req)
-			} else {
-				wctx, cancel := context.WithTimeout(ctx, wait)
-				h, err = m.Acquire(wctx, req)
-				cancel()
-			}
+			h, err := acquireWithin(ctx, wait, req, m.TryAcquire, m.Acquire)
 			switch {
 			case errors.Is(err, pathlock.ErrBadPath):
 				return usageError{err}

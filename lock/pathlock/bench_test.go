@@ -1,4 +1,4 @@
-package pathlock
+package pathlock_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/internal/testmain"
+	. "github.com/cairn-s3/cairn/lock/pathlock"
 )
 
 func TestMain(m *testing.M) { testmain.Run(m) }

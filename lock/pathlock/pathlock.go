@@ -308,6 +308,7 @@ func (l *Locker) acquire(ctx context.Context, r Request, wait bool) (*Held, erro
 	for got < len(steps) && l.tryNode(h, got) {
 		got++
 	}
+	l.drop(h, got) // not granted: do not keep a pointer across the unlock
 	l.mu.Unlock()
 	for ; got < len(steps); got++ {
 		if err := l.lockNode(ctx, h, got, wait); err != nil {
@@ -316,6 +317,16 @@ func (l *Locker) acquire(ctx context.Context, r Request, wait bool) (*Held, erro
 		}
 	}
 	return h, nil
+}
+
+// drop forgets the node of steps[i], which this request does not hold, and
+// collects it if it is unused: once l.mu is released another request may
+// collect and recycle it. The caller holds l.mu.
+func (l *Locker) drop(h *Held, i int) {
+	if i < len(h.nodes) && h.nodes[i] != nil {
+		l.gc(h.nodes[i])
+		h.nodes[i] = nil
+	}
 }
 
 // resolve finds or creates the node of steps[i]; its parent is an earlier step
@@ -356,8 +367,9 @@ func (l *Locker) resolve(h *Held, i int) *node {
 var nodePool = sync.Pool{New: func() any { return &node{} }}
 
 // tryNode grants steps[i] if its node admits it without waiting; the caller
-// holds l.mu.
+// holds l.mu. A node not yet granted is looked up afresh every time.
 func (l *Locker) tryNode(h *Held, i int) bool {
+	h.nodes[i] = nil
 	n := l.resolve(h, i)
 	if m := h.steps[i].mode; len(n.queue) == 0 && n.admits(m) {
 		n.held[m]++
@@ -373,6 +385,7 @@ func (l *Locker) lockNode(ctx context.Context, h *Held, i int, wait bool) error 
 		return nil
 	}
 	if !wait {
+		l.drop(h, i)
 		l.mu.Unlock()
 		return errWouldBlock
 	}
@@ -393,6 +406,7 @@ func (l *Locker) lockNode(ctx context.Context, h *Held, i int, wait bool) error 
 		n.queue = slices.DeleteFunc(n.queue, func(x *waiter) bool { return x == w })
 	}
 	n.grant() // whoever queued behind us may go now
+	l.drop(h, i)
 	return ctx.Err()
 }
 
@@ -409,20 +423,18 @@ func (l *Locker) gc(n *node) {
 	}
 }
 
-// release gives back the first k steps of h, deepest first.
+// release gives back the first k steps of h (the ones it holds), deepest
+// first, and collects the nodes left unused.
 func (l *Locker) release(h *Held, k int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	// Resolve any step the slow path never reached (it may have been created).
 	for i := k - 1; i >= 0; i-- {
 		n := h.nodes[i]
 		n.held[h.steps[i].mode]--
 		n.grant()
 	}
-	for i := len(h.steps) - 1; i >= 0; i-- {
-		if n := h.nodes[i]; n != nil {
-			l.gc(n)
-		}
+	for i := k - 1; i >= 0; i-- {
+		l.gc(h.nodes[i])
 	}
 }
 

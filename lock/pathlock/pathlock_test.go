@@ -1,70 +1,23 @@
-package pathlock
+package pathlock_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	. "github.com/cairn-s3/cairn/lock/pathlock"
+	"github.com/cairn-s3/cairn/lock/pathlock/pathlocktest"
 )
 
 var tree = []string{"/", "/a", "/a/b", "/a/c", "/d"}
 
-// subsets of tree with at most two paths.
-func small() [][]string {
-	out := [][]string{nil}
-	for i := range tree {
-		out = append(out, []string{tree[i]})
-		for j := i + 1; j < len(tree); j++ {
-			out = append(out, []string{tree[i], tree[j]})
-		}
-	}
-	return out
-}
+func requests() []Request { return pathlocktest.Requests(tree) }
 
-func requests() []Request {
-	var rs []Request
-	for _, r := range small() {
-		for _, w := range small() {
-			if len(r)+len(w) > 0 {
-				rs = append(rs, Request{Read: r, Write: w})
-			}
-		}
-	}
-	return rs
-}
-
-// related: one path is the other or an ancestor of it.
-func related(a, b string) bool {
-	under := func(x, y string) bool { return x == "/" || x == y || strings.HasPrefix(y, x+"/") }
-	return under(a, b) || under(b, a)
-}
-
-// conflict is the brute-force rule: some path of one is in the lineage of a
-// path of the other, and at least one of the two is a write.
-func conflict(x, y Request) bool {
-	for _, a := range append(x.Read, x.Write...) {
-		for _, b := range append(y.Read, y.Write...) {
-			aw, bw := contains(x.Write, a), contains(y.Write, b)
-			if related(a, b) && (aw || bw) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
+var conflict = pathlocktest.Conflict
 
 // oracle checks every pair; it returns the first pair the lock gets wrong.
 func oracle(t *testing.T) (Request, Request, bool, bool) {
@@ -108,16 +61,9 @@ func TestExhaustiveOracle(t *testing.T) {
 // gets S or IX. Either choice fails the oracle, so the test can fail.
 func TestFourModesAreNotEnough(t *testing.T) {
 	for _, pick := range []Mode{S, IX} {
-		saved := lubFn
-		lubFn = func(a, b Mode) Mode {
-			m := lub(a, b)
-			if m == SIX {
-				return pick
-			}
-			return m
-		}
+		restore := UseFourModes(pick)
 		a, b, got, want := oracle(t)
-		lubFn = saved
+		restore()
 		if got == want {
 			t.Fatalf("with %s instead of SIX the oracle found no wrong answer; it should", pick)
 		}
@@ -146,7 +92,7 @@ func TestFIFONoStarvation(t *testing.T) {
 		w, _ := l.Acquire(ctx, Request{Write: []string{"/a"}})
 		got <- w
 	}()
-	for l.waiting("/a") == 0 {
+	for l.Waiting("/a") == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	if _, ok, _ := l.TryAcquire(Request{Read: []string{"/a"}}); ok {
@@ -169,7 +115,7 @@ func TestCancelWithdraws(t *testing.T) {
 		_, err := l.Acquire(ctx, Request{Write: []string{"/a/x", "/a"}})
 		done <- err
 	}()
-	for l.waiting("/a") == 0 {
+	for l.Waiting("/a") == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
@@ -262,22 +208,6 @@ func TestRandomLoadInvariant(t *testing.T) {
 	if n := l.Nodes(); n != 0 {
 		t.Fatalf("%d nodes left after the load", n)
 	}
-}
-
-func (l *Locker) waiting(path string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := l.root
-	for _, c := range strings.Split(strings.Trim(path, "/"), "/") {
-		if n == nil || c == "" {
-			break
-		}
-		n = n.child(c)
-	}
-	if n != nil {
-		return len(n.queue)
-	}
-	return 0
 }
 
 func ExampleLocker() {

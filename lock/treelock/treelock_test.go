@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/lock/pathlock/pathlocktest"
 	"github.com/cairn-s3/cairn/lock/treelock"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/faulty"
@@ -20,52 +20,9 @@ func TestMain(m *testing.M) { testmain.Run(m) }
 
 var tree = []string{"/", "/a", "/a/b", "/c"}
 
-func small() [][]string {
-	out := [][]string{nil}
-	for i := range tree {
-		out = append(out, []string{tree[i]})
-		for j := i + 1; j < len(tree); j++ {
-			out = append(out, []string{tree[i], tree[j]})
-		}
-	}
-	return out
-}
+func requests() []treelock.Request { return pathlocktest.Requests(tree) }
 
-func requests() []treelock.Request {
-	var rs []treelock.Request
-	for _, r := range small() {
-		for _, w := range small() {
-			if len(r)+len(w) > 0 {
-				rs = append(rs, treelock.Request{Read: r, Write: w})
-			}
-		}
-	}
-	return rs
-}
-
-func related(a, b string) bool {
-	under := func(x, y string) bool { return x == "/" || x == y || strings.HasPrefix(y, x+"/") }
-	return under(a, b) || under(b, a)
-}
-
-func conflict(x, y treelock.Request) bool {
-	isW := func(r treelock.Request, p string) bool {
-		for _, w := range r.Write {
-			if w == p {
-				return true
-			}
-		}
-		return false
-	}
-	for _, a := range append(x.Read, x.Write...) {
-		for _, b := range append(y.Read, y.Write...) {
-			if related(a, b) && (isW(x, a) || isW(y, b)) {
-				return true
-			}
-		}
-	}
-	return false
-}
+var conflict = pathlocktest.Conflict
 
 // Every pair of requests from two processes' worth of sessions: admitted
 // together exactly when the lineage rule allows.
