@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/internal/registry"
 )
 
 // Ledger is the interface every backend implements and the conformance suite
@@ -37,20 +36,10 @@ var ErrInvalidURL = errors.New("invalid ledger URL")
 // An Opener opens a ledger from a URL; backends register one per scheme.
 type Opener func(ctx context.Context, url string, opts *Options) (Ledger, error)
 
-var (
-	openersMu sync.RWMutex
-	openers   = map[string]Opener{}
-)
+var openers registry.Registry[Opener]
 
 // Register makes a backend available to Open under scheme.
-func Register(scheme string, o Opener) {
-	openersMu.Lock()
-	defer openersMu.Unlock()
-	if _, dup := openers[scheme]; dup {
-		panic("ledger: Register called twice for " + scheme)
-	}
-	openers[scheme] = o
-}
+func Register(scheme string, o Opener) { openers.Register("ledger", scheme, o) }
 
 // DefaultURL is the embedded default: a SQLite file under ./cairn-data.
 const DefaultURL = "cairn-data/ledger.db"
@@ -72,16 +61,9 @@ func Open(ctx context.Context, url string, opts *Options) (Ledger, error) {
 	if scheme == "postgresql" {
 		scheme = "postgres"
 	}
-	openersMu.RLock()
-	o, found := openers[scheme]
-	var known []string
-	for k := range openers {
-		known = append(known, k)
-	}
-	openersMu.RUnlock()
+	o, found := openers.Get(scheme)
 	if !found {
-		slices.Sort(known)
-		return nil, fmt.Errorf("%w: unknown scheme %q in %q; known: %s (or a plain path for SQLite)", ErrInvalidURL, scheme, url, strings.Join(known, ", "))
+		return nil, fmt.Errorf("%w: unknown scheme %q in %q; known: %s (or a plain path for SQLite)", ErrInvalidURL, scheme, url, strings.Join(openers.Schemes(), ", "))
 	}
 	return o(ctx, url, opts)
 }

@@ -7,9 +7,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
+
+	"github.com/cairn-s3/cairn/internal/registry"
 )
 
 // ErrInvalidURL: a store URL could not be parsed or names an unknown scheme.
@@ -19,33 +19,14 @@ var ErrInvalidURL = errors.New("invalid store URL")
 // their scheme in init, as database/sql drivers do.
 type Opener func(ctx context.Context, u *url.URL) (Backend, error)
 
-var (
-	openersMu sync.RWMutex
-	openers   = map[string]Opener{}
-)
+var openers registry.Registry[Opener]
 
 // Register makes a backend available to Open under scheme. It panics if the
 // scheme is registered twice (a programming error caught at start-up).
-func Register(scheme string, o Opener) {
-	openersMu.Lock()
-	defer openersMu.Unlock()
-	if _, dup := openers[scheme]; dup {
-		panic("objstore: Register called twice for scheme " + scheme)
-	}
-	openers[scheme] = o
-}
+func Register(scheme string, o Opener) { openers.Register("objstore", scheme, o) }
 
 // Schemes lists the registered URL schemes.
-func Schemes() []string {
-	openersMu.RLock()
-	defer openersMu.RUnlock()
-	var s []string
-	for k := range openers {
-		s = append(s, k)
-	}
-	slices.Sort(s)
-	return s
-}
+func Schemes() []string { return openers.Schemes() }
 
 // ParseURL parses a store URL. A string without "://" is a local path and becomes
 // a file:// URL (relative paths are made absolute).
@@ -79,9 +60,7 @@ func Open(ctx context.Context, raw string, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	openersMu.RLock()
-	o, ok := openers[u.Scheme]
-	openersMu.RUnlock()
+	o, ok := openers.Get(u.Scheme)
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown scheme %q in %q; known schemes: %s", ErrInvalidURL, u.Scheme, raw, strings.Join(Schemes(), ", "))
 	}

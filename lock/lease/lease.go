@@ -147,15 +147,17 @@ func (l *Lease) Valid() bool {
 	return l.err == nil && !l.released && l.m.opts.Now().Before(l.deadline)
 }
 
+const anyRev = -1
+
 func (m *Manager) mine(st State) bool { return st.Holder == m.opts.Holder }
 
-// take writes a new acquisition if the document is still at rev (0: free or
-// missing). It returns the new token.
+// take writes a new acquisition if the document is still at rev (anyRev: do not
+// check), and with requireFree only if nobody holds it. It returns the token.
 func (m *Manager) take(ctx context.Context, key string, rev int64, requireFree bool) (int64, error) {
 	var token int64
 	host, _ := os.Hostname()
 	_, _, err := m.d.Update(ctx, key, func(st *State, meta docs.Meta) error {
-		if meta.Rev != rev {
+		if rev != anyRev && meta.Rev != rev {
 			return ErrNotAcquired // changed since we judged it: someone is alive
 		}
 		if requireFree && st.Holder != "" {
@@ -175,12 +177,9 @@ func (m *Manager) take(ctx context.Context, key string, rev int64, requireFree b
 
 // TryAcquire takes the lease if it is free or released; else ErrNotAcquired.
 func (m *Manager) TryAcquire(ctx context.Context, key string) (*Lease, error) {
-	_, meta, err := m.d.Load(ctx, key)
-	if err != nil && !errors.Is(err, objstore.ErrNotFound) {
-		return nil, err
-	}
 	start := m.opts.Now()
-	token, err := m.take(ctx, key, meta.Rev, true)
+	// Requiring it free is the whole check: the update reads the current state.
+	token, err := m.take(ctx, key, anyRev, true)
 	if err != nil {
 		return nil, err
 	}
