@@ -21,6 +21,12 @@ type Ledger interface {
 	Claim(ctx context.Context, n int, lease time.Duration) ([]Claim, error)
 	Renew(ctx context.Context, c Claim, lease time.Duration) (Claim, error)
 	Complete(ctx context.Context, c Claim, result string) error
+	// CompleteBatch completes several claims in one transaction: errs[i] is
+	// Complete's answer for cs[i]; err is set only if nothing was applied.
+	CompleteBatch(ctx context.Context, cs []Claim, results []string) (errs []error, err error)
+	// Release gives the work back unfinished (e.g. at shutdown): the record is
+	// claimable again at once and the attempt is not counted.
+	Release(ctx context.Context, c Claim) error
 	Fail(ctx context.Context, c Claim, cause string, retryable bool) error
 	// Get returns the records of one key.
 	Get(ctx context.Context, bucket, key string) ([]Record, error)

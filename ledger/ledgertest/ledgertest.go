@@ -41,6 +41,7 @@ func Run(t *testing.T, h Harness) {
 		{"NewerWhileClaimed", testNewerWhileClaimed},
 		{"LeaseExpiryAndFencing", testLease},
 		{"RetryThenDead", testRetryDead},
+		{"CompleteBatchAndRelease", testBatchRelease},
 		{"EveryVersion", testEveryVersion},
 		{"Unordered", testUnordered},
 		{"ListAndCounts", testList},
@@ -318,6 +319,62 @@ func testLease(t *testing.T, h Harness) {
 	}
 	if err := l.Complete(ctx, b[0], "done"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func testBatchRelease(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	clk := newClock()
+	l, _ := h.New(t, &ledger.Options{Now: clk.Now})
+	must(l.Record(ctx, "s", []event.Event{ev("a", "01"), ev("b", "01"), ev("c", "01"), ev("d", "01")}))
+	cs := must(l.Claim(ctx, 10, 10*time.Second))
+	if len(cs) != 4 {
+		t.Fatalf("claimed %d, want 4", len(cs))
+	}
+	byKey := map[string]ledger.Claim{}
+	for _, c := range cs {
+		byKey[c.Key] = c
+	}
+	// b gets newer work while claimed; c is released; d's lease expires and is
+	// taken over, so its old claim is superseded in the batch.
+	must(l.Record(ctx, "s", []event.Event{ev("b", "02")}))
+	if err := l.Release(ctx, byKey["c"]); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx, byKey["c"]); !errors.Is(err, ledger.ErrLeaseLost) && !errors.Is(err, ledger.ErrSuperseded) {
+		t.Fatalf("second release: %v, want a refusal", err)
+	}
+	clk.Add(11 * time.Second)
+	again := must(l.Claim(ctx, 10, 10*time.Second))
+	keys := map[string]ledger.Claim{}
+	for _, c := range again {
+		keys[c.Key] = c
+	}
+	if c, ok := keys["c"]; !ok || c.Attempts != 1 {
+		t.Fatalf("released work: claimable again with the attempt not counted; got %+v", again)
+	}
+	if _, ok := keys["d"]; !ok {
+		t.Fatalf("expired claim of d not taken over: %+v", again)
+	}
+	// a and b expired too; complete a and b's fresh claims and d's stale one.
+	batch := []ledger.Claim{keys["a"], keys["b"], byKey["d"]}
+	errs, err := l.CompleteBatch(ctx, batch, []string{"ra", "rb", "rd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], ledger.ErrSuperseded) {
+		t.Fatalf("batch errors: %v, want nil, nil, ErrSuperseded", errs)
+	}
+	ra := must(l.Get(ctx, "b", "a"))[0]
+	rb := must(l.Get(ctx, "b", "b"))[0]
+	if ra.Status != ledger.Processed || ra.Result != "ra" {
+		t.Fatalf("a after batch: %+v", ra)
+	}
+	if rb.Status != ledger.Processed || rb.Seq != "02" {
+		t.Fatalf("b (its newer work was claimed after it arrived) after batch: %+v", rb)
+	}
+	if errs, err := l.CompleteBatch(ctx, nil, nil); err != nil || len(errs) != 0 {
+		t.Fatalf("empty batch: %v %v", errs, err)
 	}
 }
 

@@ -406,7 +406,7 @@ RETURNING ` + cols
 	return out, nil
 }
 
-// finish runs a guarded update of a claim and explains a refusal.
+// finish runs a guarded update of a claim in its own transaction.
 func (l *Ledger) finish(ctx context.Context, op string, c ledger.Claim, set string, setArgs ...any) error {
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -417,6 +417,20 @@ func (l *Ledger) finish(ctx context.Context, op string, c ledger.Claim, set stri
 	if err != nil {
 		return l.wrap(op, err)
 	}
+	if err := l.finishTx(ctx, tx, now, op, c, set, setArgs...); err != nil {
+		return err
+	}
+	return l.wrap(op, tx.Commit())
+}
+
+// refused tells finishTx's explained refusals (lease lost, superseded, not
+// found), which leave the transaction usable.
+func refused(err error) bool {
+	return errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrSuperseded) || errors.Is(err, ledger.ErrNotFound)
+}
+
+// finishTx runs a guarded update of a claim inside tx and explains a refusal.
+func (l *Ledger) finishTx(ctx context.Context, tx *sql.Tx, now time.Time, op string, c ledger.Claim, set string, setArgs ...any) error {
 	a := append([]any{}, setArgs...)
 	for i, v := range a {
 		if _, ok := v.(nowPlus); ok {
@@ -430,7 +444,7 @@ WHERE bucket = ? AND ident = ? AND token = ? AND status = 'claimed' AND lease_un
 		return l.wrap(op, err)
 	}
 	if n, _ := res.RowsAffected(); n == 1 {
-		return l.wrap(op, tx.Commit())
+		return nil
 	}
 	var token int64
 	var status string
@@ -459,12 +473,61 @@ func (l *Ledger) Renew(ctx context.Context, c ledger.Claim, lease time.Duration)
 	return c, err
 }
 
+// completeSet is Complete's update: processed, or pending again if newer work
+// arrived while the claim ran.
+const completeSet = `status = CASE WHEN gen = run_gen THEN 'processed' ELSE 'pending' END,
+attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = ?, last_error = '', lease_until = 0, next_at = ?`
+
 // Complete records the claim's work as processed (or, if newer work arrived
 // while it ran, makes the record pending again).
 func (l *Ledger) Complete(ctx context.Context, c ledger.Claim, result string) error {
-	return l.finish(ctx, "complete", c, `status = CASE WHEN gen = run_gen THEN 'processed' ELSE 'pending' END,
-attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = ?, last_error = '', lease_until = 0, next_at = ?`,
-		result, nowPlus(0))
+	return l.finish(ctx, "complete", c, completeSet, result, nowPlus(0))
+}
+
+// CompleteBatch completes claims in one transaction (one commit, one fsync).
+func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Claim, results []string) ([]error, error) {
+	if len(results) != len(cs) {
+		return nil, fmt.Errorf("ledger: CompleteBatch: %d claims, %d results", len(cs), len(results))
+	}
+	errs := make([]error, len(cs))
+	if len(cs) == 0 {
+		return errs, nil
+	}
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, l.wrap("complete", err)
+	}
+	defer tx.Rollback()
+	now, err := l.now(ctx, tx)
+	if err != nil {
+		return nil, l.wrap("complete", err)
+	}
+	// Rows in key order, as everywhere, so concurrent batches cannot deadlock.
+	order := make([]int, len(cs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		return cmp.Or(strings.Compare(cs[a].Bucket, cs[b].Bucket), strings.Compare(cs[a].Ident, cs[b].Ident))
+	})
+	for _, i := range order {
+		c := cs[i]
+		err := l.finishTx(ctx, tx, now, "complete", c, completeSet, results[i], nowPlus(0))
+		if err != nil && !refused(err) {
+			return nil, err
+		}
+		errs[i] = err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, l.wrap("complete", err)
+	}
+	return errs, nil
+}
+
+// Release gives the claim's work back without counting the attempt.
+func (l *Ledger) Release(ctx context.Context, c ledger.Claim) error {
+	return l.finish(ctx, "release", c, `status = CASE WHEN attempts > 1 AND gen = run_gen THEN 'failed' ELSE 'pending' END,
+attempts = CASE WHEN attempts > 0 AND gen = run_gen THEN attempts - 1 ELSE 0 END, lease_until = 0, next_at = ?`, nowPlus(0))
 }
 
 // Fail records a failed attempt: retried after a backoff if retryable and
