@@ -33,6 +33,8 @@ type Ledger interface {
 	// List pages through records (Filter.After* is the cursor).
 	List(ctx context.Context, f Filter) ([]Claim, error)
 	Counts(ctx context.Context) (Counts, error)
+	// Ping checks that the ledger is reachable (readiness).
+	Ping(ctx context.Context) error
 	Close() error
 }
 

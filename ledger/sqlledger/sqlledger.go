@@ -524,6 +524,9 @@ func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Claim, results [
 	return errs, nil
 }
 
+// Ping checks that the database answers.
+func (l *Ledger) Ping(ctx context.Context) error { return l.wrap("ping", l.db.PingContext(ctx)) }
+
 // Release gives the claim's work back without counting the attempt.
 func (l *Ledger) Release(ctx context.Context, c ledger.Claim) error {
 	return l.finish(ctx, "release", c, `status = CASE WHEN attempts > 1 AND gen = run_gen THEN 'failed' ELSE 'pending' END,

@@ -1,0 +1,15 @@
+//go:build unix
+
+package intake
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// processGroup starts cmd in its own process group and, on cancellation,
+// kills the whole group, so a handler's children die with it.
+func processGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+}

@@ -1,0 +1,146 @@
+// Package intake is cairn's intake daemon as a library: sources submit object-
+// change events, the ledger decides which are work, and workers claim that work
+// and run the user's Handler, one claim per key at a time, in sequencer order.
+//
+//	source ──Submit──▶ recorder ──Record (group commit)──▶ ledger
+//	                                                         │
+//	handler ◀──run── worker ◀──Claim (lease, fencing token)──┘
+//	   └──▶ Complete (group commit) / Fail / Release
+//
+// A Pipeline owns no source: the webhook (Pipeline.Webhook) and the pull
+// sources in intake/natssrc, intake/kafkasrc and intake/sqssrc call Submit, and
+// acknowledge a delivery to their broker only after Submit returned, that is
+// after the ledger's decision is durable. Retries, lease expiry and dead
+// letters are the ledger's job, never the source's: a message is acknowledged
+// once recorded, whatever the handler later does with the work.
+//
+// # Guarantees
+//
+//   - Submit returns only after the events are committed to the ledger.
+//   - At most one handler runs for a key at a time (per key and version with
+//     ledger.Options.EveryVersion), and a key's work runs in sequencer order;
+//     duplicates and stale events never reach the handler.
+//   - A running handler's lease is renewed every third of the lease; if renewal
+//     is refused (the lease was lost), the handler's context is cancelled and its
+//     result is discarded.
+//   - A handler's effects are exactly-once only if it commits them
+//     conditionally on Work.Token (the fencing token) or is idempotent: a
+//     handler that stalls past its lease may still be running when the next
+//     holder starts.
+//   - At shutdown, running handlers get Options.Grace to finish; the work of
+//     those that do not is released back to the ledger without counting the
+//     attempt. A process killed outright leaves claims whose leases expire; the
+//     work is then claimed again with a higher token.
+//
+// # Handler results
+//
+// nil: processed. An error wrapped with Permanent: the record is dead at once
+// (a dead letter, replayable). Any other error: retried with backoff until the
+// ledger's MaxAttempts, then dead.
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/ledger"
+)
+
+// Work is one claim handed to a Handler.
+type Work struct {
+	// Event is the newest accepted event for the key (the object may have
+	// changed again since: handlers that read the object read its newest bytes).
+	Event event.Event
+	// Token is the fencing token: commit effects conditionally on it (keep the
+	// highest token seen per key; refuse writes with a lower one).
+	Token int64
+	// Attempt is 1 on the first attempt.
+	Attempt int
+	// Source delivered the accepted event (e.g. "webhook").
+	Source string
+}
+
+// Payload is Work as JSON: what the exec handler reads on stdin and the HTTP
+// handler receives as its body.
+type Payload struct {
+	event.Event
+	Token   int64  `json:"fencing_token"`
+	Attempt int    `json:"attempt"`
+	Source  string `json:"source,omitempty"`
+}
+
+// Payload returns w as its JSON shape.
+func (w Work) Payload() Payload {
+	return Payload{Event: w.Event, Token: w.Token, Attempt: w.Attempt, Source: w.Source}
+}
+
+// A Handler processes one claim. It returns a short result (stored in the
+// ledger, truncated) or an error; see the package doc for how errors are
+// treated. ctx is cancelled when the lease is lost, at the handler timeout, and
+// when a shutdown's grace period ends.
+type Handler interface {
+	Handle(ctx context.Context, w Work) (result string, err error)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, w Work) (string, error)
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, w Work) (string, error) { return f(ctx, w) }
+
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
+// Permanent marks err as not worth retrying: the record becomes a dead letter
+// at once. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanent{err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p permanent
+	return errors.As(err, &p)
+}
+
+// A Sink takes events from a source and returns once the ledger's decisions
+// are durable. *Pipeline is a Sink.
+type Sink interface {
+	Submit(ctx context.Context, source string, evs []event.Event) ([]ledger.Decision, error)
+}
+
+// A Source delivers events to a Sink until ctx is done, acknowledging each
+// delivery to its broker only after Submit returned without error.
+type Source interface {
+	// Name labels the source in metrics and in the ledger (e.g. "nats").
+	Name() string
+	Run(ctx context.Context, sink Sink) error
+}
+
+// ErrClosed: the pipeline is not running.
+var ErrClosed = errors.New("intake: pipeline closed")
+
+// workFromClaim builds the handler's view of a claim.
+func workFromClaim(c ledger.Claim) Work {
+	return Work{Event: c.Event(), Token: c.Token, Attempt: c.Attempts, Source: c.Source}
+}
+
+// panicError turns a handler panic into a retryable error.
+func panicError(v any) error { return fmt.Errorf("intake: handler panicked: %v", v) }
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,532 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/ledger"
+)
+
+// Options configure a Pipeline.
+type Options struct {
+	Ledger  ledger.Ledger // required
+	Handler Handler       // required
+	// Concurrency is how many handlers run at once. Default 16.
+	Concurrency int
+	// Lease is each claim's lease, renewed every third of it while the handler
+	// runs. Default 30s.
+	Lease time.Duration
+	// Timeout bounds one handler attempt (its context is cancelled and the
+	// attempt retried). Default 0: no timeout; the lease is renewed meanwhile.
+	Timeout time.Duration
+	// Grace is how long running handlers may finish at shutdown before their
+	// contexts are cancelled and their work released. Default 10s.
+	Grace time.Duration
+	// Poll is the longest a worker idles between claims when no new work is
+	// announced (retries and expired leases become due without an announcement).
+	// Default 1s.
+	Poll time.Duration
+	// MaxBatch caps the events one ledger transaction records. Default 4096.
+	MaxBatch int
+	// Registerer receives the pipeline's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// OnOutcome, if set, is called after each handler attempt's outcome is
+	// settled in the ledger (tests, benchmarks).
+	OnOutcome func(w Work, outcome string, err error)
+}
+
+// The outcomes of one handler attempt, as metrics label them.
+const (
+	OutcomeProcessed = "processed"
+	OutcomeRetry     = "retry"
+	OutcomeDead      = "dead"
+	OutcomeLeaseLost = "lease_lost"
+	OutcomeReleased  = "released"
+)
+
+// Pipeline runs the intake: Submit records, Run claims and handles.
+type Pipeline struct {
+	o   Options
+	log *slog.Logger
+	m   *metrics
+
+	subs      chan *submission
+	completes chan *completion
+	wake      chan struct{}
+	slotFreed chan struct{}
+	running   atomic.Int64
+
+	mu      sync.Mutex
+	started bool
+	closed  chan struct{} // closed when Run returns
+}
+
+// New checks o and returns a pipeline; Run starts it.
+func New(o Options) (*Pipeline, error) {
+	if o.Ledger == nil || o.Handler == nil {
+		return nil, errors.New("intake: Options.Ledger and Options.Handler are required")
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 16
+	}
+	if o.Lease <= 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.Grace <= 0 {
+		o.Grace = 10 * time.Second
+	}
+	if o.Poll <= 0 {
+		o.Poll = time.Second
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 4096
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(o.Registerer, o.Ledger)
+	if err != nil {
+		return nil, err
+	}
+	return &Pipeline{
+		o: o, log: log, m: m,
+		subs:      make(chan *submission, 1024),
+		completes: make(chan *completion, 1024),
+		wake:      make(chan struct{}, 1),
+		slotFreed: make(chan struct{}, 1),
+		closed:    make(chan struct{}),
+	}, nil
+}
+
+type submission struct {
+	source string
+	evs    []event.Event
+	done   chan struct{}
+	ds     []ledger.Decision
+	err    error
+}
+
+// Submit records evs from source and returns the ledger's decisions once they
+// are durable. It blocks until Run has started; after Run returned it fails
+// with ErrClosed.
+func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event) ([]ledger.Decision, error) {
+	for _, ev := range evs {
+		p.m.received.WithLabelValues(source, string(ev.Format)).Inc()
+	}
+	if len(evs) == 0 {
+		return nil, nil
+	}
+	s := &submission{source: source, evs: evs, done: make(chan struct{})}
+	select {
+	case p.subs <- s:
+	case <-p.closed:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case <-s.done:
+		return s.ds, s.err
+	case <-ctx.Done():
+		// The batch may still commit; the caller's retry is then a duplicate.
+		return nil, ctx.Err()
+	}
+}
+
+// Ready reports whether the ledger answers.
+func (p *Pipeline) Ready(ctx context.Context) error {
+	select {
+	case <-p.closed:
+		return ErrClosed
+	default:
+	}
+	return p.o.Ledger.Ping(ctx)
+}
+
+// Run records submissions and runs handlers until ctx is done, then drains:
+// pending submissions fail with ErrClosed, running handlers get Options.Grace,
+// and the rest are released. It returns nil after a clean shutdown.
+func (p *Pipeline) Run(ctx context.Context) error {
+	p.mu.Lock()
+	if p.started {
+		p.mu.Unlock()
+		return errors.New("intake: Run called twice")
+	}
+	p.started = true
+	p.mu.Unlock()
+	defer close(p.closed)
+
+	var wg sync.WaitGroup
+	recCtx, stopRec := context.WithCancel(context.WithoutCancel(ctx))
+	wg.Go(func() { p.recordLoop(recCtx) })
+	compCtx, stopComp := context.WithCancel(context.WithoutCancel(ctx))
+	compDone := make(chan struct{})
+	go func() { defer close(compDone); p.completeLoop(compCtx) }()
+
+	p.dispatch(ctx) // returns when ctx is done and every handler has settled
+	stopComp()
+	<-compDone
+	stopRec()
+	wg.Wait()
+	return nil
+}
+
+// recordLoop group-commits submissions: one ledger transaction for everything
+// that arrived while the previous one was committing.
+func (p *Pipeline) recordLoop(ctx context.Context) {
+	for {
+		var first *submission
+		select {
+		case first = <-p.subs:
+		case <-ctx.Done():
+			p.failPending()
+			return
+		}
+		batch := []*submission{first}
+		n := len(first.evs)
+	fill:
+		for n < p.o.MaxBatch {
+			select {
+			case s := <-p.subs:
+				batch = append(batch, s)
+				n += len(s.evs)
+			default:
+				break fill
+			}
+		}
+		p.record(ctx, batch)
+	}
+}
+
+func (p *Pipeline) failPending() {
+	for {
+		select {
+		case s := <-p.subs:
+			s.err = ErrClosed
+			close(s.done)
+		default:
+			return
+		}
+	}
+}
+
+// record commits one batch, grouped by source, and answers each submission.
+func (p *Pipeline) record(ctx context.Context, batch []*submission) {
+	bySource := map[string][]*submission{}
+	var order []string
+	for _, s := range batch {
+		if _, ok := bySource[s.source]; !ok {
+			order = append(order, s.source)
+		}
+		bySource[s.source] = append(bySource[s.source], s)
+	}
+	newWork := false
+	for _, src := range order {
+		subs := bySource[src]
+		var evs []event.Event
+		for _, s := range subs {
+			evs = append(evs, s.evs...)
+		}
+		start := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		ds, err := p.o.Ledger.Record(rctx, src, evs)
+		cancel()
+		p.m.recordSeconds.Observe(time.Since(start).Seconds())
+		if err == nil && len(ds) != len(evs) {
+			err = fmt.Errorf("intake: ledger returned %d decisions for %d events", len(ds), len(evs))
+		}
+		if err != nil {
+			p.log.Warn("recording events failed", "source", src, "events", len(evs), "err", err)
+		}
+		off := 0
+		for _, s := range subs {
+			if err != nil {
+				s.err = err
+			} else {
+				s.ds = ds[off : off+len(s.evs)]
+				for _, d := range s.ds {
+					p.m.decisions.WithLabelValues(string(d.Outcome)).Inc()
+					if d.Outcome == ledger.New || d.Outcome == ledger.Coalesced {
+						newWork = true
+					}
+				}
+			}
+			off += len(s.evs)
+			close(s.done)
+		}
+	}
+	if newWork {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// dispatch claims work while slots are free and runs handlers.
+func (p *Pipeline) dispatch(ctx context.Context) {
+	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+	var wg sync.WaitGroup
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		free := p.o.Concurrency - int(p.running.Load())
+		if free <= 0 {
+			select {
+			case <-p.slotFreed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cs, err := p.o.Ledger.Claim(cctx, free, p.o.Lease)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			p.log.Warn("claiming work failed", "err", err, "retry_in", backoff)
+			sleepCtx(ctx, backoff)
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		p.m.claims.Add(float64(len(cs)))
+		for _, c := range cs {
+			p.running.Add(1)
+			p.m.running.Inc()
+			wg.Go(func() { p.run(hctx, c) })
+		}
+		if len(cs) < free {
+			t := time.NewTimer(p.o.Poll)
+			select {
+			case <-p.wake:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+	}
+	// Shutdown: let running handlers finish within the grace period.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(p.o.Grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		p.log.Warn("shutdown grace period over; cancelling running handlers", "running", p.running.Load())
+		cancelHandlers()
+		<-done
+	}
+}
+
+// run runs one claim's handler, renewing its lease, and settles the outcome.
+func (p *Pipeline) run(hctx context.Context, c ledger.Claim) {
+	defer func() {
+		p.running.Add(-1)
+		p.m.running.Dec()
+		select {
+		case p.slotFreed <- struct{}{}:
+		default:
+		}
+	}()
+	w := workFromClaim(c)
+	ctx, cancel := context.WithCancelCause(hctx)
+	defer cancel(nil)
+	if p.o.Timeout > 0 {
+		var cancelT context.CancelFunc
+		ctx, cancelT = context.WithTimeoutCause(ctx, p.o.Timeout, errTimeout)
+		defer cancelT()
+	}
+	r := p.startRenewal(c, cancel)
+	start := time.Now()
+	result, err := p.call(ctx, w)
+	lost := r.stop()
+	elapsed := time.Since(start)
+
+	var outcome string
+	var serr error
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(hctx), 30*time.Second)
+	defer scancel()
+	switch {
+	case lost != nil:
+		outcome, serr = OutcomeLeaseLost, lost
+	case err == nil:
+		serr = p.complete(sctx, c, result)
+		outcome = OutcomeProcessed
+	case hctx.Err() != nil && !IsPermanent(err):
+		// Shutdown cut the handler short: give the work back uncounted.
+		serr = p.o.Ledger.Release(sctx, c)
+		outcome = OutcomeReleased
+	case IsPermanent(err):
+		serr = p.o.Ledger.Fail(sctx, c, err.Error(), false)
+		outcome = OutcomeDead
+	default:
+		serr = p.o.Ledger.Fail(sctx, c, err.Error(), true)
+		outcome = OutcomeRetry
+	}
+	if errors.Is(serr, ledger.ErrLeaseLost) || errors.Is(serr, ledger.ErrSuperseded) {
+		outcome = OutcomeLeaseLost
+	}
+	if outcome == OutcomeLeaseLost {
+		p.m.leaseLosses.Inc()
+	}
+	p.m.handlerSeconds.WithLabelValues(outcome).Observe(elapsed.Seconds())
+	p.m.outcomes.WithLabelValues(outcome).Inc()
+	lvl := slog.LevelDebug
+	if outcome != OutcomeProcessed || serr != nil {
+		lvl = slog.LevelWarn
+	}
+	p.log.Log(sctx, lvl, "handled", "bucket", c.Bucket, "key", c.Key, "sequencer", c.Seq, "token", c.Token,
+		"attempt", c.Attempts, "outcome", outcome, "seconds", elapsed.Seconds(), "err", errString(err), "settle_err", errString(serr))
+	if p.o.OnOutcome != nil {
+		p.o.OnOutcome(w, outcome, err)
+	}
+}
+
+var errTimeout = errors.New("intake: handler timed out")
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// call runs the handler, turning a panic into an error.
+func (p *Pipeline) call(ctx context.Context, w Work) (result string, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = panicError(v)
+		}
+	}()
+	result, err = p.o.Handler.Handle(ctx, w)
+	if err == nil && ctx.Err() != nil && context.Cause(ctx) != nil && !errors.Is(context.Cause(ctx), context.Canceled) {
+		// The lease was lost or the attempt timed out while the handler ignored
+		// its context: its result cannot be trusted to have been the only one.
+		err = context.Cause(ctx)
+	}
+	return result, err
+}
+
+// renewal keeps one claim's lease alive.
+type renewal struct {
+	mu      sync.Mutex
+	stopped bool
+	lost    error
+	timer   *time.Timer
+}
+
+func (p *Pipeline) startRenewal(c ledger.Claim, cancel context.CancelCauseFunc) *renewal {
+	r := &renewal{}
+	every := p.o.Lease / 3
+	var tick func()
+	tick = func() {
+		ctx, done := context.WithTimeout(context.Background(), every)
+		_, err := p.o.Ledger.Renew(ctx, c, p.o.Lease)
+		done()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.stopped {
+			return
+		}
+		switch {
+		case errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrSuperseded) || errors.Is(err, ledger.ErrNotFound):
+			r.lost = err
+			cancel(err)
+		case err != nil:
+			p.log.Warn("renewing a lease failed; retrying", "bucket", c.Bucket, "key", c.Key, "err", err)
+			r.timer.Reset(every / 2)
+		default:
+			r.timer.Reset(every)
+		}
+	}
+	r.mu.Lock()
+	r.timer = time.AfterFunc(every, tick)
+	r.mu.Unlock()
+	return r
+}
+
+// stop ends renewal and reports whether the lease was lost meanwhile.
+func (r *renewal) stop() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	r.timer.Stop()
+	return r.lost
+}
+
+type completion struct {
+	c      ledger.Claim
+	result string
+	done   chan error
+}
+
+// complete hands a completion to the group-commit loop.
+func (p *Pipeline) complete(ctx context.Context, c ledger.Claim, result string) error {
+	if len(result) > 4096 {
+		result = result[:4096]
+	}
+	cp := &completion{c: c, result: result, done: make(chan error, 1)}
+	select {
+	case p.completes <- cp:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-cp.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// completeLoop commits completions in batches: one transaction for every
+// completion that arrived while the previous batch was committing.
+func (p *Pipeline) completeLoop(ctx context.Context) {
+	for {
+		var first *completion
+		select {
+		case first = <-p.completes:
+		case <-ctx.Done():
+			return
+		}
+		batch := []*completion{first}
+	fill:
+		for len(batch) < 1024 {
+			select {
+			case c := <-p.completes:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		cs := make([]ledger.Claim, len(batch))
+		results := make([]string, len(batch))
+		for i, b := range batch {
+			cs[i], results[i] = b.c, b.result
+		}
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		errs, err := p.o.Ledger.CompleteBatch(bctx, cs, results)
+		cancel()
+		for i, b := range batch {
+			if err != nil {
+				b.done <- err
+			} else {
+				b.done <- errs[i]
+			}
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package intake
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/ledger"
+)
+
+// WebhookOptions configure the webhook source.
+type WebhookOptions struct {
+	// Token, if set, is required as "Authorization: Bearer TOKEN" (MinIO's
+	// webhook target sends its auth_token that way). Compared in constant time.
+	Token string
+	// MaxBody limits a request body. Default 4 MiB (SNS caps messages at 256
+	// KiB; MinIO's bodies are a few KiB).
+	MaxBody int64
+	// Source labels the events in the ledger and metrics. Default "webhook".
+	Source string
+	// Timeout bounds the wait for the ledger. Default 30s.
+	Timeout time.Duration
+}
+
+// WebhookResponse is the JSON body of a webhook reply.
+type WebhookResponse struct {
+	Decisions []ledger.Decision `json:"decisions,omitempty"`
+	Error     string            `json:"error,omitempty"`
+	// Field names the offending field of a malformed body.
+	Field string `json:"field,omitempty"`
+}
+
+// Webhook returns the handler for POST /v1/events: it accepts every body the
+// event package parses (MinIO's webhook target posts here as-is; S3 Records,
+// SNS, EventBridge) and answers 200 only after the events are durable in the
+// ledger. Errors: 400 malformed body, 401 missing or wrong token, 405 not a
+// POST, 413 body too large, 422 unknown format or event type, 503 ledger
+// unavailable (with Retry-After; the sender should retry). A rejected request
+// records nothing.
+func (p *Pipeline) Webhook(o WebhookOptions) http.Handler {
+	if o.MaxBody <= 0 {
+		o.MaxBody = 4 << 20
+	}
+	if o.Source == "" {
+		o.Source = "webhook"
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 30 * time.Second
+	}
+	var want [32]byte
+	if o.Token != "" {
+		want = sha256.Sum256([]byte(o.Token))
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			reply(w, http.StatusMethodNotAllowed, WebhookResponse{Error: "use POST"})
+			return
+		}
+		if o.Token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			sum := sha256.Sum256([]byte(got))
+			if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="cairn"`)
+				reply(w, http.StatusUnauthorized, WebhookResponse{Error: "missing or wrong bearer token"})
+				return
+			}
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, o.MaxBody))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				reply(w, http.StatusRequestEntityTooLarge, WebhookResponse{Error: "body larger than the limit"})
+				return
+			}
+			reply(w, http.StatusBadRequest, WebhookResponse{Error: "reading the body: " + err.Error()})
+			return
+		}
+		evs, err := event.Parse(body)
+		if err != nil {
+			status := http.StatusBadRequest
+			if errors.Is(err, event.ErrUnknownFormat) || errors.Is(err, event.ErrUnknownEventType) {
+				status = http.StatusUnprocessableEntity
+			}
+			resp := WebhookResponse{Error: err.Error()}
+			var pe *event.ParseError
+			if errors.As(err, &pe) {
+				resp.Field = pe.Field
+			}
+			p.m.rejected.WithLabelValues(o.Source, reason(status)).Inc()
+			reply(w, status, resp)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), o.Timeout)
+		defer cancel()
+		ds, err := p.Submit(ctx, o.Source, evs)
+		if err != nil {
+			p.m.rejected.WithLabelValues(o.Source, "unavailable").Inc()
+			w.Header().Set("Retry-After", "1")
+			reply(w, http.StatusServiceUnavailable, WebhookResponse{Error: "the ledger did not record the events: " + err.Error()})
+			return
+		}
+		reply(w, http.StatusOK, WebhookResponse{Decisions: ds})
+	})
+}
+
+func reason(status int) string {
+	switch status {
+	case http.StatusUnprocessableEntity:
+		return "unknown"
+	default:
+		return "malformed"
+	}
+}
+
+func reply(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Mux returns the daemon's HTTP routes: POST /v1/events (the webhook), GET
+// /healthz (the process is up), GET /readyz (the ledger answers), and, if
+// metrics is not nil, GET /metrics.
+func (p *Pipeline) Mux(o WebhookOptions, metrics http.Handler) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/events", p.Webhook(o))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := p.Ready(ctx); err != nil {
+			reply(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
+			return
+		}
+		reply(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
+	return mux
+}
