@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cairn-s3/cairn/event"
 )
@@ -214,4 +216,22 @@ func FuzzCompareSequencer(f *testing.F) {
 			t.Fatalf("not transitive: %q %q %q", a, b, c)
 		}
 	})
+}
+
+func TestS3BodyRoundTrip(t *testing.T) {
+	in := []event.Event{
+		{Bucket: "b", Key: "dir/ünï cødé +&=?%.txt", ETag: "abc", Size: 12, Sequencer: "0A1B", Kind: event.Created, Name: "ObjectCreated:Put",
+			Time: time.Date(2026, 11, 22, 1, 2, 3, 0, time.UTC), RequestID: "r1", HostID: "h1", Region: "eu-west-1", VersionID: "v1"},
+		{Bucket: "b", Key: "gone", Sequencer: "0A1C", Kind: event.Removed, Name: "ObjectRemoved:Delete"},
+	}
+	out, err := event.Parse(event.S3Body(in...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range in {
+		in[i].Format = event.FormatS3
+		if !reflect.DeepEqual(in[i], out[i]) {
+			t.Errorf("round trip %d:\n got %+v\nwant %+v", i, out[i], in[i])
+		}
+	}
 }

@@ -127,6 +127,11 @@ func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event)
 	if len(evs) == 0 {
 		return nil, nil
 	}
+	select {
+	case <-p.closed:
+		return nil, ErrClosed
+	default:
+	}
 	s := &submission{source: source, evs: evs, done: make(chan struct{})}
 	select {
 	case p.subs <- s:
@@ -138,6 +143,14 @@ func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event)
 	select {
 	case <-s.done:
 		return s.ds, s.err
+	case <-p.closed:
+		// Run has returned: the recorder is gone, so s was never recorded.
+		select {
+		case <-s.done:
+			return s.ds, s.err
+		default:
+			return nil, ErrClosed
+		}
 	case <-ctx.Done():
 		// The batch may still commit; the caller's retry is then a duplicate.
 		return nil, ctx.Err()

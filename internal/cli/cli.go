@@ -59,6 +59,15 @@ type env struct {
 	logLevel       string
 }
 
+// logger logs at lvl to stderr: text on a terminal, JSON otherwise.
+func (e *env) logger(lvl slog.Level) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: lvl}
+	if isTerminal(e.stderr) {
+		return slog.New(slog.NewTextHandler(e.stderr, opts))
+	}
+	return slog.New(slog.NewJSONHandler(e.stderr, opts))
+}
+
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
@@ -79,12 +88,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 			if err := lvl.UnmarshalText([]byte(e.logLevel)); err != nil {
 				return usagef("--log-level %q: use debug, info, warn or error", e.logLevel)
 			}
-			opts := &slog.HandlerOptions{Level: lvl}
-			if isTerminal(stderr) {
-				e.log = slog.New(slog.NewTextHandler(stderr, opts))
-			} else {
-				e.log = slog.New(slog.NewJSONHandler(stderr, opts))
-			}
+			e.log = e.logger(lvl)
 			return nil
 		},
 	}
@@ -113,7 +117,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return pprof.StartCPUProfile(f)
 	})
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(probeCmd(e), docCmd(e), putCmd(e), policyCmd(e), lockCmd(e), ledgerCmd(e), benchCmd(e), versionCmd(e))
+	root.AddCommand(probeCmd(e), docCmd(e), putCmd(e), policyCmd(e), lockCmd(e), ledgerCmd(e), serveCmd(e), demoCmd(e), benchCmd(e), versionCmd(e))
 
 	err := root.ExecuteContext(ctx)
 	if err == nil {

@@ -70,6 +70,11 @@ func Open(ctx context.Context, path string, opts *ledger.Options) (*sqlledger.Le
 	if err != nil {
 		return nil, err
 	}
+	// One connection: SQLite has one writer at a time anyway, and writers of
+	// one process queueing on a Go mutex beat SQLite's busy handler, which
+	// sleeps 1, 2, 5, 10… ms between tries. Other processes still wait on
+	// busy_timeout.
+	db.SetMaxOpenConns(1)
 	l, err := sqlledger.New(ctx, db, sqlledger.Dialect{Name: "sqlite", Rebind: func(s string) string { return s },
 		KeyIndexHint: "INDEXED BY cairn_ledger_key", Rows: jsonRows, Migrations: migrations}, opts)
 	if err != nil {

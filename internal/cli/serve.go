@@ -1,0 +1,200 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/ledger"
+)
+
+// serveFlags are cairn serve's settings (also from CAIRN_* and --config).
+type serveFlags struct {
+	ledgerURL    string
+	listen       string
+	token        string
+	sources      []string
+	sqsQueueURL  string
+	handlerExec  string
+	handlerHTTP  string
+	concurrency  int
+	lease        time.Duration
+	timeout      time.Duration
+	grace        time.Duration
+	maxAttempts  int
+	everyVersion bool
+	maxBody      int64
+	config       string
+}
+
+func (f *serveFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.ledgerURL, "ledger", ledger.DefaultURL, "ledger URL: a path or sqlite:///path.db (embedded), or postgres://…")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8470", "address for the webhook, /healthz, /readyz and /metrics")
+	fs.StringVar(&f.token, "webhook-token", "", "bearer token the webhook requires (required when --listen is not loopback)")
+	fs.StringArrayVar(&f.sources, "source", nil, "pull source URL, repeatable: nats://HOST:PORT?stream=S&subject=X&durable=D, kafka://HOST:PORT?topic=T&group=G, sqs://QUEUE-URL-WITHOUT-SCHEME")
+	fs.StringVar(&f.sqsQueueURL, "sqs-queue-url", "", "SQS queue URL to receive from (same as --source sqs://…)")
+	fs.StringVar(&f.handlerExec, "handler-exec", "", "command run per claim by /bin/sh -c (exit 0 processed, 75 retry, other failure)")
+	fs.StringVar(&f.handlerHTTP, "handler-http", "", "URL each claim is POSTed to (2xx processed, 429/5xx retry, other failure)")
+	fs.IntVar(&f.concurrency, "concurrency", 16, "handlers running at once")
+	fs.DurationVar(&f.lease, "lease", 30*time.Second, "claim lease, renewed every third of it while a handler runs")
+	fs.DurationVar(&f.timeout, "handler-timeout", 0, "kill a handler attempt after this long and retry it (0: no limit)")
+	fs.DurationVar(&f.grace, "grace", 10*time.Second, "at shutdown, how long running handlers may finish before their work is released")
+	fs.IntVar(&f.maxAttempts, "max-attempts", 5, "attempts before a record is dead (a dead letter)")
+	fs.BoolVar(&f.everyVersion, "every-version", false, "process every version of a key (versioned buckets) instead of the latest state")
+	fs.Int64Var(&f.maxBody, "max-body", 4<<20, "largest webhook body accepted, bytes")
+	fs.StringVar(&f.config, "config", "", "YAML file of settings (keys are these flags' names)")
+}
+
+func serveCmd(e *env) *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve (--handler-exec CMD | --handler-http URL) [flags]",
+		Short: "Run the intake daemon: receive object-change events, decide through the ledger, run your handler",
+		Long: `cairn serve sits between a bucket's event notifications and your processing
+code, so that every object change is processed once, in order per key, by one
+worker at a time, with nothing lost when anything crashes.
+
+Events arrive by webhook (POST /v1/events: MinIO's webhook target as-is, S3
+Records, SNS, EventBridge) and from pull sources (--source nats://…, kafka://…,
+sqs://…). Deliveries are acknowledged only once recorded in the ledger. Workers
+claim work from the ledger with a lease and a fencing token and run the handler:
+
+  --handler-exec 'CMD ARGS'  run by /bin/sh -c with CAIRN_BUCKET, CAIRN_KEY,
+      CAIRN_VERSION_ID, CAIRN_ETAG, CAIRN_SIZE, CAIRN_SEQUENCER, CAIRN_EVENT
+      (created/removed), CAIRN_FENCING_TOKEN, CAIRN_ATTEMPT, and the event as
+      JSON on stdin. Exit 0 processed, 75 retry later, other: failure (dead letter).
+  --handler-http URL  POST of the event JSON, token in Cairn-Fencing-Token.
+      2xx processed, 429/5xx retry later, other: failure.
+
+Every flag can also be set by environment (CAIRN_ and the flag name in upper
+case, dashes as underscores: CAIRN_WEBHOOK_TOKEN) or in a YAML --config file.
+Also served: GET /healthz, GET /readyz (ledger reachable), GET /metrics.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnvAndConfig(cmd, f.config); err != nil {
+				return err
+			}
+			var h intake.Handler
+			switch {
+			case f.handlerExec != "" && f.handlerHTTP != "":
+				return usagef("give one of --handler-exec and --handler-http")
+			case f.handlerExec != "":
+				h = intake.Shell(f.handlerExec)
+			case f.handlerHTTP != "":
+				u, err := url.Parse(f.handlerHTTP)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return usagef("--handler-http %q: want an http:// or https:// URL", f.handlerHTTP)
+				}
+				h = &intake.HTTPHandler{URL: f.handlerHTTP}
+			default:
+				return usagef("a handler is required: --handler-exec 'CMD ARGS' or --handler-http URL")
+			}
+			log := e.log
+			if !cmd.Flags().Changed("log-level") {
+				log = e.logger(slog.LevelInfo)
+			}
+			return runServe(cmd.Context(), log, f, h, nil)
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// runServe runs the daemon with handler h; onListen, if set, is told the
+// address once the webhook listens.
+func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Handler, onListen func(addr string)) error {
+	if f.concurrency <= 0 || f.maxAttempts <= 0 || f.lease < 3*time.Millisecond {
+		return usagef("--concurrency and --max-attempts must be positive and --lease at least a few milliseconds")
+	}
+	if f.listen != "" && f.token == "" && !loopback(f.listen) {
+		return usagef("--listen %s is not a loopback address: set --webhook-token (or CAIRN_WEBHOOK_TOKEN) so strangers cannot inject events", f.listen)
+	}
+	var sources []intake.Source
+	all := f.sources
+	if f.sqsQueueURL != "" {
+		all = append(all, "sqs://"+strings.TrimPrefix(strings.TrimPrefix(f.sqsQueueURL, "https://"), "http://"))
+	}
+	for _, raw := range all {
+		s, err := openSource(ctx, raw, log)
+		if err != nil {
+			return err
+		}
+		sources = append(sources, s)
+	}
+	led, err := ledger.Open(ctx, f.ledgerURL, &ledger.Options{MaxAttempts: f.maxAttempts, EveryVersion: f.everyVersion})
+	if err != nil {
+		return err
+	}
+	defer led.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p, err := intake.New(intake.Options{Ledger: led, Handler: h, Concurrency: f.concurrency, Lease: f.lease, Timeout: f.timeout,
+		Grace: f.grace, Registerer: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	d := &intake.Daemon{Pipeline: p, Sources: sources, Logger: log,
+		Webhook: intake.WebhookOptions{Token: f.token, MaxBody: f.maxBody},
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})}
+	if f.listen != "" {
+		ln, err := net.Listen("tcp", f.listen)
+		if err != nil {
+			return fmt.Errorf("--listen %s: %w", f.listen, err)
+		}
+		d.Listener = ln
+		if onListen != nil {
+			onListen(ln.Addr().String())
+		}
+	}
+	log.Info("cairn serve started", "ledger", redact(f.ledgerURL), "sources", len(sources), "concurrency", f.concurrency, "lease", f.lease)
+	err = d.Run(ctx)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	log.Info("cairn serve stopped")
+	return err
+}
+
+// loopback reports whether a listen address only accepts local connections.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// redact hides a URL's password for logs.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	return u.Redacted()
+}
+
+// openSource opens a pull source by URL scheme.
+func openSource(ctx context.Context, raw string, log *slog.Logger) (intake.Source, error) {
+	scheme, _, _ := strings.Cut(raw, "://")
+	switch scheme {
+	default:
+		return nil, usagef("--source %q: want nats://, kafka:// or sqs://", raw)
+	}
+}

@@ -1,0 +1,557 @@
+// Package demo is `cairn demo`: the whole intake pipeline on one machine, fed
+// with the delivery faults real S3 notifications have, next to a naive
+// consumer fed the same deliveries.
+//
+// Writes go to a real store (a local directory by default). Each write's
+// S3-format notification is delivered with seed 001's faults, scaled up to be
+// visible: duplicates (up to 3 copies; some concurrent, some late), overwrites
+// of a key delivered out of order, and lost events. The naive consumer runs its
+// handler once per delivery; cairn receives the same deliveries over real HTTP
+// at its webhook, decides through the ledger and runs the same handler per
+// claim. Both handlers materialise objects into a serving table in SQLite; the
+// cairn one commits conditionally on the fencing token, as every handler should.
+//
+// The report counts, for each: objects processed twice for the same change,
+// stale overwrites (an older version applied after a newer one) and objects
+// whose serving row differs from the bucket at the end. An object whose newest
+// event was lost is "awaiting audit" (the audit LISTs the bucket to find it);
+// any other difference in cairn's table breaks an invariant.
+package demo
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+// Options configure a run.
+type Options struct {
+	Store  *objstore.Store // required: where objects are written
+	Bucket string          // the bucket name events carry
+	Ledger ledger.Ledger   // required
+	Dir    string          // required: where the serving tables live
+	// Writes, Keys: how many writes over how many keys. Defaults 2000, 400.
+	Writes, Keys int
+	// Senders deliver concurrently (naive handlers run as concurrently).
+	// Default 16.
+	Senders int
+	// Concurrency of cairn's handlers. Default 16.
+	Concurrency int
+	// Fault rates. Defaults: Dup 0.06 (a sixth of them with 3 copies), Reorder
+	// 0.2 of a key's consecutive overwrites, Lost 0.01.
+	Dup, Reorder, Lost float64
+	Seed               uint64
+	Logger             *slog.Logger
+	// Progress, if set, is told each phase and its progress.
+	Progress func(phase string, done, total int)
+}
+
+// Side is one consumer's results.
+type Side struct {
+	HandlerRuns     int `json:"handler_runs"`
+	DoubleProcessed int `json:"double_processed"`
+	StaleOverwrites int `json:"stale_overwrites"`
+	// Wrong: objects whose serving row differs from the bucket at the end,
+	// excluding AwaitingAudit.
+	Wrong int `json:"wrong_at_end"`
+	// AwaitingAudit: objects whose newest event was lost (only a LIST finds them).
+	AwaitingAudit int      `json:"awaiting_audit"`
+	WrongKeys     []string `json:"wrong_keys,omitempty"`
+	Seconds       float64  `json:"seconds"`
+}
+
+// Report is a run's outcome.
+type Report struct {
+	Writes      int  `json:"writes"`
+	Keys        int  `json:"keys"`
+	Deletes     int  `json:"deletes"`
+	Deliveries  int  `json:"deliveries"`
+	Duplicates  int  `json:"duplicates"`
+	Concurrent  int  `json:"duplicates_concurrent"`
+	Late        int  `json:"duplicates_late"`
+	Reordered   int  `json:"overwrites_reordered"`
+	Lost        int  `json:"events_lost"`
+	Naive       Side `json:"naive"`
+	Cairn       Side `json:"cairn"`
+	InvariantOK bool `json:"invariants_hold"`
+}
+
+func (o *Options) defaults() {
+	if o.Writes <= 0 {
+		o.Writes = 2000
+	}
+	if o.Keys <= 0 {
+		o.Keys = 400
+	}
+	if o.Senders <= 0 {
+		o.Senders = 16
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 16
+	}
+	if o.Dup == 0 {
+		o.Dup = 0.06
+	}
+	if o.Reorder == 0 {
+		o.Reorder = 0.2
+	}
+	if o.Lost == 0 {
+		o.Lost = 0.01
+	}
+	if o.Bucket == "" {
+		o.Bucket = "demo"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Progress == nil {
+		o.Progress = func(string, int, int) {}
+	}
+}
+
+// keyNames are the demo's keys: the awkward kinds real buckets have.
+func keyName(i int) string {
+	shapes := []string{"data/obj-%04d.json", "reports/2026/q%d summary.csv", "images/ünï cødé 日本 %d.png", "a+b=c/%d+1.txt",
+		"100%%/%d%%20literal.bin", "deep/a/b/c/d/e/f/%d", "two  spaces %d .txt"}
+	return fmt.Sprintf(shapes[i%len(shapes)], i)
+}
+
+// Run runs the demo.
+func Run(ctx context.Context, o Options) (Report, error) {
+	o.defaults()
+	if o.Store == nil || o.Ledger == nil || o.Dir == "" {
+		return Report{}, errors.New("demo: Store, Ledger and Dir are required")
+	}
+	rng := rand.New(rand.NewPCG(o.Seed, 0xca1e))
+	rep := Report{Writes: o.Writes, Keys: o.Keys}
+
+	// 1. Writes: per key in order (sequencers grow per key), keys in parallel.
+	evs, deletes, err := write(ctx, o, rng)
+	if err != nil {
+		return rep, err
+	}
+	rep.Deletes = deletes
+
+	// 2. The delivery plan, with faults.
+	plan := planDeliveries(evs, o, rng, &rep)
+	rep.Deliveries = len(plan.order)
+
+	tables, err := openTables(filepath.Join(o.Dir, "serving.db"))
+	if err != nil {
+		return rep, err
+	}
+	defer tables.db.Close()
+
+	// 3. The naive consumer: the handler once per delivery.
+	naive := newTracker()
+	start := time.Now()
+	err = deliver(ctx, plan.order, o.Senders, func(i int, ev event.Event) error {
+		naive.enter(ev)
+		return tables.apply(ctx, "serving_naive", ev, 0)
+	}, func(n int) { o.Progress("naive consumer", n, len(plan.order)) })
+	if err != nil {
+		return rep, err
+	}
+	rep.Naive.Seconds = time.Since(start).Seconds()
+
+	// 4. cairn: the same deliveries over HTTP to the webhook.
+	cairn := newTracker()
+	start = time.Now()
+	if err := runCairn(ctx, o, plan.order, tables, cairn); err != nil {
+		return rep, err
+	}
+	rep.Cairn.Seconds = time.Since(start).Seconds()
+
+	// 5. Judge both tables against the bucket.
+	final, err := bucketState(ctx, o)
+	if err != nil {
+		return rep, err
+	}
+	for _, s := range []struct {
+		table string
+		t     *tracker
+		side  *Side
+	}{{"serving_naive", naive, &rep.Naive}, {"serving_cairn", cairn, &rep.Cairn}} {
+		rows, err := tables.rows(ctx, s.table)
+		if err != nil {
+			return rep, err
+		}
+		s.side.HandlerRuns, s.side.DoubleProcessed, s.side.StaleOverwrites = s.t.counts()
+		for i := range o.Keys {
+			k := keyName(i)
+			if rows[k] == final[k] {
+				continue
+			}
+			if plan.newestLost[k] {
+				s.side.AwaitingAudit++
+				continue
+			}
+			s.side.Wrong++
+			if len(s.side.WrongKeys) < 10 {
+				s.side.WrongKeys = append(s.side.WrongKeys, k)
+			}
+		}
+	}
+	rep.InvariantOK = rep.Cairn.DoubleProcessed == 0 && rep.Cairn.StaleOverwrites == 0 && rep.Cairn.Wrong == 0
+	return rep, nil
+}
+
+// write performs the writes and returns their events in sequencer order.
+func write(ctx context.Context, o Options, rng *rand.Rand) ([]event.Event, int, error) {
+	// Which key each write goes to: skewed, so overwrites are common.
+	perKey := make([][]int, o.Keys)
+	for w := range o.Writes {
+		k := w % o.Keys
+		if w >= o.Keys {
+			k = int(float64(o.Keys) * rng.Float64() * rng.Float64())
+		}
+		perKey[k] = append(perKey[k], w)
+	}
+	deleteAt := map[int]bool{}
+	for _, ws := range perKey {
+		for j, w := range ws {
+			if j > 0 && rng.Float64() < 0.08 {
+				deleteAt[w] = true
+			}
+		}
+	}
+	var seq atomic.Uint64
+	base := uint64(time.Now().UnixNano())
+	evs := make([]event.Event, 0, o.Writes)
+	var mu sync.Mutex
+	var done atomic.Int64
+	keys := make(chan int)
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for k := range keys {
+				key := keyName(k)
+				for _, w := range perKey[k] {
+					ev := event.Event{Bucket: o.Bucket, Key: key, Time: time.Now().UTC()}
+					if deleteAt[w] {
+						err := o.Store.Delete(ctx, key, objstore.Condition{})
+						if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+							once.Do(func() { firstErr = err })
+							return
+						}
+						ev.Kind, ev.Name = event.Removed, "ObjectRemoved:Delete"
+					} else {
+						body := fmt.Appendf(nil, "%s written by write #%d\n", key, w)
+						info, err := o.Store.PutBytes(ctx, key, body, nil)
+						if err != nil {
+							once.Do(func() { firstErr = err })
+							return
+						}
+						ev.Kind, ev.Name, ev.ETag, ev.Size = event.Created, "ObjectCreated:Put", info.ETag, info.Size
+					}
+					ev.Sequencer = fmt.Sprintf("%016X", base+seq.Add(1))
+					mu.Lock()
+					evs = append(evs, ev)
+					mu.Unlock()
+					o.Progress("writing objects", int(done.Add(1)), o.Writes)
+				}
+			}
+		})
+	}
+	for k := range o.Keys {
+		keys <- k
+	}
+	close(keys)
+	wg.Wait()
+	if firstErr != nil {
+		return nil, 0, fmt.Errorf("demo: writing objects: %w", firstErr)
+	}
+	slices.SortFunc(evs, func(a, b event.Event) int { return event.CompareSequencer(a.Sequencer, b.Sequencer) })
+	return evs, len(deleteAt), nil
+}
+
+type plan struct {
+	order      []event.Event
+	newestLost map[string]bool
+}
+
+// planDeliveries applies the faults: lost events, reordered overwrites,
+// duplicates delivered concurrently or late.
+func planDeliveries(evs []event.Event, o Options, rng *rand.Rand, rep *Report) plan {
+	p := plan{newestLost: map[string]bool{}}
+	// Reorder: swap some consecutive overwrites of a key.
+	pos := map[string]int{} // key → index of its previous event
+	order := slices.Clone(evs)
+	for i := range order {
+		k := order[i].Key
+		if j, ok := pos[k]; ok && rng.Float64() < o.Reorder {
+			order[i], order[j] = order[j], order[i]
+			rep.Reordered++
+		}
+		pos[k] = i
+	}
+	// Which event is each key's newest (by sequencer)?
+	newest := map[string]string{}
+	for _, ev := range evs {
+		newest[ev.Key] = ev.Sequencer
+	}
+	var late []event.Event
+	for _, ev := range order {
+		if rng.Float64() < o.Lost {
+			rep.Lost++
+			if newest[ev.Key] == ev.Sequencer {
+				p.newestLost[ev.Key] = true
+			}
+			continue
+		}
+		p.order = append(p.order, ev)
+		if rng.Float64() < o.Dup {
+			copies := 1
+			if rng.Float64() < 1.0/6 {
+				copies = 2
+			}
+			for range copies {
+				rep.Duplicates++
+				if rng.Float64() < 0.5 {
+					rep.Concurrent++
+					p.order = append(p.order, ev) // next to the first: sent at the same time
+				} else {
+					rep.Late++
+					late = append(late, ev)
+				}
+			}
+		}
+	}
+	p.order = append(p.order, late...)
+	return p
+}
+
+// deliver sends each delivery once, from senders goroutines, in plan order.
+func deliver(ctx context.Context, order []event.Event, senders int, send func(i int, ev event.Event) error, progress func(int)) error {
+	var next, done atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(order) || ctx.Err() != nil {
+					return
+				}
+				if err := send(i, order[i]); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				progress(int(done.Add(1)))
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return firstErr
+}
+
+// runCairn starts the daemon on a loopback port, posts the deliveries to its
+// webhook and waits until the ledger has no work left.
+func runCairn(ctx context.Context, o Options, order []event.Event, tables *tables, t *tracker) error {
+	h := intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+		t.enter(w.Event)
+		return "", tables.apply(ctx, "serving_cairn", w.Event, w.Token)
+	})
+	p, err := intake.New(intake.Options{Ledger: o.Ledger, Handler: h, Concurrency: o.Concurrency, Poll: 50 * time.Millisecond, Logger: o.Logger})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	dctx, stop := context.WithCancel(ctx)
+	defer stop()
+	d := &intake.Daemon{Pipeline: p, Listener: ln, Logger: o.Logger}
+	ddone := make(chan error, 1)
+	go func() { ddone <- d.Run(dctx) }()
+	url := "http://" + ln.Addr().String() + "/v1/events"
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: o.Senders}}
+	err = deliver(ctx, order, o.Senders, func(i int, ev event.Event) error {
+		return post(ctx, client, url, event.S3Body(ev))
+	}, func(n int) { o.Progress("cairn (webhook)", n, len(order)) })
+	if err == nil {
+		err = drain(ctx, o, len(order))
+	}
+	stop()
+	if derr := <-ddone; err == nil {
+		err = derr
+	}
+	return err
+}
+
+// post delivers one body, retrying while the server says 503 (as MinIO's
+// webhook target does).
+func post(ctx context.Context, c *http.Client, url string, body []byte) error {
+	for attempt := 0; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return fmt.Errorf("demo: posting to the webhook: %w", err)
+		}
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusOK:
+			return nil
+		case resp.StatusCode == http.StatusServiceUnavailable && attempt < 20:
+			time.Sleep(50 * time.Millisecond << min(attempt, 5))
+		default:
+			return fmt.Errorf("demo: webhook answered %s: %s", resp.Status, msg)
+		}
+	}
+}
+
+// drain waits until the ledger holds no pending, claimed or failed work.
+func drain(ctx context.Context, o Options, total int) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		c, err := o.Ledger.Counts(ctx)
+		if err != nil {
+			return err
+		}
+		left := c[ledger.Pending] + c[ledger.Claimed] + c[ledger.Failed]
+		o.Progress("cairn (handlers)", total-left, total)
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("demo: %d records still not processed after 5 minutes", left)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// bucketState is each demo key's ETag in the bucket ("" if absent).
+func bucketState(ctx context.Context, o Options) (map[string]string, error) {
+	out := map[string]string{}
+	for i := range o.Keys {
+		k := keyName(i)
+		info, err := o.Store.Head(ctx, k)
+		switch {
+		case errors.Is(err, objstore.ErrNotFound):
+			out[k] = ""
+		case err != nil:
+			return nil, err
+		default:
+			out[k] = info.ETag
+		}
+	}
+	return out, nil
+}
+
+// tracker counts handler runs per change and stale applications.
+type tracker struct {
+	mu     sync.Mutex
+	runs   map[string]int    // key + sequencer → runs
+	newest map[string]string // key → newest sequencer applied
+	stale  int
+}
+
+func newTracker() *tracker { return &tracker{runs: map[string]int{}, newest: map[string]string{}} }
+
+func (t *tracker) enter(ev event.Event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.runs[ev.Key+"\x00"+ev.Sequencer]++
+	if n, ok := t.newest[ev.Key]; ok && event.CompareSequencer(ev.Sequencer, n) < 0 {
+		t.stale++
+		return
+	}
+	t.newest[ev.Key] = ev.Sequencer
+}
+
+func (t *tracker) counts() (runs, double, stale int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, n := range t.runs {
+		runs += n
+		double += n - 1
+	}
+	return runs, double, t.stale
+}
+
+// tables are the serving tables in SQLite.
+type tables struct{ db *sql.DB }
+
+func openTables(path string) (*tables, error) {
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=synchronous(OFF)&_pragma=busy_timeout(10000)")
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range []string{"serving_naive", "serving_cairn"} {
+		if _, err := db.Exec(`DROP TABLE IF EXISTS ` + t + `; CREATE TABLE ` + t + ` (key TEXT PRIMARY KEY, etag TEXT NOT NULL,
+size INTEGER NOT NULL, sequencer TEXT NOT NULL, deleted INTEGER NOT NULL, token INTEGER NOT NULL)`); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("demo: serving table: %w", err)
+		}
+	}
+	return &tables{db: db}, nil
+}
+
+// apply materialises one event into table. With a fencing token (cairn) the
+// write is conditional: it never replaces a row written under a higher token,
+// so a stalled holder whose lease was taken over cannot undo its successor.
+// Removals keep a tombstone row, so the token survives them.
+func (t *tables) apply(ctx context.Context, table string, ev event.Event, token int64) error {
+	deleted := 0
+	if ev.Kind == event.Removed {
+		deleted = 1
+	}
+	_, err := t.db.ExecContext(ctx, `INSERT INTO `+table+` (key, etag, size, sequencer, deleted, token) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (key) DO UPDATE SET etag = excluded.etag, size = excluded.size, sequencer = excluded.sequencer,
+  deleted = excluded.deleted, token = excluded.token WHERE excluded.token >= `+table+`.token`,
+		ev.Key, ev.ETag, ev.Size, ev.Sequencer, deleted, token)
+	return err
+}
+
+// rows is each key's served ETag ("" if absent or deleted).
+func (t *tables) rows(ctx context.Context, table string) (map[string]string, error) {
+	rs, err := t.db.QueryContext(ctx, `SELECT key, etag, deleted FROM `+table)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	out := map[string]string{}
+	for rs.Next() {
+		var k, etag string
+		var deleted bool
+		if err := rs.Scan(&k, &etag, &deleted); err != nil {
+			return nil, err
+		}
+		if !deleted {
+			out[k] = etag
+		}
+	}
+	return out, rs.Err()
+}
