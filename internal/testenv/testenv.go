@@ -190,3 +190,23 @@ func PostgresSchema(t testing.TB, exec func(ctx context.Context, url, sql string
 	}
 	return base + sep + "search_path=" + schema
 }
+
+// OwnMinIO starts a MinIO server for this test alone, with env added (e.g.
+// MINIO_NOTIFY_WEBHOOK_* notification targets, which MinIO reads only at
+// start-up), and stops it when the test ends.
+func OwnMinIO(t testing.TB, env ...string) S3Endpoint {
+	t.Helper()
+	bin, ok := services.MinIOBinary()
+	if !ok {
+		unavailable(t, "MinIO", fmt.Errorf("no MinIO binary at %s (build it: GOBIN=%s/bin go install %s)", bin, services.CacheDir(), services.MinIOModule))
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	s, err := services.StartMinIO(ctx, bin, services.Options{DataDir: dir, DieWithParent: true, Env: env})
+	if err != nil {
+		unavailable(t, "MinIO", err)
+	}
+	t.Cleanup(s.Stop)
+	return S3Endpoint{URL: s.URL, AccessKey: s.AccessKey, SecretKey: s.SecretKey}
+}

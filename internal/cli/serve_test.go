@@ -1,0 +1,307 @@
+package cli_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/cairn-s3/cairn/internal/services"
+	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+// effectScript is an exec handler that materialises each object change into
+// one file per key, committing conditionally on the fencing token (under
+// flock, it never replaces an effect written with a higher token), so effects
+// are exactly-once even when a killed daemon's orphaned handler finishes late.
+// Every run is logged to runs.log. $SLOW seconds of sleep make runs overlap a
+// kill.
+const effectScript = `#!/bin/sh
+set -eu
+f="$EFFECTS/$(printf %s "$CAIRN_KEY" | sha256sum | cut -c1-32)"
+payload=$(cat)
+case "$payload" in *'"fencing_token":'"$CAIRN_FENCING_TOKEN"*) ;; *) echo "stdin lacks the token" >&2; exit 1 ;; esac
+sleep "${SLOW:-0}"
+flock "$f.lock" sh -c '
+  f="$1"
+  if [ -f "$f" ] && [ "$(head -n1 "$f")" -gt "$CAIRN_FENCING_TOKEN" ]; then exit 0; fi
+  printf "%s\n%s\n%s\n%s\n" "$CAIRN_FENCING_TOKEN" "$CAIRN_EVENT" "$CAIRN_ETAG" "$CAIRN_KEY" > "$f.tmp"
+  mv "$f.tmp" "$f"
+' sh "$f"
+printf '%s|%s|%s\n' "$CAIRN_KEY" "$CAIRN_SEQUENCER" "$CAIRN_FENCING_TOKEN" >> "$EFFECTS/runs.log"
+`
+
+// e2eKeys are the awkward keys real buckets have.
+var e2eKeys = []string{"plain.txt", "dir/with space/ünï cødé 日本 ✓.txt", "a+b=c&d?.csv", "100%/x%2Fy.bin", "deep/a/b/c/d/e.json",
+	"trailing space .txt", "émoji 🎉/file", "plus+plus+.dat"}
+
+type serveProc struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited
+}
+
+// kill kills the daemon outright (SIGKILL) and waits for it to exit.
+func (p *serveProc) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// startServe runs the real cairn binary's serve and waits until it is ready.
+func startServe(t *testing.T, port int, env []string, args ...string) *serveProc {
+	t.Helper()
+	bin := buildCairn(t)
+	args = append([]string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--log-level", "info"}, args...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	logf, err := os.OpenFile(filepath.Join(t.TempDir(), "serve.log"), os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &serveProc{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			out, _ := os.ReadFile(logf.Name())
+			t.Logf("serve log:\n%s", tailString(string(out), 6000))
+		}
+	})
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		select {
+		case <-p.done:
+			out, _ := os.ReadFile(logf.Name())
+			t.Fatalf("cairn serve exited at start-up: %v\n%s", cmd.ProcessState, out)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("cairn serve not ready in 30s")
+		}
+	}
+}
+
+func tailString(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// notify subscribes the bucket's created and removed events to a MinIO target.
+func notify(t *testing.T, c *s3.Client, bucket, arn string) {
+	t.Helper()
+	_, err := c.PutBucketNotificationConfiguration(context.Background(), &s3.PutBucketNotificationConfigurationInput{
+		Bucket: aws.String(bucket),
+		NotificationConfiguration: &s3types.NotificationConfiguration{QueueConfigurations: []s3types.QueueConfiguration{{
+			QueueArn: aws.String(arn), Events: []s3types.Event{"s3:ObjectCreated:*", "s3:ObjectRemoved:*"},
+		}}},
+	})
+	if err != nil {
+		t.Fatalf("bucket notification to %s: %v", arn, err)
+	}
+}
+
+// writeWorkload puts, overwrites and deletes the e2e keys.
+func writeWorkload(t *testing.T, s *objstore.Store, rounds int) {
+	t.Helper()
+	ctx := context.Background()
+	for r := range rounds {
+		for i, k := range e2eKeys {
+			if r > 0 && (i+r)%4 == 0 {
+				if err := s.Delete(ctx, k, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if _, err := s.PutBytes(ctx, k, fmt.Appendf(nil, "%s round %d", k, r), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// effectsMatch compares the handler's effects with the bucket: every object
+// present with its ETag as a "created" effect, every absent one "removed" or
+// never seen.
+func effectsMatch(s *objstore.Store, dir string) (bool, string) {
+	ctx := context.Background()
+	for _, k := range e2eKeys {
+		sum := sha256.Sum256([]byte(k))
+		data, err := os.ReadFile(filepath.Join(dir, hex.EncodeToString(sum[:])[:32]))
+		var kind, etag string
+		if err == nil {
+			lines := strings.Split(string(data), "\n")
+			if len(lines) >= 4 {
+				kind, etag = lines[1], lines[2]
+				if lines[3] != k {
+					return false, fmt.Sprintf("%q: effect names key %q", k, lines[3])
+				}
+			}
+		}
+		info, herr := s.Head(ctx, k)
+		switch {
+		case errors.Is(herr, objstore.ErrNotFound):
+			if kind == "created" {
+				return false, fmt.Sprintf("%q: deleted in the bucket, effect says created %s", k, etag)
+			}
+		case herr != nil:
+			return false, herr.Error()
+		case kind != "created" || etag != info.ETag:
+			return false, fmt.Sprintf("%q: bucket has %s, effect says %q %q", k, info.ETag, kind, etag)
+		}
+	}
+	return true, ""
+}
+
+func waitMatch(t *testing.T, s *objstore.Store, dir string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, why := effectsMatch(s, dir)
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("handler effects do not match the bucket after %s: %s", within, why)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// e2eSetup starts cairn serve with the effect handler and a MinIO of its own
+// whose webhook target posts to it.
+type e2e struct {
+	port            int
+	effects, ledger string
+	store           *objstore.Store
+	serveArgs       []string
+	serveEnv        []string
+}
+
+func newE2E(t *testing.T, slow string) *e2e {
+	t.Helper()
+	dir := t.TempDir()
+	port, err := services.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &e2e{port: port, effects: filepath.Join(dir, "effects"), ledger: filepath.Join(dir, "ledger.db")}
+	if err := os.MkdirAll(e.effects, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "handler.sh")
+	if err := os.WriteFile(script, []byte(effectScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.serveArgs = []string{"--ledger", e.ledger, "--handler-exec", script, "--lease", "2s", "--concurrency", "4"}
+	e.serveEnv = []string{"EFFECTS=" + e.effects, "SLOW=" + slow, "CAIRN_WEBHOOK_TOKEN=e2e-token"}
+	return e
+}
+
+func (e *e2e) serve(t *testing.T) *serveProc { return startServe(t, e.port, e.serveEnv, e.serveArgs...) }
+
+func (e *e2e) minio(t *testing.T) {
+	t.Helper()
+	ep := testenv.OwnMinIO(t,
+		"MINIO_NOTIFY_WEBHOOK_ENABLE_CAIRN=on",
+		fmt.Sprintf("MINIO_NOTIFY_WEBHOOK_ENDPOINT_CAIRN=http://127.0.0.1:%d/v1/events", e.port),
+		"MINIO_NOTIFY_WEBHOOK_AUTH_TOKEN_CAIRN=e2e-token",
+		"MINIO_NOTIFY_WEBHOOK_QUEUE_DIR_CAIRN="+filepath.Join(t.TempDir(), "queue"))
+	b, url := testenv.NewBucket(t, ep)
+	u, _ := objstore.ParseURL(url)
+	notify(t, b.Client(), u.Host, "arn:minio:sqs::CAIRN:webhook")
+	e.store = objstore.New(b, nil)
+}
+
+// TestServeMinIOWebhook: MinIO's webhook target posts to cairn serve; puts,
+// overwrites and deletes of awkward keys end with the exec handler's effects
+// matching the bucket exactly, each (key, sequencer) run once.
+func TestServeMinIOWebhook(t *testing.T) {
+	t.Parallel()
+	e := newE2E(t, "0")
+	e.serve(t)
+	e.minio(t)
+	writeWorkload(t, e.store, 4)
+	waitMatch(t, e.store, e.effects, 60*time.Second)
+	runs, err := os.ReadFile(filepath.Join(e.effects, "runs.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(runs)), "\n") {
+		parts := strings.Split(line, "|")
+		seen[parts[0]+"|"+parts[1]]++
+	}
+	for ks, n := range seen {
+		if n > 1 {
+			t.Errorf("%s handled %d times", ks, n)
+		}
+	}
+}
+
+// TestServeKilled: kill -9 cairn serve while handlers run (their orphans keep
+// running and finish late), restart it: every change is processed and the
+// effects, committed conditionally on the fencing token, match the bucket.
+func TestServeKilled(t *testing.T) {
+	t.Parallel()
+	e := newE2E(t, "0.3")
+	p := e.serve(t)
+	e.minio(t)
+	writeWorkload(t, e.store, 3)
+	// Kill while handlers are running: as soon as the first effects land.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		data, _ := os.ReadFile(filepath.Join(e.effects, "runs.log"))
+		if len(data) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no handler ran in 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.kill()
+	writeWorkload(t, e.store, 2) // MinIO queues these while cairn is down
+	e.serve(t)
+	waitMatch(t, e.store, e.effects, 90*time.Second)
+	// The restarted daemon took over claims: tokens above 1 were handed out.
+	runs, _ := os.ReadFile(filepath.Join(e.effects, "runs.log"))
+	maxTok := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(runs)), "\n") {
+		parts := strings.Split(line, "|")
+		if n, _ := strconv.Atoi(parts[len(parts)-1]); n > maxTok {
+			maxTok = n
+		}
+	}
+	if maxTok < 2 {
+		t.Logf("no key needed a second claim (runs: %d lines)", strings.Count(string(runs), "\n"))
+	}
+}
