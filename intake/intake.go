@@ -144,3 +144,31 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	}
 }
+
+// SubmitKeepingAlive submits evs to sink and calls keepalive every interval
+// while the ledger is recording them (pull sources extend their broker's
+// redelivery timer this way: NATS InProgress, SQS visibility).
+func SubmitKeepingAlive(ctx context.Context, sink Sink, source string, evs []event.Event, every time.Duration, keepalive func()) ([]ledger.Decision, error) {
+	if every <= 0 || keepalive == nil {
+		return sink.Submit(ctx, source, evs)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				keepalive()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	ds, err := sink.Submit(ctx, source, evs)
+	close(stop)
+	<-done
+	return ds, err
+}

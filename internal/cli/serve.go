@@ -17,6 +17,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/intake/kafkasrc"
+	"github.com/cairn-s3/cairn/intake/natssrc"
+	"github.com/cairn-s3/cairn/intake/sqssrc"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
@@ -125,7 +128,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	var sources []intake.Source
 	all := f.sources
 	if f.sqsQueueURL != "" {
-		all = append(all, "sqs://"+strings.TrimPrefix(strings.TrimPrefix(f.sqsQueueURL, "https://"), "http://"))
+		all = append(all, f.sqsQueueURL)
 	}
 	for _, raw := range all {
 		s, err := openSource(ctx, raw, log)
@@ -193,8 +196,23 @@ func redact(raw string) string {
 // openSource opens a pull source by URL scheme.
 func openSource(ctx context.Context, raw string, log *slog.Logger) (intake.Source, error) {
 	scheme, _, _ := strings.Cut(raw, "://")
+	var s intake.Source
+	var err error
 	switch scheme {
+	case "nats":
+		s, err = natssrc.FromURL(raw, log)
+	case "kafka":
+		s, err = kafkasrc.FromURL(raw, log)
+	case "sqs":
+		s, err = sqssrc.FromURL(ctx, raw, log)
+	case "http", "https":
+		// --sqs-queue-url keeps its scheme (SQS-compatible servers over http).
+		s, err = sqssrc.New(ctx, sqssrc.Options{QueueURL: raw, Logger: log})
 	default:
 		return nil, usagef("--source %q: want nats://, kafka:// or sqs://", raw)
 	}
+	if err != nil {
+		return nil, usagef("--source: %v", err)
+	}
+	return s, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -228,18 +229,29 @@ func newE2E(t *testing.T, slow string) *e2e {
 
 func (e *e2e) serve(t *testing.T) *serveProc { return startServe(t, e.port, e.serveEnv, e.serveArgs...) }
 
+// minio starts a MinIO whose webhook target posts to cairn serve.
 func (e *e2e) minio(t *testing.T) {
 	t.Helper()
-	ep := testenv.OwnMinIO(t,
+	e.minioWith(t, "arn:minio:sqs::CAIRN:webhook",
 		"MINIO_NOTIFY_WEBHOOK_ENABLE_CAIRN=on",
 		fmt.Sprintf("MINIO_NOTIFY_WEBHOOK_ENDPOINT_CAIRN=http://127.0.0.1:%d/v1/events", e.port),
 		"MINIO_NOTIFY_WEBHOOK_AUTH_TOKEN_CAIRN=e2e-token",
 		"MINIO_NOTIFY_WEBHOOK_QUEUE_DIR_CAIRN="+filepath.Join(t.TempDir(), "queue"))
+}
+
+// minioWith starts a MinIO with notification target env and subscribes a
+// fresh bucket to the target arn.
+func (e *e2e) minioWith(t *testing.T, arn string, env ...string) {
+	t.Helper()
+	ep := testenv.OwnMinIO(t, env...)
 	b, url := testenv.NewBucket(t, ep)
 	u, _ := objstore.ParseURL(url)
-	notify(t, b.Client(), u.Host, "arn:minio:sqs::CAIRN:webhook")
+	notify(t, b.Client(), u.Host, arn)
 	e.store = objstore.New(b, nil)
 }
+
+// listenLoopback keeps in-process brokers on 127.0.0.1.
+func listenLoopback(network, _ string) (net.Listener, error) { return net.Listen(network, "127.0.0.1:0") }
 
 // TestServeMinIOWebhook: MinIO's webhook target posts to cairn serve; puts,
 // overwrites and deletes of awkward keys end with the exec handler's effects

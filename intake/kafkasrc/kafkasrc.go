@@ -1,0 +1,139 @@
+// Package kafkasrc is the Kafka source of cairn's intake (franz-go): it
+// consumes object-change notifications (as MinIO's Kafka target produces them,
+// or any body the event package parses) in a consumer group and commits
+// offsets only after the ledger's decision on the records' events is durable.
+//
+// If the ledger fails, the same records are submitted again (with backoff)
+// until they are recorded; the partition does not move on meanwhile, so
+// nothing is skipped. Rebalances are held off while a polled batch is being
+// recorded and committed, so a batch is never committed by a member that no
+// longer owns its partitions. A record that does not parse is logged with its
+// topic, partition and offset and committed past (redelivering it cannot help).
+package kafkasrc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/intake"
+)
+
+// Options configure the source.
+type Options struct {
+	Brokers []string
+	Topic   string
+	// Group is the consumer group. Default "cairn".
+	Group string
+	// MaxPoll caps the records recorded at once. Default 1000.
+	MaxPoll int
+	Logger  *slog.Logger
+	// Client options added to the defaults (TLS, SASL, …).
+	Extra []kgo.Opt
+}
+
+// Source consumes from Kafka.
+type Source struct{ o Options }
+
+// New returns a source; nothing connects until Run.
+func New(o Options) (*Source, error) {
+	if len(o.Brokers) == 0 || o.Topic == "" {
+		return nil, errors.New("kafkasrc: brokers and a topic are required")
+	}
+	if o.Group == "" {
+		o.Group = "cairn"
+	}
+	if o.MaxPoll <= 0 {
+		o.MaxPoll = 1000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Source{o: o}, nil
+}
+
+// FromURL parses kafka://HOST:PORT[,HOST:PORT…]?topic=T&group=G.
+func FromURL(raw string, log *slog.Logger) (*Source, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "kafka" || u.Host == "" {
+		return nil, fmt.Errorf("kafkasrc: %q: want kafka://HOST:PORT?topic=T&group=G", raw)
+	}
+	q := u.Query()
+	for k := range q {
+		if k != "topic" && k != "group" {
+			return nil, fmt.Errorf("kafkasrc: %q: unknown parameter %q (topic, group)", raw, k)
+		}
+	}
+	if q.Get("topic") == "" {
+		return nil, fmt.Errorf("kafkasrc: %q: topic= is required", raw)
+	}
+	return New(Options{Brokers: strings.Split(u.Host, ","), Topic: q.Get("topic"), Group: q.Get("group"), Logger: log})
+}
+
+// Name is "kafka".
+func (s *Source) Name() string { return "kafka" }
+
+// Run consumes until ctx is done.
+func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
+	opts := append([]kgo.Opt{kgo.SeedBrokers(s.o.Brokers...), kgo.ConsumerGroup(s.o.Group), kgo.ConsumeTopics(s.o.Topic),
+		kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.ClientID("cairn")}, s.o.Extra...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafkasrc: %w", err)
+	}
+	defer cl.Close()
+	log := s.o.Logger.With("source", "kafka", "topic", s.o.Topic)
+	for ctx.Err() == nil {
+		fetches := cl.PollRecords(ctx, s.o.MaxPoll)
+		if ctx.Err() != nil {
+			cl.AllowRebalance()
+			break
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			log.Warn("fetch error", "partition", p, "err", err)
+		})
+		var recs []*kgo.Record
+		var evs []event.Event
+		fetches.EachRecord(func(r *kgo.Record) {
+			recs = append(recs, r)
+			got, err := event.Parse(r.Value)
+			if err != nil {
+				log.Error("record is not an event; skipped", "partition", r.Partition, "offset", r.Offset, "err", err)
+				return
+			}
+			evs = append(evs, got...)
+		})
+		if len(recs) == 0 {
+			cl.AllowRebalance()
+			continue
+		}
+		// Record (retrying until it is durable), then commit.
+		backoff := 100 * time.Millisecond
+		for {
+			_, err := sink.Submit(context.WithoutCancel(ctx), "kafka", evs)
+			if err == nil {
+				break
+			}
+			log.Warn("recording failed; retrying the same records", "records", len(recs), "err", err)
+			if ctx.Err() != nil {
+				cl.AllowRebalance()
+				return nil // uncommitted: the group redelivers them
+			}
+			time.Sleep(backoff)
+			backoff = min(backoff*2, 5*time.Second)
+		}
+		if err := cl.CommitRecords(context.WithoutCancel(ctx), recs...); err != nil {
+			log.Warn("commit failed; the records will be delivered again (the ledger drops the duplicates)", "err", err)
+		}
+		cl.AllowRebalance()
+	}
+	return nil
+}

@@ -1,0 +1,192 @@
+// Package natssrc is the NATS JetStream source of cairn's intake: it pulls
+// object-change notifications (as MinIO's NATS target publishes them with
+// jetstream=on, or any body the event package parses) from a durable pull
+// consumer and acknowledges each message only after the ledger's decision on
+// its events is durable.
+//
+// While a batch is being recorded, its messages are kept in progress (the
+// server's redelivery timer is reset). If the ledger fails, the messages are
+// negatively acknowledged with a delay, so JetStream redelivers them; the
+// ledger drops the duplicates that redelivery can cause. A message that does
+// not parse is terminated (redelivering it cannot help) and logged with its
+// stream sequence.
+package natssrc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/intake"
+)
+
+// Options configure the source.
+type Options struct {
+	// Servers is the NATS URL (nats://host:port; several comma-separated).
+	Servers string
+	// Stream is the JetStream stream. Created (file storage, capturing Subject)
+	// if it does not exist; an existing stream is never changed.
+	Stream string
+	// Subject filters the consumer (and is the new stream's subject). Required
+	// if the stream must be created.
+	Subject string
+	// Durable names the pull consumer, so a restarted cairn resumes where it
+	// stopped. Default "cairn".
+	Durable string
+	// Batch is the most messages fetched and recorded at once. Default 256.
+	Batch int
+	// AckWait is the consumer's redelivery timer. Default 30s.
+	AckWait time.Duration
+	Logger  *slog.Logger
+}
+
+// Source pulls from JetStream.
+type Source struct{ o Options }
+
+// New returns a source; nothing connects until Run.
+func New(o Options) (*Source, error) {
+	if o.Servers == "" || o.Stream == "" {
+		return nil, errors.New("natssrc: a server URL and a stream are required")
+	}
+	if o.Durable == "" {
+		o.Durable = "cairn"
+	}
+	if o.Batch <= 0 {
+		o.Batch = 256
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Source{o: o}, nil
+}
+
+// FromURL parses nats://HOST:PORT?stream=S&subject=X&durable=D&batch=N
+// (user:password@ in the URL authenticates).
+func FromURL(raw string, log *slog.Logger) (*Source, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "nats" || u.Host == "" {
+		return nil, fmt.Errorf("natssrc: %q: want nats://HOST:PORT?stream=S&subject=X&durable=D", raw)
+	}
+	q := u.Query()
+	o := Options{Stream: q.Get("stream"), Subject: q.Get("subject"), Durable: q.Get("durable"), Logger: log}
+	for k := range q {
+		switch k {
+		case "stream", "subject", "durable":
+		case "batch":
+			n, err := strconv.Atoi(q.Get(k))
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("natssrc: %q: batch must be a positive integer", raw)
+			}
+			o.Batch = n
+		default:
+			return nil, fmt.Errorf("natssrc: %q: unknown parameter %q (stream, subject, durable, batch)", raw, k)
+		}
+	}
+	if o.Stream == "" {
+		return nil, fmt.Errorf("natssrc: %q: stream= is required", raw)
+	}
+	u.RawQuery = ""
+	o.Servers = u.String()
+	return New(o)
+}
+
+// Name is "nats".
+func (s *Source) Name() string { return "nats" }
+
+// Run consumes until ctx is done.
+func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
+	nc, err := nats.Connect(s.o.Servers, nats.Name("cairn"), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("natssrc: connecting to %s: %w", s.o.Servers, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	stream, err := js.Stream(ctx, s.o.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if s.o.Subject == "" {
+			return fmt.Errorf("natssrc: stream %s does not exist; give subject= to have it created", s.o.Stream)
+		}
+		stream, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: s.o.Stream, Subjects: []string{s.o.Subject}, Storage: jetstream.FileStorage})
+	}
+	if err != nil {
+		return fmt.Errorf("natssrc: stream %s: %w", s.o.Stream, err)
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: s.o.Durable, AckPolicy: jetstream.AckExplicitPolicy,
+		FilterSubject: s.o.Subject, AckWait: s.o.AckWait, MaxAckPending: 4 * s.o.Batch})
+	if err != nil {
+		return fmt.Errorf("natssrc: consumer %s: %w", s.o.Durable, err)
+	}
+	log := s.o.Logger.With("source", "nats", "stream", s.o.Stream)
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(s.o.Batch, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			log.Warn("fetch failed", "err", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		var msgs []jetstream.Msg
+		var evs []event.Event
+		for m := range batch.Messages() {
+			got, err := event.Parse(m.Data())
+			if err != nil {
+				seq := uint64(0)
+				if md, merr := m.Metadata(); merr == nil {
+					seq = md.Sequence.Stream
+				}
+				log.Error("message is not an event; terminated", "stream_seq", seq, "err", err)
+				_ = m.TermWithReason("cairn: " + err.Error())
+				continue
+			}
+			msgs = append(msgs, m)
+			evs = append(evs, got...)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			log.Warn("fetch ended with an error", "err", err)
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		// Record while the messages are kept in progress; ack only after.
+		_, err = intake.SubmitKeepingAlive(context.WithoutCancel(ctx), sink, "nats", evs, s.o.AckWait/3, func() {
+			for _, m := range msgs {
+				_ = m.InProgress()
+			}
+		})
+		for _, m := range msgs {
+			if err != nil {
+				_ = m.NakWithDelay(time.Second)
+			} else if aerr := m.Ack(); aerr != nil {
+				// Redelivered later; the ledger will call it a duplicate.
+				log.Warn("ack failed", "err", aerr)
+			}
+		}
+		if err != nil {
+			log.Warn("recording failed; messages will be redelivered", "messages", len(msgs), "err", err)
+			sleep(ctx, time.Second)
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

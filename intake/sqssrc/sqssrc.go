@@ -1,0 +1,244 @@
+// Package sqssrc is the Amazon SQS source of cairn's intake (aws-sdk-go-v2):
+// it long-polls a queue that receives S3 notifications (S3 → SQS directly,
+// S3 → SNS → SQS, or S3 → EventBridge → SQS; every body the event package
+// parses), records each batch in the ledger, and deletes the messages only
+// after the ledger's decision is durable.
+//
+// While a batch is being recorded, the messages' visibility timeout is
+// extended, so SQS does not hand them to another consumer meanwhile. If the
+// ledger fails, the messages are left alone and SQS delivers them again after
+// their visibility timeout; the ledger drops the duplicates redelivery causes.
+// Entries a DeleteMessageBatch reports as failed are retried; if they still
+// fail (e.g. the receipt handle expired), the messages come back and are
+// recorded as duplicates. A message that does not parse is not deleted: it is
+// logged, and the queue's redrive policy moves it to the dead-letter queue
+// after maxReceiveCount receives (configure one).
+package sqssrc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/intake"
+)
+
+// Options configure the source.
+type Options struct {
+	// QueueURL, e.g. https://sqs.eu-west-1.amazonaws.com/123456789012/uploads.
+	QueueURL string
+	// Region; default: from the queue URL's host, else the AWS config.
+	Region string
+	// Endpoint overrides the service endpoint (SQS-compatible servers);
+	// default: AWS, or the queue URL's scheme and host if that is not AWS.
+	Endpoint string
+	// Visibility is the visibility timeout asked for on receive and extended
+	// while recording. Default 60s.
+	Visibility time.Duration
+	// Wait is the long-poll wait. Default 20s (the maximum).
+	Wait time.Duration
+	// Client overrides the SQS client (tests, custom credentials).
+	Client *sqs.Client
+	Logger *slog.Logger
+}
+
+// Source receives from SQS.
+type Source struct {
+	o Options
+	c *sqs.Client
+}
+
+// New returns a source; the client is built from the standard AWS
+// configuration chain unless Options.Client is set.
+func New(ctx context.Context, o Options) (*Source, error) {
+	u, err := url.Parse(o.QueueURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, fmt.Errorf("sqssrc: queue URL %q: want https://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE", o.QueueURL)
+	}
+	if o.Visibility <= 0 {
+		o.Visibility = 60 * time.Second
+	}
+	if o.Wait <= 0 || o.Wait > 20*time.Second {
+		o.Wait = 20 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	aws := strings.HasSuffix(u.Hostname(), ".amazonaws.com")
+	if o.Region == "" && aws {
+		if parts := strings.Split(u.Hostname(), "."); len(parts) >= 4 && parts[0] == "sqs" {
+			o.Region = parts[1]
+		}
+	}
+	if o.Endpoint == "" && !aws {
+		o.Endpoint = u.Scheme + "://" + u.Host
+	}
+	c := o.Client
+	if c == nil {
+		var lo []func(*config.LoadOptions) error
+		if o.Region != "" {
+			lo = append(lo, config.WithRegion(o.Region))
+		}
+		cfg, err := config.LoadDefaultConfig(ctx, lo...)
+		if err != nil {
+			return nil, fmt.Errorf("sqssrc: AWS configuration: %w", err)
+		}
+		if cfg.Region == "" {
+			cfg.Region = "us-east-1"
+		}
+		c = sqs.NewFromConfig(cfg, func(so *sqs.Options) {
+			if o.Endpoint != "" {
+				so.BaseEndpoint = &o.Endpoint
+			}
+		})
+	}
+	return &Source{o: o, c: c}, nil
+}
+
+// FromURL parses sqs://HOST/ACCOUNT/QUEUE (the queue URL without https://),
+// with optional ?region=R&endpoint=URL&visibility=DUR.
+func FromURL(ctx context.Context, raw string, log *slog.Logger) (*Source, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "sqs" || u.Host == "" {
+		return nil, fmt.Errorf("sqssrc: %q: want sqs://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE", raw)
+	}
+	q := u.Query()
+	o := Options{Region: q.Get("region"), Endpoint: q.Get("endpoint"), Logger: log}
+	for k := range q {
+		switch k {
+		case "region", "endpoint":
+		case "visibility":
+			d, err := time.ParseDuration(q.Get(k))
+			if err != nil || d < time.Second {
+				return nil, fmt.Errorf("sqssrc: %q: visibility must be a duration of at least 1s", raw)
+			}
+			o.Visibility = d
+		default:
+			return nil, fmt.Errorf("sqssrc: %q: unknown parameter %q (region, endpoint, visibility)", raw, k)
+		}
+	}
+	u.Scheme, u.RawQuery = "https", ""
+	o.QueueURL = u.String()
+	return New(ctx, o)
+}
+
+// Name is "sqs".
+func (s *Source) Name() string { return "sqs" }
+
+// Run receives until ctx is done.
+func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
+	log := s.o.Logger.With("source", "sqs", "queue", s.o.QueueURL)
+	vis := int32(s.o.Visibility / time.Second)
+	backoff := time.Second
+	for ctx.Err() == nil {
+		out, err := s.c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &s.o.QueueURL, MaxNumberOfMessages: 10,
+			WaitTimeSeconds: int32(s.o.Wait / time.Second), VisibilityTimeout: vis})
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			log.Warn("receive failed", "err", err, "retry_in", backoff)
+			sleep(ctx, backoff)
+			backoff = min(backoff*2, 30*time.Second)
+			continue
+		}
+		backoff = time.Second
+		if len(out.Messages) == 0 {
+			continue
+		}
+		var ok []types.Message
+		var evs []event.Event
+		for _, m := range out.Messages {
+			got, err := event.Parse([]byte(aws.ToString(m.Body)))
+			if err != nil {
+				log.Error("message is not an event; left for the queue's dead-letter redrive", "message_id", aws.ToString(m.MessageId), "err", err)
+				continue
+			}
+			ok = append(ok, m)
+			evs = append(evs, got...)
+		}
+		if len(ok) == 0 {
+			continue
+		}
+		_, err = intake.SubmitKeepingAlive(context.WithoutCancel(ctx), sink, "sqs", evs, s.o.Visibility/3, func() {
+			s.extend(ctx, ok, vis, log)
+		})
+		if err != nil {
+			log.Warn("recording failed; the messages will be delivered again", "messages", len(ok), "err", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		s.delete(context.WithoutCancel(ctx), ok, log)
+	}
+	return nil
+}
+
+// extend pushes the messages' visibility timeout out while they are recorded.
+func (s *Source) extend(ctx context.Context, ms []types.Message, vis int32, log *slog.Logger) {
+	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(ms))
+	for i, m := range ms {
+		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: vis}
+	}
+	out, err := s.c.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &s.o.QueueURL, Entries: entries})
+	if err != nil {
+		log.Warn("extending visibility failed", "err", err)
+		return
+	}
+	for _, f := range out.Failed {
+		log.Warn("extending visibility failed for a message", "id", aws.ToString(f.Id), "code", aws.ToString(f.Code))
+	}
+}
+
+// delete removes recorded messages, retrying the entries that failed.
+func (s *Source) delete(ctx context.Context, ms []types.Message, log *slog.Logger) {
+	pending := map[string]types.Message{}
+	for i, m := range ms {
+		pending[strconv.Itoa(i)] = m
+	}
+	for attempt := 1; len(pending) > 0; attempt++ {
+		entries := make([]types.DeleteMessageBatchRequestEntry, 0, len(pending))
+		for id, m := range pending {
+			entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(id), ReceiptHandle: m.ReceiptHandle})
+		}
+		out, err := s.c.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: &s.o.QueueURL, Entries: entries})
+		if err == nil {
+			for _, ok := range out.Successful {
+				delete(pending, aws.ToString(ok.Id))
+			}
+			for _, f := range out.Failed {
+				if f.SenderFault { // e.g. ReceiptHandleIsInvalid: retrying cannot help
+					log.Warn("delete refused; the message will come back as a duplicate", "id", aws.ToString(f.Id), "code", aws.ToString(f.Code), "message", aws.ToString(f.Message))
+					delete(pending, aws.ToString(f.Id))
+				}
+			}
+		}
+		if len(pending) == 0 {
+			return
+		}
+		if attempt == 3 {
+			log.Warn("delete failed after 3 attempts; the messages will come back as duplicates", "messages", len(pending), "err", err)
+			return
+		}
+		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
