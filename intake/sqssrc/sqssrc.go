@@ -241,4 +241,3 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	}
 }
-

@@ -227,7 +227,9 @@ func newE2E(t *testing.T, slow string) *e2e {
 	return e
 }
 
-func (e *e2e) serve(t *testing.T) *serveProc { return startServe(t, e.port, e.serveEnv, e.serveArgs...) }
+func (e *e2e) serve(t *testing.T) *serveProc {
+	return startServe(t, e.port, e.serveEnv, e.serveArgs...)
+}
 
 // minio starts a MinIO whose webhook target posts to cairn serve.
 func (e *e2e) minio(t *testing.T) {
@@ -251,7 +253,9 @@ func (e *e2e) minioWith(t *testing.T, arn string, env ...string) {
 }
 
 // listenLoopback keeps in-process brokers on 127.0.0.1.
-func listenLoopback(network, _ string) (net.Listener, error) { return net.Listen(network, "127.0.0.1:0") }
+func listenLoopback(network, _ string) (net.Listener, error) {
+	return net.Listen(network, "127.0.0.1:0")
+}
 
 // TestServeMinIOWebhook: MinIO's webhook target posts to cairn serve; puts,
 // overwrites and deletes of awkward keys end with the exec handler's effects
