@@ -417,10 +417,16 @@ func (l *Ledger) finish(ctx context.Context, op string, c ledger.Claim, set stri
 	if err != nil {
 		return l.wrap(op, err)
 	}
-	if err := l.finishTx(ctx, tx, now, op, c, set, setArgs...); err != nil {
+	if err := l.finishTx(ctx, tx, nil, now, op, c, set, setArgs...); err != nil {
 		return err
 	}
 	return l.wrap(op, tx.Commit())
+}
+
+// finishSQL is the guarded update finishTx runs.
+func finishSQL(l *Ledger, set string) string {
+	return l.q(`UPDATE cairn_ledger SET ` + set + `, updated = ?
+WHERE bucket = ? AND ident = ? AND token = ? AND status = 'claimed' AND lease_until >= ?`)
 }
 
 // refused tells finishTx's explained refusals (lease lost, superseded, not
@@ -430,7 +436,7 @@ func refused(err error) bool {
 }
 
 // finishTx runs a guarded update of a claim inside tx and explains a refusal.
-func (l *Ledger) finishTx(ctx context.Context, tx *sql.Tx, now time.Time, op string, c ledger.Claim, set string, setArgs ...any) error {
+func (l *Ledger) finishTx(ctx context.Context, tx *sql.Tx, stmt *sql.Stmt, now time.Time, op string, c ledger.Claim, set string, setArgs ...any) error {
 	a := append([]any{}, setArgs...)
 	for i, v := range a {
 		if _, ok := v.(nowPlus); ok {
@@ -438,8 +444,13 @@ func (l *Ledger) finishTx(ctx context.Context, tx *sql.Tx, now time.Time, op str
 		}
 	}
 	a = append(a, ms(now), c.Bucket, c.Ident, c.Token, ms(now))
-	res, err := tx.ExecContext(ctx, l.q(`UPDATE cairn_ledger SET `+set+`, updated = ?
-WHERE bucket = ? AND ident = ? AND token = ? AND status = 'claimed' AND lease_until >= ?`), a...)
+	var res sql.Result
+	var err error
+	if stmt != nil {
+		res, err = stmt.ExecContext(ctx, a...)
+	} else {
+		res, err = tx.ExecContext(ctx, finishSQL(l, set), a...)
+	}
 	if err != nil {
 		return l.wrap(op, err)
 	}
@@ -510,9 +521,14 @@ func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Claim, results [
 	slices.SortFunc(order, func(a, b int) int {
 		return cmp.Or(strings.Compare(cs[a].Bucket, cs[b].Bucket), strings.Compare(cs[a].Ident, cs[b].Ident))
 	})
+	stmt, err := tx.PrepareContext(ctx, finishSQL(l, completeSet))
+	if err != nil {
+		return nil, l.wrap("complete", err)
+	}
+	defer stmt.Close()
 	for _, i := range order {
 		c := cs[i]
-		err := l.finishTx(ctx, tx, now, "complete", c, completeSet, results[i], nowPlus(0))
+		err := l.finishTx(ctx, tx, stmt, now, "complete", c, completeSet, results[i], nowPlus(0))
 		if err != nil && !refused(err) {
 			return nil, err
 		}

@@ -1,0 +1,242 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/internal/bench"
+	"github.com/cairn-s3/cairn/ledger"
+)
+
+func benchServeCmd(e *env) *cobra.Command {
+	var events, execEvents, senders, concurrency int
+	var ledgerURL, only string
+	var skipBaseline bool
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Intake throughput through the webhook: cairn (ledger) against the same server with the ledger bypassed",
+		Long: `Posts MinIO-style webhook bodies (one record per POST, distinct keys) from
+--senders concurrent senders to a real HTTP server on 127.0.0.1, and measures
+sustained events/s from the first POST to the last handler call, and the p99
+delivery-to-handler latency (POST sent → handler called).
+
+cairn: the webhook records each event in the ledger (group commit) before
+answering, workers claim, run the handler, and complete (batched). Baseline: the
+same server and handler with the ledger bypassed (the handler runs inside the
+request). Run with a Go no-op handler (--events) and with an exec handler that
+runs /bin/true (--exec-events).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if events < 100 || senders < 1 || concurrency < 1 {
+				return usagef("--events >= 100, --senders and --concurrency >= 1")
+			}
+			ctx := cmd.Context()
+			tmp, err := os.MkdirTemp("", "cairn-bench-serve-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(tmp)
+			var results []bench.Result
+			for _, kind := range []string{"noop", "exec"} {
+				if only != "" && only != kind {
+					continue
+				}
+				n := events
+				var h intake.Handler = intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil })
+				if kind == "exec" {
+					n = execEvents
+					h = &intake.ExecHandler{Argv: []string{"/bin/true"}}
+				}
+				if n <= 0 {
+					continue
+				}
+				url := ledgerURL
+				if url == "" {
+					url = filepath.Join(tmp, kind+".db")
+				}
+				var base serveBenchResult
+				if !skipBaseline {
+					if base, err = runServeBench(ctx, nil, h, n, senders, concurrency); err != nil {
+						return fmt.Errorf("baseline: %w", err)
+					}
+				}
+				l, err := ledger.Open(ctx, url, nil)
+				if err != nil {
+					return err
+				}
+				withLedger, err := runServeBench(ctx, l, h, n, senders, concurrency)
+				l.Close()
+				if err != nil {
+					return fmt.Errorf("cairn: %w", err)
+				}
+				r := bench.NewResult(fmt.Sprintf("webhook → handler (%s handler), %d events, %d senders", kind, n, senders), "events/s", base.perSec, withLedger.perSec)
+				r.BaselineDesc = "ledger bypassed: handler inside the request"
+				r.CairnDesc = "recorded durably in the ledger, claimed, handled, completed"
+				r.BaselineP99, r.CairnP99 = base.p99, withLedger.p99
+				r.Note = fmt.Sprintf("p50 delivery-to-handler: baseline %s, cairn %s", base.p50.Round(time.Microsecond), withLedger.p50.Round(time.Microsecond))
+				results = append(results, r)
+			}
+			return bench.Print(e.stdout, e.json, results)
+		},
+	}
+	cmd.Flags().IntVar(&events, "events", 50000, "events for the no-op handler run")
+	cmd.Flags().IntVar(&execEvents, "exec-events", 3000, "events for the exec handler run (0 skips it)")
+	cmd.Flags().IntVar(&senders, "senders", 64, "concurrent webhook senders")
+	cmd.Flags().IntVar(&concurrency, "concurrency", 64, "handlers at once")
+	cmd.Flags().StringVar(&ledgerURL, "ledger", "", "ledger URL (default: a fresh SQLite file); wiped by nothing: use an empty one")
+	cmd.Flags().StringVar(&only, "only", "", "run only the noop or the exec handler")
+	cmd.Flags().BoolVar(&skipBaseline, "skip-baseline", false, "profiling: run cairn only")
+	_ = cmd.Flags().MarkHidden("skip-baseline")
+	return cmd
+}
+
+type serveBenchResult struct {
+	perSec   float64
+	p50, p99 time.Duration
+}
+
+// runServeBench posts n single-record MinIO bodies and waits until the
+// handler has been called for each. l nil bypasses the ledger.
+func runServeBench(ctx context.Context, l ledger.Ledger, h intake.Handler, n, senders, concurrency int) (serveBenchResult, error) {
+	sent := make([]atomic.Int64, n) // unix nanos at send, by key index
+	lat := make(bench.Latencies, n)
+	var handled atomic.Int64
+	all := make(chan struct{})
+	var lastAt atomic.Int64
+	record := func(ev event.Event) {
+		var i int
+		fmt.Sscanf(ev.Key, "bench/%d", &i)
+		if i < 0 || i >= n {
+			return
+		}
+		lat[i] = time.Duration(time.Now().UnixNano() - sent[i].Load())
+		lastAt.Store(time.Now().UnixNano())
+		if handled.Add(1) == int64(n) {
+			close(all)
+		}
+	}
+	wrapped := intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+		res, err := h.Handle(ctx, w)
+		if err == nil {
+			record(w.Event)
+		}
+		return res, err
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return serveBenchResult{}, err
+	}
+	var srvHandler http.Handler
+	var stop func() error
+	if l == nil {
+		// The baseline: parse and run the handler inside the request.
+		srvHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			evs, err := event.Parse(body)
+			if err != nil {
+				http.Error(w, err.Error(), 400)
+				return
+			}
+			for _, ev := range evs {
+				if _, err := wrapped.Handle(r.Context(), intake.Work{Event: ev, Attempt: 1}); err != nil {
+					http.Error(w, err.Error(), 500)
+					return
+				}
+			}
+			w.WriteHeader(200)
+		})
+		stop = func() error { return nil }
+	} else {
+		p, err := intake.New(intake.Options{Ledger: l, Handler: wrapped, Concurrency: concurrency, Poll: 100 * time.Millisecond})
+		if err != nil {
+			return serveBenchResult{}, err
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Run(pctx) }()
+		srvHandler = p.Webhook(intake.WebhookOptions{})
+		stop = func() error { cancel(); return <-done }
+	}
+	srv := &http.Server{Handler: srvHandler}
+	go srv.Serve(ln)
+	defer srv.Close()
+	url := "http://" + ln.Addr().String() + "/v1/events"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders}}
+	defer client.CloseIdleConnections()
+	bodies := make([][]byte, n)
+	for i := range bodies {
+		bodies[i] = minioBody(event.Event{Bucket: "bench", Key: fmt.Sprintf("bench/%d", i), ETag: "0123456789abcdef", Size: 1024,
+			Sequencer: fmt.Sprintf("%016X", i+1), Kind: event.Created, Name: "ObjectCreated:Put"})
+	}
+	start := time.Now()
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				body := bodies[i]
+				sent[i].Store(time.Now().UnixNano())
+				resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						err = fmt.Errorf("webhook answered %s", resp.Status)
+					}
+				}
+				if err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr == nil {
+		select {
+		case <-all:
+		case <-time.After(5 * time.Minute):
+			firstErr = fmt.Errorf("only %d of %d events handled after 5 minutes", handled.Load(), n)
+		case <-ctx.Done():
+			firstErr = ctx.Err()
+		}
+	}
+	if err := stop(); firstErr == nil {
+		firstErr = err
+	}
+	if firstErr != nil {
+		return serveBenchResult{}, firstErr
+	}
+	elapsed := time.Duration(lastAt.Load() - start.UnixNano())
+	return serveBenchResult{perSec: float64(n) / elapsed.Seconds(), p50: lat.Percentile(50), p99: lat.Percentile(99)}, nil
+}
+
+// minioBody is the body MinIO's webhook target posts for one event.
+func minioBody(ev event.Event) []byte {
+	var records struct {
+		Records []json.RawMessage
+	}
+	_ = json.Unmarshal(event.S3Body(ev), &records)
+	b, _ := json.Marshal(map[string]any{"EventName": "s3:" + ev.Name, "Key": ev.Bucket + "/" + ev.Key, "Records": records.Records})
+	return b
+}
