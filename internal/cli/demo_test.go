@@ -1,0 +1,120 @@
+package cli_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cairn-s3/cairn/internal/cli"
+	"github.com/cairn-s3/cairn/internal/demo"
+	"github.com/cairn-s3/cairn/internal/testenv"
+)
+
+// TestDemo runs cairn demo on embedded defaults: the naive consumer shows the
+// faults, cairn shows none, and lost newest events are awaiting audit.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	code, out, stderr := run(t, "demo", "--json", "--writes", "600", "--keys", "120", "--seed", "7", "--lost", "0.03")
+	if code != 0 {
+		t.Fatalf("demo exit %d: %s %s", code, out, stderr)
+	}
+	var r demo.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	if !r.InvariantOK || r.Cairn.DoubleProcessed != 0 || r.Cairn.StaleOverwrites != 0 || r.Cairn.Wrong != 0 {
+		t.Fatalf("cairn broke an invariant: %+v", r.Cairn)
+	}
+	if r.Duplicates == 0 || r.Reordered == 0 || r.Lost == 0 {
+		t.Fatalf("the demo injected no faults: %+v", r)
+	}
+	if r.Naive.DoubleProcessed != r.Duplicates || r.Naive.StaleOverwrites == 0 {
+		t.Fatalf("the naive consumer should show the faults: %+v (duplicates %d)", r.Naive, r.Duplicates)
+	}
+	if r.Cairn.AwaitingAudit != r.Naive.AwaitingAudit {
+		t.Fatalf("awaiting audit differs: cairn %d, naive %d", r.Cairn.AwaitingAudit, r.Naive.AwaitingAudit)
+	}
+	// Text output on the same defaults.
+	code, out, _ = run(t, "demo", "--writes", "200", "--keys", "50")
+	if code != 0 || !strings.Contains(out, "double-processed") || !strings.Contains(out, "nothing stale, nothing double") {
+		t.Fatalf("demo text: exit %d\n%s", code, out)
+	}
+}
+
+// TestDemoMinIOPostgres: the same against real services.
+func TestDemoMinIOPostgres(t *testing.T) {
+	t.Parallel()
+	ep := testenv.S3(t)
+	_, url := testenv.NewBucket(t, ep)
+	pg := testenv.PostgresSchema(t, func(ctx context.Context, url, q string) error {
+		db, err := sql.Open("pgx", url)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		_, err = db.ExecContext(ctx, q)
+		return err
+	})
+	cmd := exec.Command(buildCairn(t), "demo", "--json", "--writes", "300", "--keys", "60", "--store", url, "--ledger", pg)
+	cmd.Env = append(os.Environ(), ep.Env()...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var r demo.Report
+	if err != nil || json.Unmarshal(out, &r) != nil || !r.InvariantOK || r.Naive.DoubleProcessed == 0 {
+		t.Fatalf("demo on MinIO + PostgreSQL: %v\n%s\n%s", err, out, stderr.String())
+	}
+}
+
+// TestServeFlagsEnvConfig: settings come from flags, then CAIRN_* variables,
+// then the YAML file; bad settings are usage errors that say what to do.
+func TestServeFlagsEnvConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "cairn.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(cfg, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		env    map[string]string
+		config string
+		args   []string
+		hint   string
+	}{
+		{nil, "", []string{"serve"}, "a handler is required"},
+		{nil, "", []string{"serve", "--handler-exec", "true", "--handler-http", "http://x"}, "one of"},
+		{nil, "", []string{"serve", "--handler-http", "ftp://x"}, "http://"},
+		{nil, "", []string{"serve", "--handler-exec", "true", "--listen", "0.0.0.0:0"}, "--webhook-token"},
+		{map[string]string{"CAIRN_LISTEN": "0.0.0.0:0"}, "", []string{"serve", "--handler-exec", "true"}, "--webhook-token"},
+		{nil, "handler-exec: 'true'\nlisten: 0.0.0.0:0\n", []string{"serve"}, "--webhook-token"},
+		{nil, "handler-exec: 'true'\ncolour: red\n", []string{"serve"}, `unknown setting "colour"`},
+		{nil, "handler-exec: [a, b]\n", []string{"serve"}, "not a list"},
+		{map[string]string{"CAIRN_CONCURRENCY": "many"}, "", []string{"serve", "--handler-exec", "true"}, "CAIRN_CONCURRENCY"},
+		{nil, "", []string{"serve", "--handler-exec", "true", "--source", "ftp://x"}, "nats://"},
+		{nil, "", []string{"serve", "--handler-exec", "true", "--source", "nats://127.0.0.1:1"}, "stream= is required"},
+		{nil, "", []string{"serve", "--handler-exec", "true", "--source", "kafka://h:1?topic=t&colour=red"}, "unknown parameter"},
+	}
+	for _, tc := range cases {
+		for k, v := range tc.env {
+			t.Setenv(k, v)
+		}
+		args := tc.args
+		if tc.config != "" {
+			write(tc.config)
+			args = append(args, "--config", cfg)
+		}
+		code, _, stderr := run(t, append(args, "--ledger", filepath.Join(dir, "l.db"))...)
+		if code != cli.ExitUsage || !strings.Contains(stderr, tc.hint) {
+			t.Errorf("cairn %q (env %v, config %q): exit %d %q, want usage error mentioning %q", args, tc.env, tc.config, code, stderr, tc.hint)
+		}
+		for k := range tc.env {
+			os.Unsetenv(k)
+		}
+	}
+}
