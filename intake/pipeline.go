@@ -445,8 +445,7 @@ type renewal struct {
 func (p *Pipeline) startRenewal(c ledger.Claim, cancel context.CancelCauseFunc) *renewal {
 	r := &renewal{}
 	every := p.o.Lease / 3
-	var tick func()
-	tick = func() {
+	tick := func() {
 		ctx, done := context.WithTimeout(context.Background(), every)
 		_, err := p.o.Ledger.Renew(ctx, c, p.o.Lease)
 		done()
