@@ -64,10 +64,17 @@ type Pipeline struct {
 	completes chan *completion
 	wake      chan struct{}
 	slotFreed chan struct{}
-	running   atomic.Int64
+	running   atomic.Int64 // handler slots taken (reserved or running)
+	// idle: the last Claim found less work than it asked for, so new work can
+	// be claimed as it is recorded (RecordAndClaim) without jumping a queue.
+	idle atomic.Bool
 
-	mu      sync.Mutex
-	started bool
+	hctx     context.Context // handlers' parent context, cancelled after Grace at shutdown
+	handlers sync.WaitGroup
+
+	mu       sync.Mutex
+	draining bool // no more handler launches
+	started  bool
 	closed  chan struct{} // closed when Run returns
 }
 
@@ -179,6 +186,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	p.started = true
 	p.mu.Unlock()
 	defer close(p.closed)
+	var cancelHandlers context.CancelFunc
+	p.hctx, cancelHandlers = context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
 
 	var wg sync.WaitGroup
 	recCtx, stopRec := context.WithCancel(context.WithoutCancel(ctx))
@@ -187,7 +197,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	compDone := make(chan struct{})
 	go func() { defer close(compDone); p.completeLoop(compCtx) }()
 
-	p.dispatch(ctx) // returns when ctx is done and every handler has settled
+	p.dispatch(ctx, cancelHandlers) // returns when ctx is done and every handler has settled
 	stopComp()
 	<-compDone
 	stopRec()
@@ -235,6 +245,8 @@ func (p *Pipeline) failPending() {
 }
 
 // record commits one batch, grouped by source, and answers each submission.
+// When workers are idle, it claims the new work in the same transaction and
+// starts handlers at once.
 func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 	bySource := map[string][]*submission{}
 	var order []string
@@ -244,7 +256,7 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 		}
 		bySource[s.source] = append(bySource[s.source], s)
 	}
-	newWork := false
+	unclaimed := 0 // new work left for the dispatcher
 	for _, src := range order {
 		subs := bySource[src]
 		var evs []event.Event
@@ -253,7 +265,15 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 		}
 		start := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		ds, err := p.o.Ledger.Record(rctx, src, evs)
+		var ds []ledger.Decision
+		var cs []ledger.Claim
+		var err error
+		if n := p.reserveIfIdle(len(evs)); n > 0 {
+			ds, cs, err = p.o.Ledger.RecordAndClaim(rctx, src, evs, n, p.o.Lease)
+			p.unreserve(n - len(cs))
+		} else {
+			ds, err = p.o.Ledger.Record(rctx, src, evs)
+		}
 		cancel()
 		p.m.recordSeconds.Observe(time.Since(start).Seconds())
 		if err == nil && len(ds) != len(evs) {
@@ -262,6 +282,11 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 		if err != nil {
 			p.log.Warn("recording events failed", "source", src, "events", len(evs), "err", err)
 		}
+		p.m.claims.Add(float64(len(cs)))
+		for _, c := range cs {
+			p.launch(c)
+		}
+		unclaimed -= len(cs)
 		off := 0
 		for _, s := range subs {
 			if err != nil {
@@ -271,7 +296,7 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 				for _, d := range s.ds {
 					p.m.decisions.WithLabelValues(string(d.Outcome)).Inc()
 					if d.Outcome == ledger.New || d.Outcome == ledger.Coalesced {
-						newWork = true
+						unclaimed++
 					}
 				}
 			}
@@ -279,7 +304,7 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 			close(s.done)
 		}
 	}
-	if newWork {
+	if unclaimed > 0 {
 		select {
 		case p.wake <- struct{}{}:
 		default:
@@ -287,14 +312,64 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 	}
 }
 
+// reserve takes up to n free handler slots and returns how many it took.
+func (p *Pipeline) reserve(n int) int {
+	for {
+		cur := p.running.Load()
+		k := min(int64(n), int64(p.o.Concurrency)-cur)
+		if k <= 0 {
+			return 0
+		}
+		if p.running.CompareAndSwap(cur, cur+k) {
+			return int(k)
+		}
+	}
+}
+
+// reserveIfIdle reserves slots for claiming while recording, only when the
+// dispatcher found no queue of older work.
+func (p *Pipeline) reserveIfIdle(n int) int {
+	if !p.idle.Load() {
+		return 0
+	}
+	return p.reserve(n)
+}
+
+// unreserve gives back n reserved slots that were not used.
+func (p *Pipeline) unreserve(n int) {
+	if n <= 0 {
+		return
+	}
+	p.running.Add(int64(-n))
+	select {
+	case p.slotFreed <- struct{}{}:
+	default:
+	}
+}
+
+// launch runs a claim's handler in a reserved slot; while draining, the work
+// is released instead.
+func (p *Pipeline) launch(c ledger.Claim) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.draining {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.o.Ledger.Release(ctx, c); err != nil {
+			p.log.Warn("releasing a claim at shutdown failed; its lease will expire", "bucket", c.Bucket, "key", c.Key, "err", err)
+		}
+		p.unreserve(1)
+		return
+	}
+	p.m.running.Inc()
+	p.handlers.Go(func() { p.run(p.hctx, c) })
+}
+
 // dispatch claims work while slots are free and runs handlers.
-func (p *Pipeline) dispatch(ctx context.Context) {
-	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHandlers()
-	var wg sync.WaitGroup
+func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFunc) {
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		free := p.o.Concurrency - int(p.running.Load())
+		free := p.reserve(p.o.Concurrency)
 		if free <= 0 {
 			select {
 			case <-p.slotFreed:
@@ -305,6 +380,7 @@ func (p *Pipeline) dispatch(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		cs, err := p.o.Ledger.Claim(cctx, free, p.o.Lease)
 		cancel()
+		p.unreserve(free - len(cs))
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -317,10 +393,9 @@ func (p *Pipeline) dispatch(ctx context.Context) {
 		backoff = 50 * time.Millisecond
 		p.m.claims.Add(float64(len(cs)))
 		for _, c := range cs {
-			p.running.Add(1)
-			p.m.running.Inc()
-			wg.Go(func() { p.run(hctx, c) })
+			p.launch(c)
 		}
+		p.idle.Store(len(cs) < free)
 		if len(cs) < free {
 			t := time.NewTimer(p.o.Poll)
 			select {
@@ -331,9 +406,12 @@ func (p *Pipeline) dispatch(ctx context.Context) {
 			t.Stop()
 		}
 	}
-	// Shutdown: let running handlers finish within the grace period.
+	// Shutdown: no more launches; running handlers finish within the grace period.
+	p.mu.Lock()
+	p.draining = true
+	p.mu.Unlock()
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { p.handlers.Wait(); close(done) }()
 	t := time.NewTimer(p.o.Grace)
 	defer t.Stop()
 	select {

@@ -17,6 +17,11 @@ import (
 type Ledger interface {
 	// Record stores events durably and decides each (same order as evs).
 	Record(ctx context.Context, source string, evs []event.Event) ([]Decision, error)
+	// RecordAndClaim is Record that also claims, in the same transaction, up
+	// to n of the records this batch made pending (the fast path of a daemon
+	// with idle workers: no separate claim transaction). It may claim fewer
+	// (none with Options.EveryVersion).
+	RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]Decision, []Claim, error)
 	// Claim leases up to n records of work for lease.
 	Claim(ctx context.Context, n int, lease time.Duration) ([]Claim, error)
 	Renew(ctx context.Context, c Claim, lease time.Duration) (Claim, error)

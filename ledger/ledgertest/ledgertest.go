@@ -42,6 +42,7 @@ func Run(t *testing.T, h Harness) {
 		{"LeaseExpiryAndFencing", testLease},
 		{"RetryThenDead", testRetryDead},
 		{"CompleteBatchAndRelease", testBatchRelease},
+		{"RecordAndClaim", testRecordAndClaim},
 		{"EveryVersion", testEveryVersion},
 		{"Unordered", testUnordered},
 		{"ListAndCounts", testList},
@@ -375,6 +376,53 @@ func testBatchRelease(t *testing.T, h Harness) {
 	}
 	if errs, err := l.CompleteBatch(ctx, nil, nil); err != nil || len(errs) != 0 {
 		t.Fatalf("empty batch: %v %v", errs, err)
+	}
+}
+
+func testRecordAndClaim(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	clk := newClock()
+	l, _ := h.New(t, &ledger.Options{Now: clk.Now})
+	must(l.Record(ctx, "s", []event.Event{ev("old", "01")})) // pending, not from this batch
+	held := must(l.Claim(ctx, 1, time.Minute))[0]            // "old" is now claimed
+	ds, cs, err := l.RecordAndClaim(ctx, "s", []event.Event{ev("a", "01"), ev("a", "01"), ev("b", "01"), ev("old", "02"), ev("c", "01")}, 2, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := outcomes(ds); !slices.Equal(got, []ledger.Outcome{ledger.New, ledger.Duplicate, ledger.New, ledger.New, ledger.New}) {
+		t.Fatalf("decisions %v", got)
+	}
+	// Two claims, of this batch's new work, in delivery order; never the row
+	// another holder has (old), never twice one key.
+	if len(cs) != 2 || cs[0].Key != "a" || cs[1].Key != "b" || cs[0].Token != 1 || cs[0].Attempts != 1 || cs[0].Status != ledger.Claimed {
+		t.Fatalf("claims %+v", cs)
+	}
+	rest := must(l.Claim(ctx, 10, time.Minute))
+	if len(rest) != 1 || rest[0].Key != "c" {
+		t.Fatalf("after RecordAndClaim, Claim got %+v, want only c", rest)
+	}
+	// The claims are real: complete one, let the other expire and be taken over.
+	if err := l.Complete(ctx, cs[0], "done"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(11 * time.Second)
+	again := must(l.Claim(ctx, 10, time.Minute))
+	if len(again) != 1 || again[0].Key != "b" || again[0].Token != 2 {
+		t.Fatalf("takeover of an expired RecordAndClaim claim: %+v", again)
+	}
+	if err := l.Complete(ctx, cs[1], ""); !errors.Is(err, ledger.ErrSuperseded) {
+		t.Fatalf("superseded complete: %v", err)
+	}
+	// old's newer work waits for its holder.
+	if err := l.Complete(ctx, held, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r := must(l.Get(ctx, "b", "old"))[0]; r.Status != ledger.Pending || r.Seq != "02" {
+		t.Fatalf("old after its holder completed: %+v", r)
+	}
+	// n = 0 claims nothing.
+	if _, cs, err := l.RecordAndClaim(ctx, "s", []event.Event{ev("d", "01")}, 0, time.Minute); err != nil || len(cs) != 0 {
+		t.Fatalf("n=0: %v %v", cs, err)
 	}
 }
 

@@ -208,6 +208,20 @@ type rowID struct{ bucket, ident string }
 
 // Record stores events and decides each (see ledger.Decide), in one transaction.
 func (l *Ledger) Record(ctx context.Context, source string, evs []event.Event) ([]ledger.Decision, error) {
+	ds, _, err := l.record(ctx, source, evs, 0, 0)
+	return ds, err
+}
+
+// RecordAndClaim records evs and claims up to n of the records they made
+// pending, in one transaction.
+func (l *Ledger) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
+	if l.opts.EveryVersion {
+		n = 0 // versions of a key must run oldest first: leave it to Claim
+	}
+	return l.record(ctx, source, evs, n, lease)
+}
+
+func (l *Ledger) record(ctx context.Context, source string, evs []event.Event, claimN int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
 	out := make([]ledger.Decision, len(evs))
 	var ids []rowID
 	seen := map[rowID]bool{}
@@ -225,19 +239,19 @@ func (l *Ledger) Record(ctx context.Context, source string, evs []event.Event) (
 		}
 	}
 	if len(ids) == 0 {
-		return out, nil
+		return out, nil, nil
 	}
 	slices.SortFunc(ids, func(a, b rowID) int {
 		return cmp.Or(strings.Compare(a.bucket, b.bucket), strings.Compare(a.ident, b.ident))
 	})
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, l.wrap("record", err)
+		return nil, nil, l.wrap("record", err)
 	}
 	defer tx.Rollback()
 	now, err := l.now(ctx, tx)
 	if err != nil {
-		return nil, l.wrap("record", err)
+		return nil, nil, l.wrap("record", err)
 	}
 	if l.d.Placeholders {
 		// One statement, inserting in key order (the lock order of load).
@@ -248,12 +262,12 @@ func (l *Ledger) Record(ctx context.Context, source string, evs []event.Event) (
 		from, a := l.d.Rows(rows, []string{"text", "text", "text"})
 		if _, err := tx.ExecContext(ctx, l.q(`INSERT INTO cairn_ledger (bucket, ident, key, kind, status, first_seen, updated)
 SELECT c1, c2, c3, '', 'init', 0, 0 FROM `+from+` ORDER BY c1, c2 ON CONFLICT (bucket, ident) DO NOTHING`), a...); err != nil {
-			return nil, l.wrap("record", err)
+			return nil, nil, l.wrap("record", err)
 		}
 	}
 	cur, err := l.load(ctx, tx, ids)
 	if err != nil {
-		return nil, l.wrap("record", err)
+		return nil, nil, l.wrap("record", err)
 	}
 	dirty := map[rowID]bool{}
 	for i, ev := range evs {
@@ -272,13 +286,32 @@ SELECT c1, c2, c3, '', 'init', 0, 0 FROM `+from+` ORDER BY c1, c2 ON CONFLICT (b
 			dirty[id] = true
 		}
 	}
+	// Claim new work in delivery order, as Claim would have.
+	var claims []ledger.Claim
+	claimed := map[rowID]bool{}
+	for _, ev := range evs {
+		if len(claims) >= claimN {
+			break
+		}
+		if ev.Ignorable() {
+			continue
+		}
+		id := rowID{ev.Bucket, ledger.Ident(ev, l.opts.EveryVersion)}
+		r := cur[id]
+		if !dirty[id] || claimed[id] || r.Status != ledger.Pending {
+			continue
+		}
+		claimed[id] = true
+		r.Status, r.Token, r.LeaseUntil, r.Attempts, r.RunGen, r.Updated = ledger.Claimed, r.Token+1, now.Add(lease), r.Attempts+1, r.Gen, now
+		claims = append(claims, ledger.Claim{Record: *r, Ident: id.ident})
+	}
 	if err := l.upsert(ctx, tx, ids, dirty, cur); err != nil {
-		return nil, l.wrap("record", err)
+		return nil, nil, l.wrap("record", err)
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, l.wrap("record", err)
+		return nil, nil, l.wrap("record", err)
 	}
-	return out, nil
+	return out, claims, nil
 }
 
 // upsert writes the dirty rows: one statement for the batch where the dialect
