@@ -75,7 +75,7 @@ type Pipeline struct {
 	mu       sync.Mutex
 	draining bool // no more handler launches
 	started  bool
-	closed  chan struct{} // closed when Run returns
+	closed   chan struct{} // closed when Run returns
 }
 
 // New checks o and returns a pipeline; Run starts it.

@@ -81,7 +81,14 @@ func startServe(t *testing.T, port int, env []string, args ...string) *serveProc
 	p := &serveProc{cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
 	t.Cleanup(func() {
-		p.kill()
+		// Graceful stop: running handlers finish (or are killed) before the
+		// test's directories go.
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			p.kill()
+		}
 		if t.Failed() {
 			out, _ := os.ReadFile(logf.Name())
 			t.Logf("serve log:\n%s", tailString(string(out), 6000))
@@ -209,7 +216,19 @@ type e2e struct {
 
 func newE2E(t *testing.T, slow string) *e2e {
 	t.Helper()
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp("", "cairn-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Orphaned handlers of a killed daemon may still be finishing.
+		for range 50 {
+			if os.RemoveAll(dir) == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	port, err := services.FreePort()
 	if err != nil {
 		t.Fatal(err)
