@@ -1,0 +1,287 @@
+package folder_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cairn-s3/cairn/folder"
+	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/lock/pathlock"
+	"github.com/cairn-s3/cairn/objstore"
+	"github.com/cairn-s3/cairn/objstore/faulty"
+	fsstore "github.com/cairn-s3/cairn/objstore/fs"
+	"github.com/cairn-s3/cairn/objstore/mem"
+)
+
+func TestMain(m *testing.M) { testmain.Run(m) }
+
+// keys are the awkward names a folder holds.
+var keys = []string{"a.txt", "sub/b.bin", "sub/deeper/c", "ünï cødé 日本.txt", "with space/+plus+ 100%.csv", "x"}
+
+// stores are the stores every test runs on.
+func stores(t *testing.T) map[string]func(t *testing.T) *objstore.Store {
+	return map[string]func(t *testing.T) *objstore.Store{
+		"mem": func(t *testing.T) *objstore.Store { return mem.New() },
+		"fs": func(t *testing.T) *objstore.Store {
+			s, err := fsstore.New(t.TempDir(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		"minio": func(t *testing.T) *objstore.Store {
+			b, _ := testenv.NewBucket(t, testenv.S3(t))
+			return objstore.New(b, nil)
+		},
+	}
+}
+
+func fill(t *testing.T, s *objstore.Store, prefix string, n int) map[string][32]byte {
+	t.Helper()
+	want := map[string][32]byte{}
+	for i, k := range keys {
+		for j := range n {
+			key := fmt.Sprintf("%s%d-%s", prefix, j, k)
+			if n == 1 {
+				key = prefix + k
+			}
+			data := fmt.Appendf(nil, "%s #%d %d", k, i, j)
+			if _, err := s.PutBytes(context.Background(), key, data, &objstore.PutOptions{ContentType: "text/x-test", Metadata: map[string]string{"origin": "fill"}}); err != nil {
+				t.Fatal(err)
+			}
+			want[key[len(prefix):]] = sha256.Sum256(data)
+		}
+	}
+	return want
+}
+
+// contents maps each key under prefix (relative) to its content hash, and
+// checks metadata survived.
+func contents(t *testing.T, s *objstore.Store, prefix string) map[string][32]byte {
+	t.Helper()
+	got := map[string][32]byte{}
+	for info, err := range s.List(context.Background(), prefix, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, full, err := s.GetBytes(context.Background(), info.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if full.ContentType != "text/x-test" || full.Metadata["origin"] != "fill" {
+			t.Errorf("%s lost its metadata: %q %v", info.Key, full.ContentType, full.Metadata)
+		}
+		got[info.Key[len(prefix):]] = sha256.Sum256(data)
+	}
+	return got
+}
+
+func equal(a, b map[string][32]byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func noJournal(t *testing.T, s *objstore.Store) {
+	t.Helper()
+	left, err := s.ListAll(context.Background(), folder.JournalPrefix, nil)
+	if err != nil || len(left) != 0 {
+		t.Fatalf("journal left behind: %v %v", left, err)
+	}
+}
+
+func TestOperations(t *testing.T) {
+	for name, mk := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := mk(t)
+			ops := folder.New(s, &folder.Options{Concurrency: 4, ChunkSize: 5}) // several manifest chunks
+			defer ops.Close()
+			ctx := context.Background()
+			want := fill(t, s, "photos/2024/", 3)
+
+			if _, err := ops.Rename(ctx, "photos/2024", "archive/2024/", false); err != nil {
+				t.Fatal(err)
+			}
+			if got := contents(t, s, "archive/2024/"); !equal(got, want) {
+				t.Fatalf("after rename: %d objects, want %d", len(got), len(want))
+			}
+			if left := contents(t, s, "photos/2024/"); len(left) != 0 {
+				t.Fatalf("rename left %d sources", len(left))
+			}
+			if _, err := ops.Copy(ctx, "archive/2024/", "backup/", false); err != nil {
+				t.Fatal(err)
+			}
+			if !equal(contents(t, s, "backup/"), want) || !equal(contents(t, s, "archive/2024/"), want) {
+				t.Fatal("copy: source and destination must both hold the folder")
+			}
+			var tarball bytes.Buffer
+			res, err := ops.Snapshot(ctx, "backup", &tarball)
+			if err != nil || res.Objects != int64(len(want)) {
+				t.Fatalf("snapshot: %+v %v", res, err)
+			}
+			tr := tar.NewReader(&tarball)
+			seen := 0
+			for {
+				h, err := tr.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				data, _ := io.ReadAll(tr)
+				if sha256.Sum256(data) != want[h.Name] || h.PAXRecords["CAIRN.meta.origin"] != "fill" {
+					t.Fatalf("snapshot entry %q wrong", h.Name)
+				}
+				seen++
+			}
+			if seen != len(want) {
+				t.Fatalf("snapshot has %d entries, want %d", seen, len(want))
+			}
+			if _, err := ops.Delete(ctx, "backup/"); err != nil {
+				t.Fatal(err)
+			}
+			if left := contents(t, s, "backup/"); len(left) != 0 {
+				t.Fatalf("delete left %d", len(left))
+			}
+			noJournal(t, s)
+		})
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	s := mem.New()
+	ops := folder.New(s, &folder.Options{Locker: folder.LocalLocker{L: &pathlock.Locker{}}})
+	ctx := context.Background()
+	fill(t, s, "a/", 1)
+	fill(t, s, "b/", 1)
+	cases := []struct {
+		name string
+		err  func() error
+		want error
+	}{
+		{"source missing", func() error { _, err := ops.Rename(ctx, "nope/", "c/", false); return err }, folder.ErrNotFound},
+		{"destination inside source", func() error { _, err := ops.Rename(ctx, "a/", "a/inner/", false); return err }, folder.ErrInvalid},
+		{"source inside destination", func() error { _, err := ops.Copy(ctx, "a/x/", "a/", false); return err }, folder.ErrInvalid},
+		{"same folder", func() error { _, err := ops.Rename(ctx, "a", "a/", false); return err }, folder.ErrInvalid},
+		{"destination not empty", func() error { _, err := ops.Rename(ctx, "a/", "b/", false); return err }, folder.ErrNotEmpty},
+		{"whole bucket", func() error { _, err := ops.Delete(ctx, "/"); return err }, folder.ErrInvalid},
+		{"dot-dot", func() error { _, err := ops.Delete(ctx, "a/../b"); return err }, folder.ErrInvalid},
+		{"reserved", func() error { _, err := ops.Delete(ctx, "cairn-journal/"); return err }, folder.ErrReserved},
+		{"reserved parent", func() error { _, err := ops.Delete(ctx, "cairn-locks/tree"); return err }, folder.ErrReserved},
+	}
+	for _, tc := range cases {
+		if err := tc.err(); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	// Overwrite merges into a non-empty destination.
+	if _, err := ops.Copy(ctx, "a/", "b/", true); err != nil {
+		t.Fatal(err)
+	}
+	noJournal(t, s)
+}
+
+// TestRollForward: a rename that fails half-way (copies refused after a few)
+// leaves its journal; Recover — or the next operation on an overlapping
+// folder — finishes it.
+func TestRollForward(t *testing.T) {
+	for _, viaNextOp := range []bool{false, true} {
+		t.Run(fmt.Sprint("viaNextOp=", viaNextOp), func(t *testing.T) {
+			inner := mem.New()
+			var copies atomic.Int64
+			fb := faulty.New(inner.Backend(), &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+				if op == faulty.OpCopy && copies.Add(1) > 7 {
+					return faulty.Fail, 0
+				}
+				return faulty.None, 0
+			}})
+			s := objstore.New(fb, nil)
+			locks := folder.LocalLocker{L: &pathlock.Locker{}}
+			ops := folder.New(s, &folder.Options{Locker: locks, Concurrency: 2, ChunkSize: 4})
+			want := fill(t, inner, "src/", 3)
+			if _, err := ops.Rename(context.Background(), "src/", "dst/", false); err == nil {
+				t.Fatal("the injected copy failure did not surface")
+			}
+			copies.Store(-1 << 40) // the store works again
+			healthy := folder.New(inner, &folder.Options{Locker: locks})
+			if viaNextOp {
+				var out bytes.Buffer
+				res, err := healthy.Snapshot(context.Background(), "dst/", &out)
+				if err != nil || res.Recovered != 1 || res.Objects != int64(len(want)) {
+					t.Fatalf("snapshot after the crash: %+v %v (it must finish the rename first)", res, err)
+				}
+			} else {
+				rep, err := healthy.Recover(context.Background())
+				if err != nil || len(rep.Finished) != 1 {
+					t.Fatalf("recover: %+v %v", rep, err)
+				}
+				if rep, err := healthy.Recover(context.Background()); err != nil || len(rep.Finished) != 0 {
+					t.Fatalf("second recover: %+v %v", rep, err)
+				}
+			}
+			if got := contents(t, inner, "dst/"); !equal(got, want) {
+				t.Fatalf("after roll-forward: %d objects at dst, want %d", len(got), len(want))
+			}
+			if left := contents(t, inner, "src/"); len(left) != 0 {
+				t.Fatalf("%d sources left", len(left))
+			}
+			noJournal(t, inner)
+		})
+	}
+}
+
+// TestChangedAfterManifest: an object overwritten while the rename runs is
+// neither moved nor deleted; the rename reports it and finishes the rest.
+func TestChangedAfterManifest(t *testing.T) {
+	s := mem.New()
+	ctx := context.Background()
+	want := fill(t, s, "src/", 2)
+	var once atomic.Bool
+	ops := folder.New(s, &folder.Options{Locker: folder.LocalLocker{L: &pathlock.Locker{}}, Concurrency: 1,
+		Progress: func(p folder.Progress) {
+			if p.Phase == "copy" && once.CompareAndSwap(false, true) {
+				// A writer that bypasses cairn overwrites the last key.
+				if _, err := s.PutBytes(ctx, "src/1-x", []byte("rogue"), nil); err != nil {
+					t.Error(err)
+				}
+			}
+		}})
+	_, err := ops.Rename(ctx, "src/", "dst/", false)
+	var ce *folder.ConflictError
+	if !errors.As(err, &ce) || ce.N != 1 || ce.Keys[0] != "src/1-x" {
+		t.Fatalf("rename with a rogue overwrite: %v, want a conflict on src/1-x", err)
+	}
+	if data, _, err := s.GetBytes(ctx, "src/1-x"); err != nil || string(data) != "rogue" {
+		t.Fatalf("the changed object was not left alone: %q %v", data, err)
+	}
+	got := map[string][32]byte{}
+	for info, err := range s.List(ctx, "dst/", nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _, _ := s.GetBytes(ctx, info.Key)
+		got[info.Key[4:]] = sha256.Sum256(data)
+	}
+	delete(want, "1-x")
+	if !equal(got, want) {
+		t.Fatalf("the rest was not renamed: %d of %d", len(got), len(want))
+	}
+	noJournal(t, s)
+}

@@ -1,0 +1,609 @@
+package folder
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+// The operations a journal records.
+const (
+	opRename = "rename"
+	opCopy   = "copy"
+	opDelete = "delete"
+)
+
+// intent is the journal's head object.
+type intent struct {
+	ID        string    `json:"id"`
+	Op        string    `json:"op"`
+	Src       string    `json:"src"`
+	Dst       string    `json:"dst,omitempty"`
+	Created   time.Time `json:"created"`
+	Complete  bool      `json:"manifest_complete"` // every chunk written
+	Chunks    int       `json:"chunks"`
+	Objects   int64     `json:"objects"`
+	Bytes     int64     `json:"bytes"`
+	Deleting  bool      `json:"deleting"` // the copy phase is done
+	Overwrite bool      `json:"overwrite,omitempty"`
+}
+
+type entry struct {
+	K string `json:"k"` // key relative to the source folder
+	E string `json:"e"` // ETag
+	S int64  `json:"s"` // size
+}
+
+func (in *intent) key() string        { return JournalPrefix + in.ID + "/intent.json" }
+func (in *intent) chunk(i int) string { return fmt.Sprintf("%s%s/m/%06d.jsonl", JournalPrefix, in.ID, i) }
+
+// locks are the read and write paths the operation needs.
+func (in *intent) locks() (read, write []string) {
+	switch in.Op {
+	case opRename:
+		return nil, []string{lockPath(in.Src), lockPath(in.Dst)}
+	case opCopy:
+		return []string{lockPath(in.Src)}, []string{lockPath(in.Dst)}
+	default:
+		return nil, []string{lockPath(in.Src)}
+	}
+}
+
+// Result summarises an operation.
+type Result struct {
+	Op      string  `json:"op"`
+	Src     string  `json:"src"`
+	Dst     string  `json:"dst,omitempty"`
+	Objects int64   `json:"objects"`
+	Bytes   int64   `json:"bytes"`
+	Skipped int64   `json:"skipped"` // already done (a roll-forward)
+	Seconds float64 `json:"seconds"`
+	// Recovered counts interrupted operations this one finished first.
+	Recovered int `json:"recovered,omitempty"`
+}
+
+// Rename moves every object under src to the same relative key under dst.
+func (ops *Ops) Rename(ctx context.Context, src, dst string, overwrite bool) (Result, error) {
+	return ops.start(ctx, opRename, src, dst, overwrite)
+}
+
+// Copy copies every object under src to dst.
+func (ops *Ops) Copy(ctx context.Context, src, dst string, overwrite bool) (Result, error) {
+	return ops.start(ctx, opCopy, src, dst, overwrite)
+}
+
+// Delete deletes every object under prefix.
+func (ops *Ops) Delete(ctx context.Context, prefix string) (Result, error) {
+	return ops.start(ctx, opDelete, prefix, "", false)
+}
+
+func (ops *Ops) start(ctx context.Context, op, src, dst string, overwrite bool) (Result, error) {
+	begin := time.Now()
+	var err error
+	if src, err = Prefix(src); err != nil {
+		return Result{}, err
+	}
+	if op != opDelete {
+		if dst, err = Prefix(dst); err != nil {
+			return Result{}, err
+		}
+		if nested(src, dst) {
+			return Result{}, fmt.Errorf("%w: %q and %q overlap (one is inside the other)", ErrInvalid, src, dst)
+		}
+	}
+	in := &intent{ID: newID(), Op: op, Src: src, Dst: dst, Created: time.Now().UTC(), Overwrite: overwrite}
+	recovered, err := ops.recoverOverlapping(ctx, in)
+	if err != nil {
+		return Result{}, err
+	}
+	read, write := in.locks()
+	unlock, lost, err := ops.o.Locker.Lock(ctx, read, write)
+	if err != nil {
+		return Result{}, fmt.Errorf("folder: locking: %w", err)
+	}
+	defer unlock()
+	// Checks, under the lock.
+	if empty, err := ops.empty(ctx, src); err != nil {
+		return Result{}, err
+	} else if empty {
+		return Result{}, fmt.Errorf("%w: %q", ErrNotFound, src)
+	}
+	if op != opDelete && !overwrite {
+		if empty, err := ops.empty(ctx, dst); err != nil {
+			return Result{}, err
+		} else if !empty {
+			return Result{}, fmt.Errorf("%w: %q", ErrNotEmpty, dst)
+		}
+	}
+	// The intent first: from here on, a crash is finished by Recover.
+	data, _ := json.Marshal(in)
+	info, err := ops.s.PutBytes(ctx, in.key(), data, &objstore.PutOptions{If: objstore.IfAbsent(), ContentType: "application/json"})
+	if err != nil {
+		return Result{}, fmt.Errorf("folder: writing the intent: %w", err)
+	}
+	res, err := ops.execute(ctx, in, info.ETag, lost)
+	res.Recovered = recovered
+	res.Seconds = time.Since(begin).Seconds()
+	return res, err
+}
+
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%019d-%s", time.Now().UnixNano(), hex.EncodeToString(b[:]))
+}
+
+func (ops *Ops) empty(ctx context.Context, prefix string) (bool, error) {
+	for _, err := range ops.s.List(ctx, prefix, &objstore.ListOptions{PageSize: 1}) {
+		if err != nil {
+			return false, err
+		}
+		return false, nil
+	}
+	return true, nil
+}
+
+// saveIntent updates the intent with a compare-and-swap.
+func (ops *Ops) saveIntent(ctx context.Context, in *intent, etag string) (string, error) {
+	data, _ := json.Marshal(in)
+	info, err := ops.s.PutBytes(ctx, in.key(), data, &objstore.PutOptions{If: objstore.IfMatch(etag), ContentType: "application/json"})
+	if err != nil {
+		return "", fmt.Errorf("folder: updating the intent: %w", err)
+	}
+	return info.ETag, nil
+}
+
+// execute runs (or finishes) the operation in the intent; the caller holds
+// its locks.
+func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-chan struct{}) (Result, error) {
+	res := Result{Op: in.Op, Src: in.Src, Dst: in.Dst}
+	check := func() error {
+		select {
+		case <-lost:
+			return ErrLockLost
+		default:
+			return ctx.Err()
+		}
+	}
+	var err error
+	if !in.Complete {
+		if err = ops.manifest(ctx, in); err != nil {
+			return res, err
+		}
+		in.Complete = true
+		if etag, err = ops.saveIntent(ctx, in, etag); err != nil {
+			return res, err
+		}
+	}
+	res.Objects, res.Bytes = in.Objects, in.Bytes
+	conflicts := &conflicts{op: in.Op}
+	var skipped atomic.Int64
+	if in.Op != opDelete && !in.Deleting {
+		if err := ops.phase(ctx, in, "copy", check, func(ctx context.Context, e entry) error {
+			done, err := ops.copyOne(ctx, in, e, conflicts)
+			if done {
+				skipped.Add(1)
+			}
+			return err
+		}); err != nil {
+			return res, err
+		}
+	}
+	if in.Op != opCopy {
+		if !in.Deleting {
+			in.Deleting = true
+			if etag, err = ops.saveIntent(ctx, in, etag); err != nil {
+				return res, err
+			}
+		}
+		if err := ops.phase(ctx, in, "delete", check, func(ctx context.Context, e entry) error {
+			return ops.deleteOne(ctx, in, e, conflicts)
+		}); err != nil {
+			return res, err
+		}
+	}
+	if err := check(); err != nil {
+		return res, err
+	}
+	// The journal goes last: the intent, then its chunks.
+	if err := ops.s.Delete(ctx, in.key(), objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		return res, fmt.Errorf("folder: removing the journal: %w", err)
+	}
+	ops.removeChunks(ctx, in.ID)
+	res.Skipped = skipped.Load()
+	if conflicts.n > 0 {
+		return res, conflicts.err()
+	}
+	return res, nil
+}
+
+// manifest lists the source into journal chunks, streaming.
+func (ops *Ops) manifest(ctx context.Context, in *intent) error {
+	in.Chunks, in.Objects, in.Bytes = 0, 0, 0
+	var buf bytes.Buffer
+	n := 0
+	flush := func() error {
+		if n == 0 {
+			return nil
+		}
+		in.Chunks++
+		if _, err := ops.s.PutBytes(ctx, in.chunk(in.Chunks), buf.Bytes(), &objstore.PutOptions{ContentType: "application/x-ndjson"}); err != nil {
+			return fmt.Errorf("folder: writing the manifest: %w", err)
+		}
+		buf.Reset()
+		n = 0
+		return nil
+	}
+	enc := json.NewEncoder(&buf)
+	for info, err := range ops.s.List(ctx, in.Src, nil) {
+		if err != nil {
+			return fmt.Errorf("folder: listing %q: %w", in.Src, err)
+		}
+		_ = enc.Encode(entry{K: strings.TrimPrefix(info.Key, in.Src), E: info.ETag, S: info.Size})
+		in.Objects++
+		in.Bytes += info.Size
+		n++
+		ops.report(Progress{Phase: "manifest", Done: in.Objects})
+		if n == ops.o.ChunkSize {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+func (ops *Ops) report(p Progress) {
+	if ops.o.Progress != nil {
+		ops.o.Progress(p)
+	}
+}
+
+// phase applies fn to every manifest entry, chunk by chunk, with a bounded
+// pool of workers.
+func (ops *Ops) phase(ctx context.Context, in *intent, name string, check func() error, fn func(context.Context, entry) error) error {
+	var done, nbytes atomic.Int64
+	for i := 1; i <= in.Chunks; i++ {
+		if err := check(); err != nil {
+			return err
+		}
+		data, _, err := ops.s.GetBytes(ctx, in.chunk(i))
+		if err != nil {
+			return fmt.Errorf("folder: reading manifest chunk %d: %w", i, err)
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(ops.o.Concurrency)
+		sc := bufio.NewScanner(bytes.NewReader(data))
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var e entry
+			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+				return fmt.Errorf("folder: manifest chunk %d is corrupt: %w", i, err)
+			}
+			g.Go(func() error {
+				if err := fn(gctx, e); err != nil {
+					return err
+				}
+				ops.report(Progress{Phase: name, Done: done.Add(1), Total: in.Objects, Bytes: nbytes.Add(e.S)})
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// conflicts collects keys that changed after the manifest was taken.
+type conflicts struct {
+	op   string
+	mu   sync.Mutex
+	seen map[string]bool
+	keys []string
+	n    int
+}
+
+func (c *conflicts) add(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen[key] {
+		return // reported by the copy phase already
+	}
+	if c.seen == nil {
+		c.seen = map[string]bool{}
+	}
+	c.seen[key] = true
+	c.n++
+	if len(c.keys) < 100 {
+		c.keys = append(c.keys, key)
+	}
+}
+
+func (c *conflicts) err() error {
+	slices.Sort(c.keys)
+	return &ConflictError{Op: c.op, Keys: c.keys, N: c.n}
+}
+
+// copyOne copies one entry unless its destination already holds it; it
+// reports whether the copy had already been done.
+func (ops *Ops) copyOne(ctx context.Context, in *intent, e entry, c *conflicts) (bool, error) {
+	src, dst := in.Src+e.K, in.Dst+e.K
+	if d, err := ops.s.Head(ctx, dst); err == nil && d.ETag == e.E && d.Size == e.S {
+		return true, nil
+	} else if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		return false, err
+	}
+	s, err := ops.s.Head(ctx, src)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		c.add(src) // deleted by someone else since the manifest
+		return false, nil
+	case err != nil:
+		return false, err
+	case s.ETag != e.E:
+		c.add(src) // overwritten since the manifest: not ours to move
+		return false, nil
+	}
+	info, err := ops.s.Copy(ctx, src, dst, objstore.Condition{})
+	if err != nil {
+		return false, err
+	}
+	if info.Size != e.S && info.Size != 0 {
+		return false, fmt.Errorf("folder: copy of %q gave %d bytes, want %d", src, info.Size, e.S)
+	}
+	return false, nil
+}
+
+// deleteOne deletes one source entry if it is still the manifest's version.
+func (ops *Ops) deleteOne(ctx context.Context, in *intent, e entry, c *conflicts) error {
+	src := in.Src + e.K
+	s, err := ops.s.Head(ctx, src)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return nil // already deleted (a roll-forward)
+	case err != nil:
+		return err
+	case s.ETag != e.E:
+		c.add(src)
+		return nil
+	}
+	// Conditional DELETE where enforced; MinIO ignores it, so the HEAD above
+	// under the write lock is the check there.
+	cond := objstore.Condition{}
+	if caps, err := ops.s.Capabilities(ctx); err == nil && caps.DeleteIfMatch {
+		cond = objstore.IfMatch(e.E)
+	}
+	err = ops.s.Delete(ctx, src, cond)
+	switch {
+	case errors.Is(err, objstore.ErrPreconditionFailed):
+		c.add(src)
+		return nil
+	case errors.Is(err, objstore.ErrNotFound):
+		return nil
+	}
+	return err
+}
+
+func (ops *Ops) removeChunks(ctx context.Context, id string) {
+	for info, err := range ops.s.List(ctx, JournalPrefix+id+"/", nil) {
+		if err != nil {
+			return
+		}
+		_ = ops.s.Delete(ctx, info.Key, objstore.Condition{})
+	}
+}
+
+// intents lists the journals present: intents, and ids of orphan chunks.
+func (ops *Ops) intents(ctx context.Context) ([]*intent, []string, error) {
+	var out []*intent
+	var orphans []string
+	for info, err := range ops.s.List(ctx, JournalPrefix, &objstore.ListOptions{Delimiter: "/"}) {
+		if err != nil {
+			return nil, nil, fmt.Errorf("folder: listing the journal: %w", err)
+		}
+		if !info.IsPrefix {
+			continue
+		}
+		id := strings.TrimSuffix(strings.TrimPrefix(info.Key, JournalPrefix), "/")
+		in, _, err := ops.readIntent(ctx, id)
+		switch {
+		case errors.Is(err, objstore.ErrNotFound):
+			orphans = append(orphans, id)
+		case err != nil:
+			return nil, nil, err
+		default:
+			out = append(out, in)
+		}
+	}
+	return out, orphans, nil
+}
+
+func (ops *Ops) readIntent(ctx context.Context, id string) (*intent, string, error) {
+	data, info, err := ops.s.GetBytes(ctx, JournalPrefix+id+"/intent.json")
+	if err != nil {
+		return nil, "", err
+	}
+	var in intent
+	if err := json.Unmarshal(data, &in); err != nil || in.ID != id {
+		return nil, "", fmt.Errorf("folder: journal %s: corrupt intent: %v", id, err)
+	}
+	return &in, info.ETag, nil
+}
+
+// recoverOverlapping finishes interrupted operations on folders overlapping
+// the new one's.
+func (ops *Ops) recoverOverlapping(ctx context.Context, next *intent) (int, error) {
+	ins, _, err := ops.intents(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, in := range ins {
+		if !overlaps(in, next) {
+			continue
+		}
+		if _, err := ops.recoverOne(ctx, in.ID); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+func overlaps(a, b *intent) bool {
+	for _, x := range []string{a.Src, a.Dst} {
+		for _, y := range []string{b.Src, b.Dst} {
+			if x != "" && y != "" && nested(x, y) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// recoverOne finishes one journal under its operation's locks.
+func (ops *Ops) recoverOne(ctx context.Context, id string) (Result, error) {
+	in, _, err := ops.readIntent(ctx, id)
+	if err != nil {
+		return Result{}, err
+	}
+	read, write := in.locks()
+	unlock, lost, err := ops.o.Locker.Lock(ctx, read, write)
+	if err != nil {
+		return Result{}, fmt.Errorf("folder: locking to recover %s: %w", id, err)
+	}
+	defer unlock()
+	op := in.Op
+	in, etag, err := ops.readIntent(ctx, id) // someone may have finished it meanwhile
+	if errors.Is(err, objstore.ErrNotFound) {
+		return Result{Op: op}, nil
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	return ops.execute(ctx, in, etag, lost)
+}
+
+// RecoverReport says what Recover did.
+type RecoverReport struct {
+	Finished []Result `json:"finished"`
+	// Conflicts of finished operations (objects left untouched).
+	Conflicts []string `json:"conflicts,omitempty"`
+	// Orphans: journal chunks of operations that never wrote their intent.
+	Orphans int `json:"orphans_removed"`
+}
+
+// Recover finishes every interrupted operation in the store (rolling it
+// forward) and removes orphaned journal chunks older than an hour. It is
+// idempotent; an operation still running elsewhere is waited for through its
+// locks.
+func (ops *Ops) Recover(ctx context.Context) (RecoverReport, error) {
+	var rep RecoverReport
+	ins, orphans, err := ops.intents(ctx)
+	if err != nil {
+		return rep, err
+	}
+	for _, in := range ins {
+		res, err := ops.recoverOne(ctx, in.ID)
+		var ce *ConflictError
+		switch {
+		case errors.As(err, &ce):
+			rep.Conflicts = append(rep.Conflicts, ce.Keys...)
+		case errors.Is(err, objstore.ErrNotFound):
+			continue
+		case err != nil:
+			return rep, err
+		}
+		rep.Finished = append(rep.Finished, res)
+	}
+	for _, id := range orphans {
+		ns, _, _ := strings.Cut(id, "-")
+		nanos, err := strconv.ParseInt(ns, 10, 64)
+		if err != nil || time.Since(time.Unix(0, nanos)) > time.Hour {
+			ops.removeChunks(ctx, id)
+			rep.Orphans++
+		}
+	}
+	return rep, nil
+}
+
+// Snapshot writes every object under prefix to w as a tar archive (names
+// relative to the folder; ETags and user metadata as PAX records), under the
+// folder's read lock, so it is one consistent view with respect to other cairn
+// operations. Objects are streamed one at a time.
+func (ops *Ops) Snapshot(ctx context.Context, prefix string, w io.Writer) (Result, error) {
+	begin := time.Now()
+	prefix, err := Prefix(prefix)
+	if err != nil {
+		return Result{}, err
+	}
+	probe := &intent{Op: "snapshot", Src: prefix}
+	recovered, err := ops.recoverOverlapping(ctx, probe)
+	if err != nil {
+		return Result{}, err
+	}
+	unlock, lost, err := ops.o.Locker.Lock(ctx, []string{lockPath(prefix)}, nil)
+	if err != nil {
+		return Result{}, fmt.Errorf("folder: locking: %w", err)
+	}
+	defer unlock()
+	res := Result{Op: "snapshot", Src: prefix, Recovered: recovered}
+	tw := tar.NewWriter(w)
+	for info, err := range ops.s.List(ctx, prefix, nil) {
+		if err != nil {
+			return res, err
+		}
+		select {
+		case <-lost:
+			return res, ErrLockLost
+		default:
+		}
+		rc, full, err := ops.s.Get(ctx, info.Key)
+		if err != nil {
+			return res, err
+		}
+		hdr := &tar.Header{Name: strings.TrimPrefix(info.Key, prefix), Mode: 0o644, Size: full.Size, ModTime: full.LastModified,
+			Typeflag: tar.TypeReg, Format: tar.FormatPAX, PAXRecords: map[string]string{"CAIRN.etag": full.ETag}}
+		if full.ContentType != "" {
+			hdr.PAXRecords["CAIRN.content-type"] = full.ContentType
+		}
+		for k, v := range full.Metadata {
+			hdr.PAXRecords["CAIRN.meta."+k] = v
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			rc.Close()
+			return res, err
+		}
+		n, err := io.Copy(tw, rc)
+		rc.Close()
+		if err != nil {
+			return res, err
+		}
+		res.Objects++
+		res.Bytes += n
+		ops.report(Progress{Phase: "snapshot", Done: res.Objects, Bytes: res.Bytes})
+	}
+	if err := tw.Close(); err != nil {
+		return res, err
+	}
+	res.Seconds = time.Since(begin).Seconds()
+	return res, nil
+}
