@@ -51,8 +51,10 @@ type entry struct {
 	S int64  `json:"s"` // size
 }
 
-func (in *intent) key() string        { return JournalPrefix + in.ID + "/intent.json" }
-func (in *intent) chunk(i int) string { return fmt.Sprintf("%s%s/m/%06d.jsonl", JournalPrefix, in.ID, i) }
+func (in *intent) key() string { return JournalPrefix + in.ID + "/intent.json" }
+func (in *intent) chunk(i int) string {
+	return fmt.Sprintf("%s%s/m/%06d.jsonl", JournalPrefix, in.ID, i)
+}
 
 // locks are the read and write paths the operation needs.
 func (in *intent) locks() (read, write []string) {
