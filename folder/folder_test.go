@@ -146,7 +146,7 @@ func TestOperations(t *testing.T) {
 					t.Fatal(err)
 				}
 				data, _ := io.ReadAll(tr)
-				if sha256.Sum256(data) != want[h.Name] || h.PAXRecords["CAIRN.meta.origin"] != "fill" {
+				if sha256.Sum256(data) != want[h.Name] || h.PAXRecords["SCHILY.xattr.user.cairn.meta.origin"] != "fill" {
 					t.Fatalf("snapshot entry %q wrong", h.Name)
 				}
 				seen++

@@ -548,7 +548,9 @@ func (ops *Ops) Recover(ctx context.Context) (RecoverReport, error) {
 }
 
 // Snapshot writes every object under prefix to w as a tar archive (names
-// relative to the folder; ETags and user metadata as PAX records), under the
+// relative to the folder; ETag, content type and user metadata as
+// SCHILY.xattr.user.cairn.* PAX records, which GNU tar --xattrs restores as
+// extended attributes), under the
 // folder's read lock, so it is one consistent view with respect to other cairn
 // operations. Objects are streamed one at a time.
 func (ops *Ops) Snapshot(ctx context.Context, prefix string, w io.Writer) (Result, error) {
@@ -583,12 +585,12 @@ func (ops *Ops) Snapshot(ctx context.Context, prefix string, w io.Writer) (Resul
 			return res, err
 		}
 		hdr := &tar.Header{Name: strings.TrimPrefix(info.Key, prefix), Mode: 0o644, Size: full.Size, ModTime: full.LastModified,
-			Typeflag: tar.TypeReg, Format: tar.FormatPAX, PAXRecords: map[string]string{"CAIRN.etag": full.ETag}}
+			Typeflag: tar.TypeReg, Format: tar.FormatPAX, PAXRecords: map[string]string{"SCHILY.xattr.user.cairn.etag": full.ETag}}
 		if full.ContentType != "" {
-			hdr.PAXRecords["CAIRN.content-type"] = full.ContentType
+			hdr.PAXRecords["SCHILY.xattr.user.cairn.content-type"] = full.ContentType
 		}
 		for k, v := range full.Metadata {
-			hdr.PAXRecords["CAIRN.meta."+k] = v
+			hdr.PAXRecords["SCHILY.xattr.user.cairn.meta."+k] = v
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			rc.Close()

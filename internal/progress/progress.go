@@ -25,6 +25,34 @@ type Bar struct {
 	mu   sync.Mutex
 	last time.Time
 	done int64
+
+	counter bool  // counts items; done is items, bytes alongside
+	bytes   int64 // with counter: bytes so far
+}
+
+// NewCounter returns a bar on w counting items out of total (0 if unknown),
+// with bytes and rate alongside, or nil if w is not a terminal.
+func NewCounter(w io.Writer, label string, total int64) *Bar {
+	b := New(w, label, total)
+	if b != nil {
+		b.counter = true
+	}
+	return b
+}
+
+// SetCount records n items and their bytes done, and redraws if it is time.
+func (b *Bar) SetCount(n, bytes int64) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.done, b.bytes = n, bytes
+	if time.Since(b.last) < 100*time.Millisecond && n != b.total {
+		return
+	}
+	b.last = time.Now()
+	b.draw()
 }
 
 // New returns a bar on w for total bytes (0 if unknown), or nil if w is not a
@@ -53,7 +81,16 @@ func (b *Bar) Set(n int64) {
 }
 
 func (b *Bar) draw() {
-	rate := float64(b.done) / max(time.Since(b.start).Seconds(), 1e-3)
+	secs := max(time.Since(b.start).Seconds(), 1e-3)
+	if b.counter {
+		of := ""
+		if b.total > 0 {
+			of = fmt.Sprintf(" / %d (%3.0f%%)", b.total, 100*float64(b.done)/float64(b.total))
+		}
+		fmt.Fprintf(b.w, "\r%-9s %d%s objects, %s, %.0f objects/s, %s/s ", b.label, b.done, of, Bytes(b.bytes), float64(b.done)/secs, Bytes(int64(float64(b.bytes)/secs)))
+		return
+	}
+	rate := float64(b.done) / secs
 	if b.total > 0 {
 		pct := float64(b.done) / float64(b.total)
 		filled := int(pct * 30)
