@@ -79,6 +79,9 @@ type Result struct {
 	Seconds float64 `json:"seconds"`
 	// Recovered counts interrupted operations this one finished first.
 	Recovered int `json:"recovered,omitempty"`
+	// JournalSeconds is the time spent writing, reading and removing the
+	// journal (the price of crash safety).
+	JournalSeconds float64 `json:"journal_seconds"`
 }
 
 // Rename moves every object under src to the same relative key under dst.
@@ -136,11 +139,14 @@ func (ops *Ops) start(ctx context.Context, op, src, dst string, overwrite bool) 
 	}
 	// The intent first: from here on, a crash is finished by Recover.
 	data, _ := json.Marshal(in)
+	t0 := time.Now()
 	info, err := ops.s.PutBytes(ctx, in.key(), data, &objstore.PutOptions{If: objstore.IfAbsent(), ContentType: "application/json"})
 	if err != nil {
 		return Result{}, fmt.Errorf("folder: writing the intent: %w", err)
 	}
-	res, err := ops.execute(ctx, in, info.ETag, lost)
+	intentTime := time.Since(t0)
+	res, err := ops.execute(ctx, in, info.ETag, lost, true)
+	res.JournalSeconds += intentTime.Seconds()
 	res.Recovered = recovered
 	res.Seconds = time.Since(begin).Seconds()
 	return res, err
@@ -173,9 +179,13 @@ func (ops *Ops) saveIntent(ctx context.Context, in *intent, etag string) (string
 }
 
 // execute runs (or finishes) the operation in the intent; the caller holds
-// its locks.
-func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-chan struct{}) (Result, error) {
-	res := Result{Op: in.Op, Src: in.Src, Dst: in.Dst}
+// its locks. fresh: this process wrote the intent and checked, under the
+// lock, that the destination was empty, so steps need not look before they
+// act; a roll-forward (fresh false) checks every step.
+func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-chan struct{}, fresh bool) (res Result, err error) {
+	res = Result{Op: in.Op, Src: in.Src, Dst: in.Dst}
+	jt := &journalTimer{}
+	defer func() { res.JournalSeconds += jt.seconds() }()
 	check := func() error {
 		select {
 		case <-lost:
@@ -184,13 +194,15 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 			return ctx.Err()
 		}
 	}
-	var err error
 	if !in.Complete {
-		if err = ops.manifest(ctx, in); err != nil {
+		if err = ops.manifest(ctx, in, jt); err != nil {
 			return res, err
 		}
 		in.Complete = true
-		if etag, err = ops.saveIntent(ctx, in, etag); err != nil {
+		stop := jt.start()
+		etag, err = ops.saveIntent(ctx, in, etag)
+		stop()
+		if err != nil {
 			return res, err
 		}
 	}
@@ -198,8 +210,8 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 	conflicts := &conflicts{op: in.Op}
 	var skipped atomic.Int64
 	if in.Op != opDelete && !in.Deleting {
-		if err := ops.phase(ctx, in, "copy", check, func(ctx context.Context, e entry) error {
-			done, err := ops.copyOne(ctx, in, e, conflicts)
+		if err := ops.phase(ctx, in, "copy", check, jt, func(ctx context.Context, e entry) error {
+			done, err := ops.copyOne(ctx, in, e, conflicts, fresh)
 			if done {
 				skipped.Add(1)
 			}
@@ -211,13 +223,14 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 	if in.Op != opCopy {
 		if !in.Deleting {
 			in.Deleting = true
-			if etag, err = ops.saveIntent(ctx, in, etag); err != nil {
+			stop := jt.start()
+			etag, err = ops.saveIntent(ctx, in, etag)
+			stop()
+			if err != nil {
 				return res, err
 			}
 		}
-		if err := ops.phase(ctx, in, "delete", check, func(ctx context.Context, e entry) error {
-			return ops.deleteOne(ctx, in, e, conflicts)
-		}); err != nil {
+		if err := ops.deletePhase(ctx, in, check, jt, conflicts); err != nil {
 			return res, err
 		}
 	}
@@ -225,10 +238,13 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 		return res, err
 	}
 	// The journal goes last: the intent, then its chunks.
+	stop := jt.start()
 	if err := ops.s.Delete(ctx, in.key(), objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		stop()
 		return res, fmt.Errorf("folder: removing the journal: %w", err)
 	}
 	ops.removeChunks(ctx, in.ID)
+	stop()
 	res.Skipped = skipped.Load()
 	if conflicts.n > 0 {
 		return res, conflicts.err()
@@ -237,7 +253,7 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 }
 
 // manifest lists the source into journal chunks, streaming.
-func (ops *Ops) manifest(ctx context.Context, in *intent) error {
+func (ops *Ops) manifest(ctx context.Context, in *intent, jt *journalTimer) error {
 	in.Chunks, in.Objects, in.Bytes = 0, 0, 0
 	var buf bytes.Buffer
 	n := 0
@@ -246,6 +262,8 @@ func (ops *Ops) manifest(ctx context.Context, in *intent) error {
 			return nil
 		}
 		in.Chunks++
+		stop := jt.start()
+		defer stop()
 		if _, err := ops.s.PutBytes(ctx, in.chunk(in.Chunks), buf.Bytes(), &objstore.PutOptions{ContentType: "application/x-ndjson"}); err != nil {
 			return fmt.Errorf("folder: writing the manifest: %w", err)
 		}
@@ -280,25 +298,19 @@ func (ops *Ops) report(p Progress) {
 
 // phase applies fn to every manifest entry, chunk by chunk, with a bounded
 // pool of workers.
-func (ops *Ops) phase(ctx context.Context, in *intent, name string, check func() error, fn func(context.Context, entry) error) error {
+func (ops *Ops) phase(ctx context.Context, in *intent, name string, check func() error, jt *journalTimer, fn func(context.Context, entry) error) error {
 	var done, nbytes atomic.Int64
 	for i := 1; i <= in.Chunks; i++ {
 		if err := check(); err != nil {
 			return err
 		}
-		data, _, err := ops.s.GetBytes(ctx, in.chunk(i))
+		entries, err := ops.readChunk(ctx, in, i, jt)
 		if err != nil {
-			return fmt.Errorf("folder: reading manifest chunk %d: %w", i, err)
+			return err
 		}
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(ops.o.Concurrency)
-		sc := bufio.NewScanner(bytes.NewReader(data))
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			var e entry
-			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				return fmt.Errorf("folder: manifest chunk %d is corrupt: %w", i, err)
-			}
+		for _, e := range entries {
 			g.Go(func() error {
 				if err := fn(gctx, e); err != nil {
 					return err
@@ -313,6 +325,16 @@ func (ops *Ops) phase(ctx context.Context, in *intent, name string, check func()
 	}
 	return nil
 }
+
+// journalTimer adds up the time spent on journal requests.
+type journalTimer struct{ d atomic.Int64 }
+
+func (j *journalTimer) start() func() {
+	t := time.Now()
+	return func() { j.d.Add(int64(time.Since(t))) }
+}
+
+func (j *journalTimer) seconds() float64 { return time.Duration(j.d.Load()).Seconds() }
 
 // conflicts collects keys that changed after the manifest was taken.
 type conflicts struct {
@@ -346,8 +368,11 @@ func (c *conflicts) err() error {
 
 // copyOne copies one entry unless its destination already holds it; it
 // reports whether the copy had already been done.
-func (ops *Ops) copyOne(ctx context.Context, in *intent, e entry, c *conflicts) (bool, error) {
+func (ops *Ops) copyOne(ctx context.Context, in *intent, e entry, c *conflicts, fresh bool) (bool, error) {
 	src, dst := in.Src+e.K, in.Dst+e.K
+	if fresh && !in.Overwrite {
+		return false, ops.copyChecked(ctx, src, dst, e, c)
+	}
 	if d, err := ops.s.Head(ctx, dst); err == nil && d.ETag == e.E && d.Size == e.S {
 		return true, nil
 	} else if err != nil && !errors.Is(err, objstore.ErrNotFound) {
@@ -372,6 +397,123 @@ func (ops *Ops) copyOne(ctx context.Context, in *intent, e entry, c *conflicts) 
 		return false, fmt.Errorf("folder: copy of %q gave %d bytes, want %d", src, info.Size, e.S)
 	}
 	return false, nil
+}
+
+// copyChecked copies without looking first (one request): the copy's ETag
+// says whether the source was still the manifest's version. If it was not, the
+// copy is taken back (the destination was empty and is write-locked) and the
+// key reported.
+func (ops *Ops) copyChecked(ctx context.Context, src, dst string, e entry, c *conflicts) error {
+	info, err := ops.s.Copy(ctx, src, dst, objstore.Condition{})
+	if errors.Is(err, objstore.ErrNotFound) {
+		c.add(src) // deleted by someone else since the manifest
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	same := info.ETag == e.E
+	if !same && strings.Contains(e.E, "-") {
+		// A multipart source: its copy gets a new ETag; ask the source itself.
+		s, err := ops.s.Head(ctx, src)
+		if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			return err
+		}
+		same = err == nil && s.ETag == e.E
+	}
+	if !same {
+		c.add(src)
+		if err := ops.s.Delete(ctx, dst, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// deletePhase deletes the sources that are still the manifest's versions,
+// chunk by chunk. Where the store enforces conditional DELETE each key is
+// deleted If-Match its manifest ETag; elsewhere (MinIO) one LIST per chunk
+// reads the current ETags and one batch request deletes the matching keys,
+// all under the folder's write lock.
+func (ops *Ops) deletePhase(ctx context.Context, in *intent, check func() error, jt *journalTimer, c *conflicts) error {
+	caps, err := ops.s.Capabilities(ctx)
+	if err != nil {
+		return err
+	}
+	if caps.DeleteIfMatch {
+		return ops.phase(ctx, in, "delete", check, jt, func(ctx context.Context, e entry) error {
+			return ops.deleteOne(ctx, in, e, c)
+		})
+	}
+	var done, nbytes int64
+	after := ""
+	for i := 1; i <= in.Chunks; i++ {
+		if err := check(); err != nil {
+			return err
+		}
+		entries, err := ops.readChunk(ctx, in, i, jt)
+		if err != nil {
+			return err
+		}
+		if len(entries) == 0 {
+			continue
+		}
+		last := in.Src + entries[len(entries)-1].K
+		current := map[string]string{}
+		for info, err := range ops.s.List(ctx, in.Src, &objstore.ListOptions{StartAfter: after}) {
+			if err != nil {
+				return err
+			}
+			if info.Key > last {
+				break
+			}
+			current[info.Key] = info.ETag
+		}
+		after = last
+		var doomed []string
+		for _, e := range entries {
+			src := in.Src + e.K
+			etag, ok := current[src]
+			switch {
+			case !ok: // already deleted (a roll-forward)
+			case etag != e.E:
+				c.add(src)
+			default:
+				doomed = append(doomed, src)
+			}
+			nbytes += e.S
+		}
+		failed, err := ops.s.DeleteMany(ctx, doomed, ops.o.Concurrency)
+		if err != nil {
+			return err
+		}
+		for k, err := range failed {
+			return fmt.Errorf("folder: deleting %q (and %d more): %w", k, len(failed)-1, err)
+		}
+		done += int64(len(entries))
+		ops.report(Progress{Phase: "delete", Done: done, Total: in.Objects, Bytes: nbytes})
+	}
+	return nil
+}
+
+func (ops *Ops) readChunk(ctx context.Context, in *intent, i int, jt *journalTimer) ([]entry, error) {
+	stop := jt.start()
+	data, _, err := ops.s.GetBytes(ctx, in.chunk(i))
+	stop()
+	if err != nil {
+		return nil, fmt.Errorf("folder: reading manifest chunk %d: %w", i, err)
+	}
+	var out []entry
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e entry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("folder: manifest chunk %d is corrupt: %w", i, err)
+		}
+		out = append(out, e)
+	}
+	return out, sc.Err()
 }
 
 // deleteOne deletes one source entry if it is still the manifest's version.
@@ -501,7 +643,7 @@ func (ops *Ops) recoverOne(ctx context.Context, id string) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return ops.execute(ctx, in, etag, lost)
+	return ops.execute(ctx, in, etag, lost, false)
 }
 
 // RecoverReport says what Recover did.

@@ -3,6 +3,7 @@ package objstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -274,4 +275,47 @@ func (s *Store) ListAll(ctx context.Context, prefix string, opts *ListOptions) (
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// BatchDeleter is implemented by backends that delete many keys in one
+// request (S3's DeleteObjects). DeleteBatch returns the keys that failed;
+// missing keys are not failures.
+type BatchDeleter interface {
+	DeleteBatch(ctx context.Context, keys []string) (failed map[string]error, err error)
+}
+
+// DeleteMany deletes keys unconditionally: in batches where the backend can,
+// else one by one, concurrency at a time. A missing key is not an error. It
+// returns the keys that could not be deleted with their errors (nil if all
+// went), or an error if the store could not be asked at all.
+func (s *Store) DeleteMany(ctx context.Context, keys []string, concurrency int) (map[string]error, error) {
+	for _, k := range keys {
+		if err := ValidateKey(k); err != nil {
+			return nil, wrapErr("delete", k, err)
+		}
+	}
+	if bd, ok := s.b.(BatchDeleter); ok {
+		failed, err := bd.DeleteBatch(ctx, keys)
+		if err != nil {
+			return nil, wrapErr("delete", fmt.Sprintf("%d keys", len(keys)), err)
+		}
+		return failed, nil
+	}
+	var mu sync.Mutex
+	failed := map[string]error{}
+	sem := make(chan struct{}, max(concurrency, 1))
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := s.b.Delete(ctx, k, Condition{}); err != nil && !errors.Is(err, ErrNotFound) {
+				mu.Lock()
+				failed[k] = wrapErr("delete", k, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return failed, nil
 }

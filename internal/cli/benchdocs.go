@@ -212,15 +212,6 @@ func verifyCounter(ctx context.Context, s *objstore.Store, mode, key string, wan
 	return nil
 }
 
-func cleanupPrefix(ctx context.Context, s *objstore.Store, prefix string) {
-	for info, err := range s.List(ctx, prefix, nil) {
-		if err != nil {
-			return
-		}
-		_ = s.Delete(ctx, info.Key, objstore.Condition{})
-	}
-}
-
 type workerReport struct {
 	Count int           `json:"count"`
 	P99   time.Duration `json:"p99_ns"`

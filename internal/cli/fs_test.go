@@ -122,7 +122,7 @@ func TestFsMvKilled(t *testing.T) {
 			st := mk(t)
 			iterations, objects := 10, 60
 			if name == "minio" {
-				iterations, objects = 6, 40
+				iterations, objects = 10, 60
 			}
 			// Calibrate: how long does an uninterrupted mv take here?
 			want := dataset(t, st.s, "calib/", objects)
@@ -149,7 +149,7 @@ func TestFsMvKilled(t *testing.T) {
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)
 				}
-				delay := time.Duration(float64(full) * (0.15 + 0.8*rng.Float64()))
+				delay := time.Duration(float64(full) * (0.3 + 0.65*rng.Float64()))
 				time.Sleep(delay)
 				_ = cmd.Process.Signal(syscall.SIGKILL)
 				_ = cmd.Wait()

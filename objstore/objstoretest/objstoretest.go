@@ -65,6 +65,7 @@ func Run(t *testing.T, h Harness) {
 		{"PutIfMatch", testPutIfMatch},
 		{"DeleteIfMatch", testDeleteIfMatch},
 		{"Copy", testCopy},
+		{"DeleteMany", testDeleteMany},
 		{"List", testList},
 		{"ListPaging", testListPaging},
 		{"OddKeys", testOddKeys},
@@ -293,6 +294,28 @@ func testCopy(t *testing.T, in Instance) {
 
 // orderedKeys are chosen so that byte order differs from naive folder-walk order.
 // (a folder "a" must sort as "a/": after "a.b", before "a0").
+func testDeleteMany(t *testing.T, in Instance) {
+	ctx, s := ctxT(t), in.Store
+	var keys []string
+	for i := range 25 {
+		k := fmt.Sprintf("many/ünï %02d+.txt", i)
+		mustPut(t, ctx, s, k, "x", nil)
+		keys = append(keys, k)
+	}
+	mustPut(t, ctx, s, "many-keep", "keep", nil)
+	failed, err := s.DeleteMany(ctx, append(keys, "many/never-existed"), 4)
+	if err != nil || len(failed) != 0 {
+		t.Fatalf("DeleteMany: %v %v", failed, err)
+	}
+	left, err := s.ListAll(ctx, "many", nil)
+	if err != nil || len(left) != 1 || left[0].Key != "many-keep" {
+		t.Fatalf("after DeleteMany: %v %v", left, err)
+	}
+	if _, err := s.DeleteMany(ctx, []string{"ok", "a//b"}, 1); !errors.Is(err, objstore.ErrInvalidKey) {
+		t.Fatalf("DeleteMany with an invalid key: %v", err)
+	}
+}
+
 var orderedKeys = []string{"a b", "a+b", "a-b", "a.b", "a/b", "a/b0", "a/c/d", "a0", "b/é", "b/z", "c", "z", "é", "日本/語"}
 
 func putAll(t *testing.T, ctx context.Context, s *objstore.Store, keys []string) {

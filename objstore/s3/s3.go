@@ -471,3 +471,27 @@ func (b *Backend) Uploads(ctx context.Context) (int, error) {
 	}
 	return len(out.Uploads), nil
 }
+
+// DeleteBatch implements objstore.BatchDeleter with DeleteObjects (up to
+// 1,000 keys a request, quiet mode: only failures come back).
+func (b *Backend) DeleteBatch(ctx context.Context, keys []string) (map[string]error, error) {
+	failed := map[string]error{}
+	for start := 0; start < len(keys); start += 1000 {
+		chunk := keys[start:min(start+1000, len(keys))]
+		objs := make([]types.ObjectIdentifier, len(chunk))
+		for i := range chunk {
+			objs[i] = types.ObjectIdentifier{Key: &chunk[i]}
+		}
+		out, err := b.c.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &b.bucket, Delete: &types.Delete{Objects: objs, Quiet: aws.Bool(true)}})
+		if err != nil {
+			return nil, b.mapErr(err, true)
+		}
+		for _, e := range out.Errors {
+			if aws.ToString(e.Code) == "NoSuchKey" {
+				continue
+			}
+			failed[aws.ToString(e.Key)] = fmt.Errorf("%s: %s", aws.ToString(e.Code), aws.ToString(e.Message))
+		}
+	}
+	return failed, nil
+}
