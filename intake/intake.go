@@ -136,7 +136,8 @@ func workFromClaim(c ledger.Claim) Work {
 // panicError turns a handler panic into a retryable error.
 func panicError(v any) error { return fmt.Errorf("intake: handler panicked: %v", v) }
 
-func sleepCtx(ctx context.Context, d time.Duration) {
+// Sleep waits for d or until ctx is done (sources back off with it).
+func Sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

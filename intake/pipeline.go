@@ -386,7 +386,7 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 				break
 			}
 			p.log.Warn("claiming work failed", "err", err, "retry_in", backoff)
-			sleepCtx(ctx, backoff)
+			Sleep(ctx, backoff)
 			backoff = min(backoff*2, 5*time.Second)
 			continue
 		}

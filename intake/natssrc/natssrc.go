@@ -135,7 +135,7 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		batch, err := cons.Fetch(s.o.Batch, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			log.Warn("fetch failed", "err", err)
-			sleep(ctx, time.Second)
+			intake.Sleep(ctx, time.Second)
 			continue
 		}
 		var msgs []jetstream.Msg
@@ -176,17 +176,8 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		}
 		if err != nil {
 			log.Warn("recording failed; messages will be redelivered", "messages", len(msgs), "err", err)
-			sleep(ctx, time.Second)
+			intake.Sleep(ctx, time.Second)
 		}
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }

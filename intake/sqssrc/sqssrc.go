@@ -148,7 +148,7 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 				break
 			}
 			log.Warn("receive failed", "err", err, "retry_in", backoff)
-			sleep(ctx, backoff)
+			intake.Sleep(ctx, backoff)
 			backoff = min(backoff*2, 30*time.Second)
 			continue
 		}
@@ -175,7 +175,7 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		})
 		if err != nil {
 			log.Warn("recording failed; the messages will be delivered again", "messages", len(ok), "err", err)
-			sleep(ctx, time.Second)
+			intake.Sleep(ctx, time.Second)
 			continue
 		}
 		s.delete(context.WithoutCancel(ctx), ok, log)
@@ -230,14 +230,5 @@ func (s *Source) delete(ctx context.Context, ms []types.Message, log *slog.Logge
 			return
 		}
 		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
 	}
 }

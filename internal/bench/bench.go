@@ -5,10 +5,13 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -97,4 +100,34 @@ func (l Latencies) PerSecond() float64 {
 		return float64(len(l)) / t.Seconds()
 	}
 	return 0
+}
+
+// ForEach calls fn(i) for every i in [0, n) from workers goroutines, in order
+// of i as workers free up, and returns the first error (the rest stop taking
+// work then) or ctx's error.
+func ForEach(ctx context.Context, n, workers int, fn func(i int) error) error {
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range max(workers, 1) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := fn(i); err != nil {
+					once.Do(func() { firstErr = err })
+					next.Store(int64(n)) // stop the others
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return firstErr
 }

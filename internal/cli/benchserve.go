@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -183,35 +182,19 @@ func runServeBench(ctx context.Context, l ledger.Ledger, h intake.Handler, n, se
 			Sequencer: fmt.Sprintf("%016X", i+1), Kind: event.Created, Name: "ObjectCreated:Put"})
 	}
 	start := time.Now()
-	var next atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range senders {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				body := bodies[i]
-				sent[i].Store(time.Now().UnixNano())
-				resp, err := client.Post(url, "application/json", bytes.NewReader(body))
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != 200 {
-						err = fmt.Errorf("webhook answered %s", resp.Status)
-					}
-				}
-				if err != nil {
-					once.Do(func() { firstErr = err })
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	firstErr := bench.ForEach(ctx, n, senders, func(i int) error {
+		sent[i].Store(time.Now().UnixNano())
+		resp, err := client.Post(url, "application/json", bytes.NewReader(bodies[i]))
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("webhook answered %s", resp.Status)
+		}
+		return nil
+	})
 	if firstErr == nil {
 		select {
 		case <-all:

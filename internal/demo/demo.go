@@ -37,6 +37,7 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/internal/bench"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/objstore"
 )
@@ -342,30 +343,14 @@ func planDeliveries(evs []event.Event, o Options, rng *rand.Rand, rep *Report) p
 
 // deliver sends each delivery once, from senders goroutines, in plan order.
 func deliver(ctx context.Context, order []event.Event, senders int, send func(i int, ev event.Event) error, progress func(int)) error {
-	var next, done atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range senders {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(order) || ctx.Err() != nil {
-					return
-				}
-				if err := send(i, order[i]); err != nil {
-					once.Do(func() { firstErr = err })
-					return
-				}
-				progress(int(done.Add(1)))
-			}
-		})
-	}
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
-	}
-	return firstErr
+	var done atomic.Int64
+	return bench.ForEach(ctx, len(order), senders, func(i int) error {
+		if err := send(i, order[i]); err != nil {
+			return err
+		}
+		progress(int(done.Add(1)))
+		return nil
+	})
 }
 
 // runCairn starts the daemon on a loopback port, posts the deliveries to its
