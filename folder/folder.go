@@ -54,12 +54,11 @@ import (
 
 // Errors (use errors.Is / errors.As).
 var (
-	ErrInvalid   = errors.New("folder: invalid operation")
-	ErrNotFound  = errors.New("folder: source folder is empty or missing")
-	ErrNotEmpty  = errors.New("folder: destination folder is not empty (use Overwrite)")
-	ErrLockLost  = errors.New("folder: lock lost while the operation ran; run Recover")
-	ErrReserved  = errors.New("folder: folder overlaps cairn's reserved prefixes")
-	errRecovered = errors.New("folder: recovered")
+	ErrInvalid  = errors.New("folder: invalid operation")
+	ErrNotFound = errors.New("folder: source folder is empty or missing")
+	ErrNotEmpty = errors.New("folder: destination folder is not empty (use Overwrite)")
+	ErrLockLost = errors.New("folder: lock lost while the operation ran; run Recover")
+	ErrReserved = errors.New("folder: folder overlaps cairn's reserved prefixes")
 )
 
 // ConflictError: objects that changed after the manifest was taken; they

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +41,7 @@ type intent struct {
 	Objects   int64     `json:"objects"`
 	Bytes     int64     `json:"bytes"`
 	Deleting  bool      `json:"deleting"` // the copy phase is done
+	Done      bool      `json:"done"`     // every step is done: only the journal's removal is left
 	Overwrite bool      `json:"overwrite,omitempty"`
 }
 
@@ -209,6 +209,9 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 	res.Objects, res.Bytes = in.Objects, in.Bytes
 	conflicts := &conflicts{op: in.Op}
 	var skipped atomic.Int64
+	if in.Done {
+		return res, ops.removeJournal(ctx, in, jt)
+	}
 	if in.Op != opDelete && !in.Deleting {
 		if err := ops.phase(ctx, in, "copy", check, jt, func(ctx context.Context, e entry) error {
 			done, err := ops.copyOne(ctx, in, e, conflicts, fresh)
@@ -237,14 +240,18 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 	if err := check(); err != nil {
 		return res, err
 	}
-	// The journal goes last: the intent, then its chunks.
+	// The journal goes last: marked done, then its chunks, then the intent —
+	// so a crash in between leaves an intent that says what is left.
+	in.Done = true
 	stop := jt.start()
-	if err := ops.s.Delete(ctx, in.key(), objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
-		stop()
-		return res, fmt.Errorf("folder: removing the journal: %w", err)
-	}
-	ops.removeChunks(ctx, in.ID)
+	_, err = ops.saveIntent(ctx, in, etag)
 	stop()
+	if err != nil {
+		return res, err
+	}
+	if err := ops.removeJournal(ctx, in, jt); err != nil {
+		return res, err
+	}
 	res.Skipped = skipped.Load()
 	if conflicts.n > 0 {
 		return res, conflicts.err()
@@ -546,6 +553,31 @@ func (ops *Ops) deleteOne(ctx context.Context, in *intent, e entry, c *conflicts
 	return err
 }
 
+// removeJournal removes a done operation's chunks, then its intent.
+func (ops *Ops) removeJournal(ctx context.Context, in *intent, jt *journalTimer) error {
+	defer jt.start()()
+	var chunks []string
+	for info, err := range ops.s.List(ctx, JournalPrefix+in.ID+"/m/", nil) {
+		if err != nil {
+			return fmt.Errorf("folder: listing the journal: %w", err)
+		}
+		chunks = append(chunks, info.Key)
+	}
+	failed, err := ops.s.DeleteMany(ctx, chunks, ops.o.Concurrency)
+	if err == nil {
+		for k, ferr := range failed {
+			err = fmt.Errorf("%s: %w", k, ferr)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("folder: removing the journal: %w", err)
+	}
+	if err := ops.s.Delete(ctx, in.key(), objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		return fmt.Errorf("folder: removing the journal: %w", err)
+	}
+	return nil
+}
+
 func (ops *Ops) removeChunks(ctx context.Context, id string) {
 	for info, err := range ops.s.List(ctx, JournalPrefix+id+"/", nil) {
 		if err != nil {
@@ -651,12 +683,12 @@ type RecoverReport struct {
 	Finished []Result `json:"finished"`
 	// Conflicts of finished operations (objects left untouched).
 	Conflicts []string `json:"conflicts,omitempty"`
-	// Orphans: journal chunks of operations that never wrote their intent.
+	// Orphans: journal directories without an intent (removed).
 	Orphans int `json:"orphans_removed"`
 }
 
 // Recover finishes every interrupted operation in the store (rolling it
-// forward) and removes orphaned journal chunks older than an hour. It is
+// forward) and removes journal chunks that belong to no intent. It is
 // idempotent; an operation still running elsewhere is waited for through its
 // locks.
 func (ops *Ops) Recover(ctx context.Context) (RecoverReport, error) {
@@ -678,13 +710,11 @@ func (ops *Ops) Recover(ctx context.Context) (RecoverReport, error) {
 		}
 		rep.Finished = append(rep.Finished, res)
 	}
+	// An intent is written before its chunks and removed after them, so
+	// chunks without an intent belong to no operation, live or dead.
 	for _, id := range orphans {
-		ns, _, _ := strings.Cut(id, "-")
-		nanos, err := strconv.ParseInt(ns, 10, 64)
-		if err != nil || time.Since(time.Unix(0, nanos)) > time.Hour {
-			ops.removeChunks(ctx, id)
-			rep.Orphans++
-		}
+		ops.removeChunks(ctx, id)
+		rep.Orphans++
 	}
 	return rep, nil
 }

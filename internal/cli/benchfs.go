@@ -89,6 +89,7 @@ Everything the bench writes is under cairn-bench-fs/ and is deleted after.`,
 			r.CairnDesc = fmt.Sprintf("cairn fs mv, %d in flight, tree lock + journal", concurrency)
 			r.Note = fmt.Sprintf("journal: %.2fs of cairn's %.2fs (%.1f%%)", res.JournalSeconds, took.Seconds(), 100*res.JournalSeconds/took.Seconds())
 			results := []bench.Result{r}
+			var heaps []float64
 			for _, n := range memObjects {
 				prefix := fmt.Sprintf("%smem-%d/", root, n)
 				fmt.Fprintf(e.stderr, "writing %d objects for the memory run…\n", n)
@@ -102,12 +103,18 @@ Everything the bench writes is under cairn-bench-fs/ and is deleted after.`,
 				if err != nil {
 					return err
 				}
-				mr := bench.NewResult(fmt.Sprintf("peak Go heap while renaming %d objects", n), "MiB", 0, float64(peak)/(1<<20))
-				mr.Lower = true
-				mr.CairnDesc = "cairn fs mv"
-				mr.BaselineDesc = "n/a"
-				results = append(results, mr)
+				heaps = append(heaps, float64(peak)/(1<<20))
 				cleanupPrefix(ctx, s, prefix)
+			}
+			// Flat memory: the peak heap of each size against the smallest's.
+			for i := range heaps {
+				mr := bench.NewResult(fmt.Sprintf("peak Go heap renaming %d objects (baseline: renaming %d)", memObjects[i], memObjects[0]), "MiB", heaps[0], heaps[i])
+				mr.Lower = true
+				mr.BaselineDesc = fmt.Sprintf("%d objects", memObjects[0])
+				mr.CairnDesc = fmt.Sprintf("%d objects", memObjects[i])
+				if i > 0 || len(heaps) == 1 {
+					results = append(results, mr)
+				}
 			}
 			return bench.Print(e.stdout, e.json, results)
 		},

@@ -125,7 +125,7 @@ func TestFsMvKilled(t *testing.T) {
 				iterations, objects = 10, 60
 			}
 			// Calibrate: how long does an uninterrupted mv take here?
-			want := dataset(t, st.s, "calib/", objects)
+			dataset(t, st.s, "calib/", objects)
 			var full time.Duration
 			for _, to := range []string{"calib-warm", "calib-done"} { // the first run creates lock documents
 				buildCairn(t) // not part of the timing
@@ -144,7 +144,7 @@ func TestFsMvKilled(t *testing.T) {
 			renamed, untouched, midway := 0, 0, 0
 			for i := range iterations {
 				src, dst := fmt.Sprintf("run%d/src/", i), fmt.Sprintf("run%d/dst/", i)
-				want = dataset(t, st.s, src, objects)
+				want := dataset(t, st.s, src, objects)
 				cmd := st.cairn(t, "fs", "mv", src, dst, "--lock-ttl", "1s", "--concurrency", "4")
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)
