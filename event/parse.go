@@ -17,7 +17,41 @@ const maxDepth = 4
 
 // Parse decodes one message into its events.
 func Parse(data []byte) ([]Event, error) {
+	if evs, ok := parseFast(data); ok {
+		return evs, nil
+	}
 	return parse(data, "", 0)
+}
+
+// fastBody is the common case — S3 or MinIO Records, no envelope — decoded
+// in one pass. Anything else, and every error, goes the careful way (parse),
+// which names the offending field.
+type fastBody struct {
+	Records    []s3Record `json:"Records"`
+	EventName  *string    `json:"EventName"`
+	Type       string     `json:"Type"`
+	DetailType string     `json:"detail-type"`
+	Event      string     `json:"Event"`
+}
+
+func parseFast(data []byte) ([]Event, bool) {
+	var b fastBody
+	if err := json.Unmarshal(data, &b); err != nil || len(b.Records) == 0 || b.Type != "" || b.DetailType != "" || b.Event != "" {
+		return nil, false
+	}
+	out := make([]Event, 0, len(b.Records))
+	for i := range b.Records {
+		r := &b.Records[i]
+		if r.EventSource == "aws:sqs" || r.EventSource == "aws:sns" || r.EventSource == "" && r.EventName == "" {
+			return nil, false // an envelope (Lambda's SQS or SNS batch): the careful way
+		}
+		ev, err := buildRecord(r, "", b.EventName != nil)
+		if err != nil {
+			return nil, false
+		}
+		out = append(out, ev)
+	}
+	return out, true
 }
 
 // probe holds the top-level fields that tell the shapes apart.
@@ -171,6 +205,11 @@ func parseRecord(item json.RawMessage, path string, minio bool) (Event, error) {
 	if err := json.Unmarshal(item, &r); err != nil {
 		return Event{}, jsonErr(path, err)
 	}
+	return buildRecord(&r, path, minio)
+}
+
+// buildRecord validates a decoded record and normalises it.
+func buildRecord(r *s3Record, path string, minio bool) (Event, error) {
 	if r.EventName == "" {
 		return Event{}, malformed(join(path, "eventName"), "missing")
 	}

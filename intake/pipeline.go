@@ -425,14 +425,18 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 
 // run runs one claim's handler, renewing its lease, and settles the outcome.
 func (p *Pipeline) run(hctx context.Context, c ledger.Claim) {
-	defer func() {
+	// The handler's slot frees as soon as it returns: settling the outcome
+	// (a batched ledger write) needs no slot, and the record stays claimed
+	// until it is settled, so the key cannot run twice meanwhile.
+	freeSlot := sync.OnceFunc(func() {
 		p.running.Add(-1)
 		p.m.running.Dec()
 		select {
 		case p.slotFreed <- struct{}{}:
 		default:
 		}
-	}()
+	})
+	defer freeSlot()
 	w := workFromClaim(c)
 	ctx, cancel := context.WithCancelCause(hctx)
 	defer cancel(nil)
@@ -446,6 +450,7 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim) {
 	result, err := p.call(ctx, w)
 	lost := r.stop()
 	elapsed := time.Since(start)
+	freeSlot()
 
 	var outcome string
 	var serr error

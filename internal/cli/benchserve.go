@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -111,6 +112,7 @@ type serveBenchResult struct {
 // runServeBench posts n single-record MinIO bodies and waits until the
 // handler has been called for each. l nil bypasses the ledger.
 func runServeBench(ctx context.Context, l ledger.Ledger, h intake.Handler, n, senders, concurrency int) (serveBenchResult, error) {
+	runtime.GC()                    // start each side from the same heap
 	sent := make([]atomic.Int64, n) // unix nanos at send, by key index
 	lat := make(bench.Latencies, n)
 	var handled atomic.Int64

@@ -60,7 +60,14 @@ type Ledger struct {
 	db   *sql.DB
 	d    Dialect
 	opts ledger.Options
+	// upserts are the multi-row upsert statements for upsertSizes rows,
+	// prepared once (SQLite spends more preparing a large statement than
+	// running it); nil where the dialect upserts a batch in one statement.
+	upserts map[int]*sql.Stmt
 }
+
+// upsertSizes are the row counts of the prepared upserts, largest first.
+var upsertSizes = []int{64, 8, 1}
 
 // New migrates the schema and returns a Ledger on db.
 func New(ctx context.Context, db *sql.DB, d Dialect, opts *ledger.Options) (*Ledger, error) {
@@ -68,14 +75,35 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts *ledger.Options) (*Led
 	if err := l.migrate(ctx); err != nil {
 		return nil, err
 	}
+	if !d.BatchUpsert {
+		l.upserts = map[int]*sql.Stmt{}
+		for _, n := range upsertSizes {
+			from, _ := valuesFrom(make([][]any, n), len(colTypes))
+			st, err := db.PrepareContext(ctx, l.q(fmt.Sprintf(upsertFrom, from)))
+			if err != nil {
+				l.closeStmts()
+				return nil, fmt.Errorf("ledger: preparing statements: %w", err)
+			}
+			l.upserts[n] = st
+		}
+	}
 	return l, nil
+}
+
+func (l *Ledger) closeStmts() {
+	for _, st := range l.upserts {
+		st.Close()
+	}
 }
 
 // DB returns the underlying database handle.
 func (l *Ledger) DB() *sql.DB { return l.db }
 
 // Close closes the database.
-func (l *Ledger) Close() error { return l.db.Close() }
+func (l *Ledger) Close() error {
+	l.closeStmts()
+	return l.db.Close()
+}
 
 func (l *Ledger) q(s string) string { return l.d.Rebind(s) }
 
@@ -330,28 +358,51 @@ func (l *Ledger) upsert(ctx context.Context, tx *sql.Tx, ids []rowID, dirty map[
 		_, err := tx.ExecContext(ctx, l.q(fmt.Sprintf(upsertFrom, from)), a...)
 		return err
 	}
-	stmt, err := tx.PrepareContext(ctx, l.q(fmt.Sprintf(upsertFrom, "(SELECT "+placeholders(len(colTypes))+")")))
-	if err != nil {
-		return err
-	}
-	defer stmt.Close()
-	for _, row := range batch {
-		if _, err := stmt.ExecContext(ctx, row...); err != nil {
-			return err
+	// Multi-row statements prepared once, 64, 8 and 1 rows at a time.
+	for len(batch) > 0 {
+		for _, n := range upsertSizes {
+			for len(batch) >= n {
+				var a []any
+				for _, r := range batch[:n] {
+					a = append(a, r...)
+				}
+				if _, err := tx.StmtContext(ctx, l.upserts[n]).ExecContext(ctx, a...); err != nil {
+					return err
+				}
+				batch = batch[n:]
+			}
 		}
 	}
 	return nil
 }
 
-func placeholders(n int) string {
+// valuesRows bounds the rows of one multi-row statement (SQLite allows 32,766
+// parameters).
+const valuesRows = 500
+
+// valuesFrom is a row source over rows with columns c1..cols: a SELECT over a
+// VALUES list (whose columns SQLite names column1, column2, …).
+func valuesFrom(rows [][]any, cols int) (string, []any) {
 	var sb strings.Builder
-	for i := range n {
+	sb.WriteString("(SELECT ")
+	for i := range cols {
 		if i > 0 {
 			sb.WriteString(", ")
 		}
-		fmt.Fprintf(&sb, "? AS c%d", i+1)
+		fmt.Fprintf(&sb, "column%d AS c%d", i+1, i+1)
 	}
-	return sb.String()
+	sb.WriteString(" FROM (VALUES ")
+	one := "(" + strings.TrimSuffix(strings.Repeat("?, ", cols), ", ") + ")"
+	args := make([]any, 0, len(rows)*cols)
+	for i, r := range rows {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString(one)
+		args = append(args, r...)
+	}
+	sb.WriteString("))")
+	return sb.String(), args
 }
 
 // load reads (and on PostgreSQL locks) the rows of ids, in one statement.
@@ -450,7 +501,7 @@ func (l *Ledger) finish(ctx context.Context, op string, c ledger.Claim, set stri
 	if err != nil {
 		return l.wrap(op, err)
 	}
-	if err := l.finishTx(ctx, tx, nil, now, op, c, set, setArgs...); err != nil {
+	if err := l.finishTx(ctx, tx, now, op, c, set, setArgs...); err != nil {
 		return err
 	}
 	return l.wrap(op, tx.Commit())
@@ -469,7 +520,7 @@ func refused(err error) bool {
 }
 
 // finishTx runs a guarded update of a claim inside tx and explains a refusal.
-func (l *Ledger) finishTx(ctx context.Context, tx *sql.Tx, stmt *sql.Stmt, now time.Time, op string, c ledger.Claim, set string, setArgs ...any) error {
+func (l *Ledger) finishTx(ctx context.Context, tx *sql.Tx, now time.Time, op string, c ledger.Claim, set string, setArgs ...any) error {
 	a := append([]any{}, setArgs...)
 	for i, v := range a {
 		if _, ok := v.(nowPlus); ok {
@@ -477,22 +528,21 @@ func (l *Ledger) finishTx(ctx context.Context, tx *sql.Tx, stmt *sql.Stmt, now t
 		}
 	}
 	a = append(a, ms(now), c.Bucket, c.Ident, c.Token, ms(now))
-	var res sql.Result
-	var err error
-	if stmt != nil {
-		res, err = stmt.ExecContext(ctx, a...)
-	} else {
-		res, err = tx.ExecContext(ctx, finishSQL(l, set), a...)
-	}
+	res, err := tx.ExecContext(ctx, finishSQL(l, set), a...)
 	if err != nil {
 		return l.wrap(op, err)
 	}
 	if n, _ := res.RowsAffected(); n == 1 {
 		return nil
 	}
+	return l.refusal(ctx, tx, op, c)
+}
+
+// refusal explains why a guarded update of c changed nothing.
+func (l *Ledger) refusal(ctx context.Context, tx *sql.Tx, op string, c ledger.Claim) error {
 	var token int64
 	var status string
-	err = tx.QueryRowContext(ctx, l.q(`SELECT token, status FROM cairn_ledger WHERE bucket = ? AND ident = ?`), c.Bucket, c.Ident).Scan(&token, &status)
+	err := tx.QueryRowContext(ctx, l.q(`SELECT token, status FROM cairn_ledger WHERE bucket = ? AND ident = ?`), c.Bucket, c.Ident).Scan(&token, &status)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("%s %s/%s: %w", op, c.Bucket, c.Key, ledger.ErrNotFound)
@@ -528,7 +578,9 @@ func (l *Ledger) Complete(ctx context.Context, c ledger.Claim, result string) er
 	return l.finish(ctx, "complete", c, completeSet, result, nowPlus(0))
 }
 
-// CompleteBatch completes claims in one transaction (one commit, one fsync).
+// CompleteBatch completes claims in one transaction (one commit, one fsync)
+// and one UPDATE … FROM over the batch; the claims it refuses are then
+// explained one by one (lease lost, superseded, not found).
 func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Claim, results []string) ([]error, error) {
 	if len(results) != len(cs) {
 		return nil, fmt.Errorf("ledger: CompleteBatch: %d claims, %d results", len(cs), len(results))
@@ -554,18 +606,53 @@ func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Claim, results [
 	slices.SortFunc(order, func(a, b int) int {
 		return cmp.Or(strings.Compare(cs[a].Bucket, cs[b].Bucket), strings.Compare(cs[a].Ident, cs[b].Ident))
 	})
-	stmt, err := tx.PrepareContext(ctx, finishSQL(l, completeSet))
-	if err != nil {
-		return nil, l.wrap("complete", err)
-	}
-	defer stmt.Close()
-	for _, i := range order {
-		c := cs[i]
-		err := l.finishTx(ctx, tx, stmt, now, "complete", c, completeSet, results[i], nowPlus(0))
-		if err != nil && !refused(err) {
-			return nil, err
+	done := map[rowID]bool{}
+	for start := 0; start < len(order); start += valuesRows {
+		chunk := order[start:min(start+valuesRows, len(order))]
+		rows := make([][]any, len(chunk))
+		for j, i := range chunk {
+			rows[j] = []any{cs[i].Bucket, cs[i].Ident, cs[i].Token, results[i]}
 		}
-		errs[i] = err
+		var from string
+		var fa []any
+		if l.d.BatchUpsert {
+			from, fa = l.d.Rows(rows, []string{"text", "text", "bigint", "text"})
+		} else {
+			from, fa = valuesFrom(rows, 4)
+			from += " AS t"
+		}
+		args := append([]any{ms(now), ms(now)}, fa...)
+		args = append(args, ms(now))
+		q := `UPDATE cairn_ledger SET status = CASE WHEN gen = run_gen THEN 'processed' ELSE 'pending' END,
+attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = t.c4, last_error = '', lease_until = 0, next_at = ?, updated = ?
+FROM ` + from + `
+WHERE cairn_ledger.bucket = t.c1 AND cairn_ledger.ident = t.c2 AND cairn_ledger.token = t.c3
+  AND cairn_ledger.status = 'claimed' AND cairn_ledger.lease_until >= ?
+RETURNING cairn_ledger.bucket, cairn_ledger.ident`
+		res, err := tx.QueryContext(ctx, l.q(q), args...)
+		if err != nil {
+			return nil, l.wrap("complete", err)
+		}
+		for res.Next() {
+			var id rowID
+			if err := res.Scan(&id.bucket, &id.ident); err != nil {
+				res.Close()
+				return nil, l.wrap("complete", err)
+			}
+			done[id] = true
+		}
+		res.Close()
+		if err := res.Err(); err != nil {
+			return nil, l.wrap("complete", err)
+		}
+	}
+	for i, c := range cs {
+		if !done[rowID{c.Bucket, c.Ident}] {
+			errs[i] = l.refusal(ctx, tx, "complete", c)
+			if !refused(errs[i]) {
+				return nil, errs[i]
+			}
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, l.wrap("complete", err)
