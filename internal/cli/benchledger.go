@@ -71,7 +71,7 @@ database.`,
 				return err
 			}
 			r2 := bench.NewResult("ledger/claim+complete", "records/s", naive, claimRate)
-			r2.BaselineDesc, r2.CairnDesc = "naive decisions/s (for scale)", fmt.Sprintf("Claim(100) + Complete each, %d workers", workers)
+			r2.BaselineDesc, r2.CairnDesc = "naive decisions/s (for scale)", fmt.Sprintf("Claim(100) + CompleteBatch, %d workers", workers)
 			r2.Note = "the naive table has no claims at all; its decision rate is shown for scale"
 			return bench.Print(e.stdout, e.json, []bench.Result{r2, r1})
 		},
@@ -153,9 +153,11 @@ func claimComplete(ctx context.Context, l ledger.Ledger, total, workers int) (fl
 				if err == nil && len(cs) == 0 {
 					return
 				}
-				for _, c := range cs {
-					if err == nil {
-						err = l.Complete(ctx, c, "")
+				if err == nil {
+					var errs []error
+					errs, err = l.CompleteBatch(ctx, cs, make([]string, len(cs)))
+					for _, e := range errs {
+						err = cmp(err, e)
 					}
 				}
 				mu.Lock()
