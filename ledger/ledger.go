@@ -4,8 +4,12 @@
 // events arrive; the ledger decides what work is valid.
 //
 // Record stores events durably and decides each one: New (work to do),
-// Duplicate (this key and sequencer are known), Stale (older than what was
-// accepted for the key), or Ignored (test events, NoOP removals). Work is one
+// Duplicate (this key and sequencer are known, or a newer sequencer announces
+// the very state already accepted: same ETag, kind and version), Stale (older
+// than what was accepted for the key), or Ignored (test events, NoOP
+// removals). Events without a sequencer (an audit's resubmissions) never
+// override a sequenced decision: they only ask for the key to be processed
+// again when the state they saw differs from the accepted one. Work is one
 // row per key (the default "latest state" policy: a newer event coalesces older
 // pending work, since the object only holds its newest bytes) or per key and
 // version (Options.EveryVersion). Claim hands out work with a lease and a
@@ -258,6 +262,14 @@ func Decide(row *Record, ev event.Event, source string, now time.Time) (Outcome,
 		if ev.ETag != "" && ev.ETag == r.ETag && ev.Kind == r.Kind {
 			return Duplicate, &r
 		}
+		// What it saw is older than the accepted event (the store's own clock
+		// on both sides; listings give whole seconds): an event for a newer
+		// write already arrived. An audit skips objects younger than its grace
+		// period, so a state it saw and a later write are far apart.
+		if !ev.Time.IsZero() && !r.EventTime.IsZero() && ev.Time.Before(r.EventTime.Truncate(time.Second)) {
+			r.Stale++
+			return Stale, &r
+		}
 		seq := r.Seq
 		out := accept()
 		r.Seq = seq
@@ -268,6 +280,12 @@ func Decide(row *Record, ev event.Event, source string, now time.Time) (Outcome,
 	}
 	switch c := event.CompareSequencer(ev.Sequencer, r.Seq); {
 	case c == 0:
+		return Duplicate, &r
+	case c > 0 && ev.ETag != "" && ev.ETag == r.ETag && ev.Kind == r.Kind && ev.VersionID == r.VersionID:
+		// Newer, but the object's state is the one already accepted (an
+		// identical re-upload, or the real event of a change an audit
+		// resubmitted first): the latest state has not changed.
+		r.Seq = ev.Sequencer
 		return Duplicate, &r
 	case c < 0:
 		r.Stale++

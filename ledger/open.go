@@ -33,6 +33,9 @@ type Ledger interface {
 	// claimable again at once and the attempt is not counted.
 	Release(ctx context.Context, c Claim) error
 	Fail(ctx context.Context, c Claim, cause string, retryable bool) error
+	// Lookup returns the newest record of each of keys in bucket, in one
+	// query (keys with no record are absent from the map).
+	Lookup(ctx context.Context, bucket string, keys []string) (map[string]Record, error)
 	// Get returns the records of one key.
 	Get(ctx context.Context, bucket, key string) ([]Record, error)
 	// List pages through records (Filter.After* is the cursor).

@@ -43,6 +43,7 @@ func Run(t *testing.T, h Harness) {
 		{"RetryThenDead", testRetryDead},
 		{"CompleteBatchAndRelease", testBatchRelease},
 		{"RecordAndClaim", testRecordAndClaim},
+		{"Lookup", testLookup},
 		{"EveryVersion", testEveryVersion},
 		{"Unordered", testUnordered},
 		{"ListAndCounts", testList},
@@ -426,6 +427,33 @@ func testRecordAndClaim(t *testing.T, h Harness) {
 	}
 }
 
+func testLookup(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	l, _ := h.New(t, nil)
+	var evs []event.Event
+	var keys []string
+	for i := range 1500 { // more than one internal chunk
+		k := fmt.Sprintf("dir/ünï %04d+", i)
+		keys = append(keys, k)
+		if i%3 != 0 {
+			evs = append(evs, ev(k, fmt.Sprintf("%02X", 1+i%7)))
+		}
+	}
+	must(l.Record(ctx, "s", evs))
+	got := must(l.Lookup(ctx, "b", append(keys, "never")))
+	if len(got) != len(evs) {
+		t.Fatalf("Lookup found %d records, want %d", len(got), len(evs))
+	}
+	for _, e := range evs {
+		if r, ok := got[e.Key]; !ok || r.Seq != e.Sequencer || r.ETag != e.ETag {
+			t.Fatalf("Lookup[%q] = %+v, want sequencer %s", e.Key, r, e.Sequencer)
+		}
+	}
+	if other := must(l.Lookup(ctx, "other-bucket", keys)); len(other) != 0 {
+		t.Fatalf("Lookup crossed buckets: %d", len(other))
+	}
+}
+
 func testRetryDead(t *testing.T, h Harness) {
 	ctx := ctxT(t)
 	clk := newClock()
@@ -519,6 +547,37 @@ func testUnordered(t *testing.T, h Harness) {
 	cs := must(l.Claim(ctx, 10, time.Minute))
 	if len(cs) != 1 || cs[0].Seq != "05" || cs[0].ETag != "changed" {
 		t.Fatalf("claim after audit: %+v", cs)
+	}
+	if err := l.Complete(ctx, cs[0], ""); err != nil {
+		t.Fatal(err)
+	}
+	// The lost event of that change arrives late: the same state, so it is a
+	// duplicate (processed once), and its sequencer is adopted.
+	late := ev("k", "06")
+	late.ETag = "changed"
+	if got := outcomes(must(l.Record(ctx, "s", []event.Event{late}))); got[0] != ledger.Duplicate {
+		t.Fatalf("the real event of a change an audit resubmitted: %v, want duplicate", got)
+	}
+	if r := must(l.Get(ctx, "b", "k"))[0]; r.Seq != "06" || r.Status != ledger.Processed {
+		t.Fatalf("after the late real event: %+v", r)
+	}
+
+	// An audit that saw an older state than an event already accepted (a write
+	// landed between its LIST and its resubmission) is stale: newest wins.
+	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	newer := ev("race", "0A")
+	newer.Time = t0.Add(20*time.Minute + 300*time.Millisecond)
+	must(l.Record(ctx, "s", []event.Event{newer}))
+	seen := event.Event{Bucket: "b", Key: "race", Kind: event.Created, ETag: "older-state", Time: t0, Format: event.FormatAudit}
+	if got := outcomes(must(l.Record(ctx, "audit", []event.Event{seen}))); got[0] != ledger.Stale {
+		t.Fatalf("audit of a state older than the accepted event: %v, want stale", got)
+	}
+	// One that saw a state newer than the accepted event (its event was lost)
+	// is new work — even within the accepted event's second (listings have
+	// whole seconds).
+	seen.Time, seen.ETag = newer.Time.Truncate(time.Second), "newer-state"
+	if got := outcomes(must(l.Record(ctx, "audit", []event.Event{seen}))); got[0] == ledger.Stale || got[0] == ledger.Duplicate {
+		t.Fatalf("audit of a state newer than the accepted event: %v, want new work", got)
 	}
 }
 

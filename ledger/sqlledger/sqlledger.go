@@ -690,6 +690,40 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
+// Lookup returns the newest record of each key (by sequencer, with
+// EveryVersion) in one query.
+func (l *Ledger) Lookup(ctx context.Context, bucket string, keys []string) (map[string]ledger.Record, error) {
+	out := map[string]ledger.Record{}
+	for start := 0; start < len(keys); start += 1000 {
+		chunk := keys[start:min(start+1000, len(keys))]
+		rows := make([][]any, len(chunk))
+		for i, k := range chunk {
+			rows[i] = []any{k}
+		}
+		from, a := l.d.Rows(rows, []string{"text"})
+		res, err := l.db.QueryContext(ctx, l.q(`SELECT `+cols+` FROM cairn_ledger WHERE bucket = ? AND status <> 'init' AND key IN (SELECT c1 FROM `+from+`)`),
+			append([]any{bucket}, a...)...)
+		if err != nil {
+			return nil, l.wrap("lookup", err)
+		}
+		for res.Next() {
+			c, err := scanRecord(res)
+			if err != nil {
+				res.Close()
+				return nil, l.wrap("lookup", err)
+			}
+			if prev, ok := out[c.Key]; !ok || event.CompareSequencer(c.Seq, prev.Seq) > 0 {
+				out[c.Key] = c.Record
+			}
+		}
+		res.Close()
+		if err := res.Err(); err != nil {
+			return nil, l.wrap("lookup", err)
+		}
+	}
+	return out, nil
+}
+
 // Get returns the records of one key (one, unless EveryVersion).
 func (l *Ledger) Get(ctx context.Context, bucket, key string) ([]ledger.Record, error) {
 	rows, err := l.db.QueryContext(ctx, l.q(`SELECT `+cols+` FROM cairn_ledger WHERE bucket = ? AND key = ? AND status <> 'init' ORDER BY seq_sort, ident`), bucket, key)
