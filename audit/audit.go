@@ -1,0 +1,383 @@
+// Package audit finds the object changes that notifications never
+// announced. S3 event notifications are at-least-once and can be lost; AWS's
+// own advice is to reconcile with LIST. An audit lists the bucket (streamed,
+// page by page), looks each page's keys up in the ledger in one query, and
+// classifies every object:
+//
+//   - current: the ledger's accepted state is the object's (same ETag);
+//   - missing: no record — its event was lost;
+//   - changed: the record's ETag differs, or the record says removed — an
+//     overwrite or re-creation whose event was lost;
+//   - failed / dead: the record's work failed (reported; resubmitted only when
+//     asked);
+//   - too young: modified within the grace period (its event may still be on
+//     its way), skipped;
+//   - too old: missing, but older than the ledger's retention horizon (its
+//     record may have been purged), skipped;
+//
+// and then walks the ledger's records under the same prefix to find objects
+// that are gone without a removal event.
+//
+// Missing, changed and gone objects are resubmitted as events without a
+// sequencer (source "audit", format "audit"), stamped with the state the audit
+// saw and when. The ledger never lets such an event override a newer
+// sequenced one (see ledger.Decide): a real event arriving later for the same
+// state is a duplicate, and an audit resubmission older than an event already
+// accepted is stale.
+//
+// # The grace period
+//
+// Seed 001 used 12 hours because S3 can deliver an event hours late; a
+// shorter grace resubmits objects whose events are merely slow, which costs a
+// duplicate handler run at worst (the ledger deduplicates the late event by
+// state). 15 minutes is the default; use hours where notifications go through
+// queues that can back up (SQS with a stopped consumer), minutes where they do
+// not.
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+// Classes of finding.
+const (
+	Current  = "current"
+	Missing  = "missing"
+	Changed  = "changed"
+	Failed   = "failed"
+	Dead     = "dead"
+	Gone     = "gone"
+	TooYoung = "too_young"
+	TooOld   = "too_old"
+)
+
+// Options configure an audit.
+type Options struct {
+	Store  *objstore.Store // required: the bucket (or a prefix of it)
+	Ledger ledger.Ledger   // required
+	// Bucket is the bucket name events carry (what the ledger keys records by).
+	Bucket string
+	// Prefixes to audit; default: everything.
+	Prefixes []string
+	// Grace skips objects modified more recently. Default 15m.
+	Grace time.Duration
+	// Horizon: missing objects older than this are skipped (the ledger's
+	// retention: their records may have been purged). Default 30 days; <0: none.
+	Horizon time.Duration
+	// DryRun reports without resubmitting.
+	DryRun bool
+	// Resubmit also failed and dead records (an explicit request).
+	ResubmitFailed bool
+	// Parallel lists this many prefixes at once: the audited prefixes' first
+	// level of "folders" are fanned out. Default 1 (one listing).
+	Parallel int
+	// Now is the clock (tests). Default time.Now.
+	Now func() time.Time
+	// Progress, if set, is told the objects listed so far.
+	Progress func(listed int64)
+	// MaxFindings caps Report.Findings. Default 1000.
+	MaxFindings int
+}
+
+// Finding is one object the audit acted on or reports.
+type Finding struct {
+	Key        string    `json:"key"`
+	Class      string    `json:"class"`
+	ETag       string    `json:"etag,omitempty"`        // the object's
+	LedgerETag string    `json:"ledger_etag,omitempty"` // the record's
+	Status     string    `json:"ledger_status,omitempty"`
+	Modified   time.Time `json:"modified,omitzero"`
+}
+
+// Report is an audit's outcome.
+type Report struct {
+	Bucket      string         `json:"bucket"`
+	Listed      int64          `json:"listed"`
+	Counts      map[string]int `json:"counts"`
+	Resubmitted int            `json:"resubmitted"`
+	Decisions   map[string]int `json:"decisions,omitempty"` // the ledger's answers to the resubmissions
+	Findings    []Finding      `json:"findings,omitempty"`
+	DryRun      bool           `json:"dry_run,omitempty"`
+	Started     time.Time      `json:"started"`
+	Seconds     float64        `json:"seconds"`
+}
+
+type auditor struct {
+	o   Options
+	now time.Time
+	mu  sync.Mutex
+	rep *Report
+}
+
+// Run audits.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if o.Store == nil || o.Ledger == nil || o.Bucket == "" {
+		return nil, errors.New("audit: Store, Ledger and Bucket are required")
+	}
+	if o.Grace == 0 {
+		o.Grace = 15 * time.Minute
+	}
+	if o.Horizon == 0 {
+		o.Horizon = 30 * 24 * time.Hour
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 1
+	}
+	if o.MaxFindings <= 0 {
+		o.MaxFindings = 1000
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if len(o.Prefixes) == 0 {
+		o.Prefixes = []string{""}
+	}
+	a := &auditor{o: o, now: o.Now(), rep: &Report{Bucket: o.Bucket, Counts: map[string]int{}, Decisions: map[string]int{}, DryRun: o.DryRun}}
+	a.rep.Started = a.now
+	prefixes, err := a.fanOut(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(o.Parallel)
+	for _, p := range prefixes {
+		g.Go(func() error { return a.listPrefix(gctx, p) })
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	for _, p := range o.Prefixes {
+		if err := a.gone(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(a.rep.Findings, func(x, y Finding) int { return strings.Compare(x.Key, y.Key) })
+	a.rep.Seconds = time.Since(a.now).Seconds()
+	return a.rep, nil
+}
+
+// fanOut splits the prefixes one level down when listing in parallel:
+// objects at the top level are listed as their own prefix-free group.
+func (a *auditor) fanOut(ctx context.Context) ([]string, error) {
+	if a.o.Parallel <= 1 {
+		return a.o.Prefixes, nil
+	}
+	var out []string
+	for _, p := range a.o.Prefixes {
+		var subs []string
+		for info, err := range a.o.Store.List(ctx, p, &objstore.ListOptions{Delimiter: "/"}) {
+			if err != nil {
+				return nil, err
+			}
+			if info.IsPrefix {
+				subs = append(subs, info.Key)
+			} else {
+				// A top-level object: audit it in its own one-key listing.
+				subs = append(subs, "\x00"+info.Key)
+			}
+		}
+		out = append(out, subs...)
+	}
+	return out, nil
+}
+
+// listPrefix lists one prefix page by page and judges each page.
+func (a *auditor) listPrefix(ctx context.Context, prefix string) error {
+	if single, ok := strings.CutPrefix(prefix, "\x00"); ok {
+		info, err := a.o.Store.Head(ctx, single)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return a.judge(ctx, []objstore.Info{info})
+	}
+	var page []objstore.Info
+	for info, err := range a.o.Store.List(ctx, prefix, nil) {
+		if err != nil {
+			return fmt.Errorf("audit: listing %q: %w", prefix, err)
+		}
+		page = append(page, info)
+		if len(page) == 1000 {
+			if err := a.judge(ctx, page); err != nil {
+				return err
+			}
+			page = page[:0]
+		}
+	}
+	if len(page) > 0 {
+		return a.judge(ctx, page)
+	}
+	return nil
+}
+
+// judge classifies a page of objects and resubmits what needs it.
+func (a *auditor) judge(ctx context.Context, page []objstore.Info) error {
+	keys := make([]string, len(page))
+	for i, info := range page {
+		keys[i] = info.Key
+	}
+	recs, err := a.o.Ledger.Lookup(ctx, a.o.Bucket, keys)
+	if err != nil {
+		return fmt.Errorf("audit: looking up the ledger: %w", err)
+	}
+	var resubmit []event.Event
+	var findings []Finding
+	for _, info := range page {
+		f := Finding{Key: info.Key, ETag: info.ETag, Modified: info.LastModified}
+		r, ok := recs[info.Key]
+		if ok {
+			f.LedgerETag, f.Status = r.ETag, string(r.Status)
+		}
+		switch {
+		case a.now.Sub(info.LastModified) < a.o.Grace:
+			f.Class = TooYoung
+		case !ok && a.o.Horizon > 0 && a.now.Sub(info.LastModified) > a.o.Horizon:
+			f.Class = TooOld
+		case !ok:
+			f.Class = Missing
+		case r.Status == ledger.Dead:
+			f.Class = Dead
+		case r.Status == ledger.Failed:
+			f.Class = Failed
+		case r.Kind == event.Removed || r.ETag != info.ETag:
+			f.Class = Changed
+		default:
+			f.Class = Current
+		}
+		if f.Class == Missing || f.Class == Changed || (a.o.ResubmitFailed && (f.Class == Failed || f.Class == Dead)) {
+			resubmit = append(resubmit, event.Event{Bucket: a.o.Bucket, Key: info.Key, ETag: info.ETag, Size: info.Size,
+				VersionID: info.VersionID, Kind: event.Created, Name: "ObjectCreated:Audit", Time: info.LastModified, Format: event.FormatAudit})
+		}
+		if f.Class != Current {
+			findings = append(findings, f)
+		}
+	}
+	return a.record(ctx, int64(len(page)), resubmit, findings)
+}
+
+// record resubmits events and adds findings to the report.
+func (a *auditor) record(ctx context.Context, listed int64, resubmit []event.Event, findings []Finding) error {
+	var ds []ledger.Decision
+	if len(resubmit) > 0 && !a.o.DryRun {
+		var err error
+		if ds, err = a.o.Ledger.Record(ctx, "audit", resubmit); err != nil {
+			return fmt.Errorf("audit: resubmitting: %w", err)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.rep.Listed += listed
+	for _, f := range findings {
+		a.rep.Counts[f.Class]++
+		if len(a.rep.Findings) < a.o.MaxFindings {
+			a.rep.Findings = append(a.rep.Findings, f)
+		}
+	}
+	if !a.o.DryRun {
+		a.rep.Resubmitted += len(resubmit)
+	}
+	for _, d := range ds {
+		a.rep.Decisions[string(d.Outcome)]++
+	}
+	if a.o.Progress != nil {
+		a.o.Progress(a.rep.Listed)
+	}
+	return nil
+}
+
+// gone walks the ledger's records under prefix and finds processed objects
+// that no longer exist (deleted without a removal event): one LIST of the
+// key range per page of records.
+func (a *auditor) gone(ctx context.Context, prefix string) error {
+	f := ledger.Filter{Bucket: a.o.Bucket, Prefix: prefix, Limit: 1000}
+	for {
+		page, err := a.o.Ledger.List(ctx, f)
+		if err != nil {
+			return fmt.Errorf("audit: listing the ledger: %w", err)
+		}
+		if len(page) == 0 {
+			return nil
+		}
+		f.AfterBucket, f.AfterIdent = page[len(page)-1].Bucket, page[len(page)-1].Ident
+		var candidates []ledger.Claim
+		for _, c := range page {
+			if c.Bucket == a.o.Bucket && c.Kind == event.Created && c.Status == ledger.Processed && a.now.Sub(c.Updated) >= a.o.Grace {
+				candidates = append(candidates, c)
+			}
+		}
+		if len(candidates) > 0 {
+			if err := a.checkGone(ctx, candidates); err != nil {
+				return err
+			}
+		}
+		if len(page) < f.Limit {
+			return nil
+		}
+	}
+}
+
+func (a *auditor) checkGone(ctx context.Context, cs []ledger.Claim) error {
+	lo, hi := cs[0].Key, cs[0].Key
+	for _, c := range cs {
+		lo, hi = min(lo, c.Key), max(hi, c.Key)
+	}
+	exists := map[string]bool{}
+	// From just before lo: lo without its last character sorts before it.
+	_, size := utf8.DecodeLastRuneInString(lo)
+	start := lo[:len(lo)-size]
+	for info, err := range a.o.Store.List(ctx, commonPrefix(lo, hi), &objstore.ListOptions{StartAfter: start}) {
+		if err != nil {
+			return err
+		}
+		if info.Key > hi {
+			break
+		}
+		exists[info.Key] = true
+	}
+	listedAt := a.o.Now()
+	var resubmit []event.Event
+	var findings []Finding
+	for _, c := range cs {
+		if exists[c.Key] {
+			continue
+		}
+		// Gone at listing time; confirm (a re-creation since is not ours to undo).
+		if _, err := a.o.Store.Head(ctx, c.Key); !errors.Is(err, objstore.ErrNotFound) {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		findings = append(findings, Finding{Key: c.Key, Class: Gone, LedgerETag: c.ETag, Status: string(c.Status)})
+		resubmit = append(resubmit, event.Event{Bucket: a.o.Bucket, Key: c.Key, VersionID: c.VersionID, Kind: event.Removed,
+			Name: "ObjectRemoved:Audit", Time: listedAt, Format: event.FormatAudit})
+	}
+	return a.record(ctx, 0, resubmit, findings)
+}
+
+func commonPrefix(a, b string) string {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	// Back up to a whole UTF-8 character.
+	for n > 0 && n < len(a) && a[n]&0xC0 == 0x80 {
+		n--
+	}
+	return a[:n]
+}
