@@ -79,8 +79,8 @@ type Side struct {
 	AwaitingAudit int `json:"awaiting_audit"`
 	// FoundByAudit: changes cairn's audit found and resubmitted.
 	FoundByAudit int      `json:"found_by_audit,omitempty"`
-	WrongKeys     []string `json:"wrong_keys,omitempty"`
-	Seconds       float64  `json:"seconds"`
+	WrongKeys    []string `json:"wrong_keys,omitempty"`
+	Seconds      float64  `json:"seconds"`
 }
 
 // Report is a run's outcome.
