@@ -16,11 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-s3/cairn/audit"
 	"github.com/cairn-s3/cairn/intake"
 	"github.com/cairn-s3/cairn/intake/kafkasrc"
 	"github.com/cairn-s3/cairn/intake/natssrc"
 	"github.com/cairn-s3/cairn/intake/sqssrc"
 	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/objstore"
 )
 
 // serveFlags are cairn serve's settings (also from CAIRN_* and --config).
@@ -40,6 +42,10 @@ type serveFlags struct {
 	everyVersion bool
 	maxBody      int64
 	config       string
+	storeURL     string
+	bucket       string
+	auditEvery   time.Duration
+	auditGrace   time.Duration
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
@@ -59,6 +65,10 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	fs.BoolVar(&f.everyVersion, "every-version", false, "process every version of a key (versioned buckets) instead of the latest state")
 	fs.Int64Var(&f.maxBody, "max-body", 4<<20, "largest webhook body accepted, bytes")
 	fs.StringVar(&f.config, "config", "", "YAML file of settings (keys are these flags' names)")
+	fs.StringVar(&f.storeURL, "store", "", "the bucket the events are about (store URL), for --audit-every")
+	fs.StringVar(&f.bucket, "bucket", "", "bucket name the events carry (default: the s3:// --store URL's bucket)")
+	fs.DurationVar(&f.auditEvery, "audit-every", 0, "audit the --store bucket against the ledger this often and resubmit what events never announced (0: never)")
+	fs.DurationVar(&f.auditGrace, "audit-grace", 15*time.Minute, "the audit skips objects modified more recently")
 }
 
 func serveCmd(e *env) *cobra.Command {
@@ -125,6 +135,25 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	if f.listen != "" && f.token == "" && !loopback(f.listen) {
 		return usagef("--listen %s is not a loopback address: set --webhook-token (or CAIRN_WEBHOOK_TOKEN) so strangers cannot inject events", f.listen)
 	}
+	var auditStore *objstore.Store
+	if f.auditEvery > 0 {
+		if f.storeURL == "" {
+			return usagef("--audit-every needs --store URL (the bucket to audit)")
+		}
+		if f.bucket == "" {
+			if u, err := objstore.ParseURL(f.storeURL); err == nil && u.Scheme == "s3" {
+				f.bucket = u.Host
+			} else {
+				return usagef("--audit-every with a non-s3 --store needs --bucket NAME (the bucket name events carry)")
+			}
+		}
+		s, err := openStore(ctx, f.storeURL)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		auditStore = s
+	}
 	var sources []intake.Source
 	all := f.sources
 	if f.sqsQueueURL != "" {
@@ -163,12 +192,43 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		}
 	}
 	log.Info("cairn serve started", "ledger", redact(f.ledgerURL), "sources", len(sources), "concurrency", f.concurrency, "lease", f.lease)
+	if auditStore != nil {
+		actx, stopAudits := context.WithCancel(ctx)
+		defer stopAudits()
+		go auditLoop(actx, log, audit.Options{Store: auditStore, Ledger: led, Bucket: f.bucket, Grace: f.auditGrace}, f.auditEvery)
+	}
 	err = d.Run(ctx)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	log.Info("cairn serve stopped")
 	return err
+}
+
+// auditLoop audits every interval until ctx is done.
+func auditLoop(ctx context.Context, log *slog.Logger, o audit.Options, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rep, err := audit.Run(ctx, o)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("audit failed", "err", err)
+			}
+			continue
+		}
+		lvl := slog.LevelInfo
+		if rep.Resubmitted > 0 {
+			lvl = slog.LevelWarn // events were lost
+		}
+		log.Log(ctx, lvl, "audit done", "listed", rep.Listed, "resubmitted", rep.Resubmitted, "missing", rep.Counts[audit.Missing],
+			"changed", rep.Counts[audit.Changed], "gone", rep.Counts[audit.Gone], "dead", rep.Counts[audit.Dead], "seconds", rep.Seconds)
+	}
 }
 
 // loopback reports whether a listen address only accepts local connections.

@@ -340,3 +340,21 @@ func TestServeKilled(t *testing.T) {
 		t.Logf("no key needed a second claim (runs: %d lines)", strings.Count(string(runs), "\n"))
 	}
 }
+
+// TestServeAuditEvery: with no notifications at all, `cairn serve
+// --audit-every` finds every change by LIST and the handler's effects end up
+// matching the bucket (creations, overwrites and deletions).
+func TestServeAuditEvery(t *testing.T) {
+	t.Parallel()
+	e := newE2E(t, "0")
+	dir := t.TempDir()
+	s, err := objstore.Open(context.Background(), dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.store = s
+	e.serveArgs = append(e.serveArgs, "--store", dir, "--bucket", "demo", "--audit-every", "200ms", "--audit-grace", "1ns")
+	e.serve(t)
+	writeWorkload(t, e.store, 3)
+	waitMatch(t, e.store, e.effects, 60*time.Second)
+}

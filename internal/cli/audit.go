@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cairn-s3/cairn/audit"
+	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+func auditCmd(e *env) *cobra.Command {
+	var o audit.Options
+	var storeURL, ledgerURL, bucket string
+	cmd := &cobra.Command{
+		Use:   "audit --store URL [--ledger URL] [--prefix P]… [--grace 15m] [--dry-run]",
+		Short: "Find the object changes notifications never announced (LIST against the ledger) and resubmit them",
+		Long: `cairn audit lists the bucket (streamed, page by page), looks each page up in the
+ledger, and classifies every object: current; missing (no record: its event was
+lost); changed (the record's ETag differs: an overwrite whose event was lost);
+failed or dead (reported; resubmitted with --resubmit-failed); gone (a record
+whose object no longer exists: deleted without a removal event); too young
+(modified within --grace, its event may still be coming); too old (missing but
+older than --horizon, the ledger's retention: never resubmitted).
+
+Missing, changed and gone objects are resubmitted into the ledger as events
+without a sequencer (source "audit"); a running 'cairn serve' on the same ledger
+processes them. The ledger never lets such an event override a newer real one,
+and a late real event for the same state is a duplicate.
+
+Exit status 0 whether or not something was found (the report says); 1 on error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if storeURL == "" {
+				return usagef("--store URL is required (the bucket to audit)")
+			}
+			ctx := cmd.Context()
+			if bucket == "" {
+				if u, err := objstore.ParseURL(storeURL); err == nil && u.Scheme == "s3" {
+					bucket = u.Host
+				} else {
+					return usagef("--bucket NAME is required when --store is not an s3:// URL (the bucket name events carry)")
+				}
+			}
+			s, err := openStore(ctx, storeURL)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			l, err := ledger.Open(ctx, ledgerURL, nil)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			o.Store, o.Ledger, o.Bucket = s, l, bucket
+			var mu sync.Mutex
+			last := time.Time{}
+			if !e.json && isTerminal(e.stderr) {
+				o.Progress = func(n int64) {
+					mu.Lock()
+					defer mu.Unlock()
+					if time.Since(last) > 100*time.Millisecond {
+						last = time.Now()
+						fmt.Fprintf(e.stderr, "\r\033[Klisted %d objects", n)
+					}
+				}
+			}
+			rep, err := audit.Run(ctx, o)
+			if o.Progress != nil {
+				fmt.Fprint(e.stderr, "\r\033[K")
+			}
+			if err != nil {
+				return err
+			}
+			if e.json {
+				return e.writeJSON(rep)
+			}
+			verb := "resubmitted"
+			if o.DryRun {
+				verb = "would resubmit (dry run)"
+			}
+			fmt.Fprintf(e.stdout, "audit of %s: %d objects listed in %.2fs; %s %d\n", redact(storeURL), rep.Listed, rep.Seconds, verb, rep.Resubmitted)
+			classes := make([]string, 0, len(rep.Counts))
+			for c := range rep.Counts {
+				classes = append(classes, c)
+			}
+			sort.Strings(classes)
+			for _, c := range classes {
+				fmt.Fprintf(e.stdout, "  %-10s %d\n", c, rep.Counts[c])
+			}
+			if len(rep.Findings) > 0 {
+				tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "\nCLASS\tKEY\tOBJECT ETAG\tLEDGER ETAG\tSTATUS")
+				for i, f := range rep.Findings {
+					if i == 50 {
+						fmt.Fprintf(tw, "…\t%d more (--json lists up to 1,000)\t\t\t\n", len(rep.Findings)-50)
+						break
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.Class, f.Key, f.ETag, f.LedgerETag, f.Status)
+				}
+				tw.Flush()
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&storeURL, "store", "", "the bucket (store URL) to audit")
+	fs.StringVar(&ledgerURL, "ledger", ledger.DefaultURL, "ledger URL")
+	fs.StringVar(&bucket, "bucket", "", "bucket name the events carry (default: the s3:// URL's bucket)")
+	fs.StringArrayVar(&o.Prefixes, "prefix", nil, "audit only keys under this prefix (repeatable)")
+	fs.DurationVar(&o.Grace, "grace", 15*time.Minute, "skip objects modified more recently (their events may still be coming)")
+	fs.DurationVar(&o.Horizon, "horizon", 30*24*time.Hour, "skip missing objects older than this (the ledger's retention)")
+	fs.BoolVar(&o.DryRun, "dry-run", false, "report only; resubmit nothing")
+	fs.BoolVar(&o.ResubmitFailed, "resubmit-failed", false, "also resubmit failed and dead records")
+	fs.IntVar(&o.Parallel, "parallel-prefixes", 1, "list this many top-level folders at once")
+	return cmd
+}
