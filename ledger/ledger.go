@@ -151,6 +151,18 @@ type Filter struct {
 	Limit                   int // default 100
 }
 
+// Selection chooses records for Replay.
+type Selection struct {
+	Statuses []Status // default: dead
+	Bucket   string
+	Prefix   string // key prefix
+	Key      string // one key (with Bucket)
+	// UpdatedSince: only records last updated at or after this time.
+	UpdatedSince time.Time
+	// DryRun counts without changing anything.
+	DryRun bool
+}
+
 // Counts summarise the ledger.
 type Counts map[Status]int
 

@@ -41,6 +41,15 @@ type Ledger interface {
 	// List pages through records (Filter.After* is the cursor).
 	List(ctx context.Context, f Filter) ([]Claim, error)
 	Counts(ctx context.Context) (Counts, error)
+	// Replay makes the selected records claimable again as an explicit replay:
+	// pending, attempts reset, the replay counted (never a duplicate). Only
+	// processed, failed and dead records can be replayed; the record's accepted
+	// (newest) event is what runs again, never an older one. It returns how
+	// many records were (or, with DryRun, would be) replayed.
+	Replay(ctx context.Context, s Selection) (int, error)
+	// Purge deletes processed records last updated before olderThan, and
+	// failed and dead ones too if includeDead; never pending or claimed work.
+	Purge(ctx context.Context, olderThan time.Time, includeDead bool) (int, error)
 	// Ping checks that the ledger is reachable (readiness).
 	Ping(ctx context.Context) error
 	Close() error

@@ -125,7 +125,7 @@ default ./cairn-data/ledger.db.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(ls, show)
+	cmd.AddCommand(ls, show, purgeCmd(e, &url))
 	return cmd
 }
 

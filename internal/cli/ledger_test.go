@@ -65,3 +65,38 @@ func TestLedgerCommands(t *testing.T) {
 		}
 	}
 }
+
+func TestReplayAndPurgeCommands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := ledger.Open(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Record(ctx, "webhook", []event.Event{{Bucket: "b", Key: "k", Kind: event.Created, Sequencer: "01", ETag: "e"}}); err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := l.Claim(ctx, 1, 60e9)
+	_ = l.Fail(ctx, cs[0], "boom", false)
+	l.Close()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"replay", "--dry-run", "--json"}, 0, `"replayed":1`},
+		{[]string{"replay", "--status", "processed"}, cli.ExitUsage, "--force"},
+		{[]string{"replay", "--status", "pending"}, cli.ExitUsage, "dead, failed or processed"},
+		{[]string{"replay", "--key", "k"}, cli.ExitUsage, "--bucket"},
+		{[]string{"replay", "--bucket", "b", "--key", "k"}, 0, "replayed 1 records"},
+		{[]string{"replay"}, 0, "replayed 0 records"},
+		{[]string{"ledger", "show", "b/k", "--json"}, 0, `"replays":1`},
+		{[]string{"ledger", "purge", "--older-than", "1ns", "--include-dead"}, 0, "purged 0 records"}, // pending work is never purged
+	} {
+		code, out, stderr := run(t, append(tc.args, "--ledger", path)...)
+		if code != tc.code || !strings.Contains(out+stderr, tc.want) {
+			t.Errorf("cairn %q: exit %d %q %q, want %d mentioning %q", tc.args, code, out, stderr, tc.code, tc.want)
+		}
+	}
+}

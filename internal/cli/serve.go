@@ -46,6 +46,7 @@ type serveFlags struct {
 	bucket       string
 	auditEvery   time.Duration
 	auditGrace   time.Duration
+	retention    time.Duration
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
@@ -69,6 +70,7 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.bucket, "bucket", "", "bucket name the events carry (default: the s3:// --store URL's bucket)")
 	fs.DurationVar(&f.auditEvery, "audit-every", 0, "audit the --store bucket against the ledger this often and resubmit what events never announced (0: never)")
 	fs.DurationVar(&f.auditGrace, "audit-grace", 15*time.Minute, "the audit skips objects modified more recently")
+	fs.DurationVar(&f.retention, "retention", 30*24*time.Hour, "purge processed records older than this, hourly (0: never); the audit's horizon")
 }
 
 func serveCmd(e *env) *cobra.Command {
@@ -195,7 +197,16 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	if auditStore != nil {
 		actx, stopAudits := context.WithCancel(ctx)
 		defer stopAudits()
-		go auditLoop(actx, log, audit.Options{Store: auditStore, Ledger: led, Bucket: f.bucket, Grace: f.auditGrace}, f.auditEvery)
+		horizon := f.retention
+		if horizon <= 0 {
+			horizon = -1
+		}
+		go auditLoop(actx, log, audit.Options{Store: auditStore, Ledger: led, Bucket: f.bucket, Grace: f.auditGrace, Horizon: horizon}, f.auditEvery)
+	}
+	if f.retention > 0 {
+		pctx, stopPurges := context.WithCancel(ctx)
+		defer stopPurges()
+		go purgeLoop(pctx, log, led, f.retention)
 	}
 	err = d.Run(ctx)
 	if errors.Is(err, http.ErrServerClosed) {
@@ -228,6 +239,26 @@ func auditLoop(ctx context.Context, log *slog.Logger, o audit.Options, every tim
 		}
 		log.Log(ctx, lvl, "audit done", "listed", rep.Listed, "resubmitted", rep.Resubmitted, "missing", rep.Counts[audit.Missing],
 			"changed", rep.Counts[audit.Changed], "gone", rep.Counts[audit.Gone], "dead", rep.Counts[audit.Dead], "seconds", rep.Seconds)
+	}
+}
+
+// purgeLoop purges finished records older than retention, hourly.
+func purgeLoop(ctx context.Context, log *slog.Logger, l ledger.Ledger, retention time.Duration) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		n, err := l.Purge(ctx, time.Now().Add(-retention), false)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("purge failed", "err", err)
+		case n > 0:
+			log.Info("purged finished records", "records", n, "older_than", retention)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 

@@ -660,6 +660,80 @@ RETURNING cairn_ledger.bucket, cairn_ledger.ident`
 	return errs, nil
 }
 
+// Replay makes selected records pending again as an explicit replay.
+func (l *Ledger) Replay(ctx context.Context, sel ledger.Selection) (int, error) {
+	statuses := sel.Statuses
+	if len(statuses) == 0 {
+		statuses = []ledger.Status{ledger.Dead}
+	}
+	where := ` WHERE status IN (`
+	var a []any
+	for i, st := range statuses {
+		switch st {
+		case ledger.Processed, ledger.Failed, ledger.Dead:
+		default:
+			return 0, fmt.Errorf("ledger: replay: %q records cannot be replayed (processed, failed or dead only)", st)
+		}
+		if i > 0 {
+			where += `, `
+		}
+		where += `?`
+		a = append(a, string(st))
+	}
+	where += `)`
+	if sel.Bucket != "" {
+		where += ` AND bucket = ?`
+		a = append(a, sel.Bucket)
+	}
+	if sel.Key != "" {
+		where += ` AND key = ?`
+		a = append(a, sel.Key)
+	}
+	if sel.Prefix != "" {
+		where += ` AND key >= ? AND key < ?`
+		a = append(a, sel.Prefix, sel.Prefix+"\U0010FFFF")
+	}
+	if !sel.UpdatedSince.IsZero() {
+		where += ` AND updated >= ?`
+		a = append(a, ms(sel.UpdatedSince))
+	}
+	if sel.DryRun {
+		var n int
+		err := l.db.QueryRowContext(ctx, l.q(`SELECT COUNT(*) FROM cairn_ledger`+where), a...).Scan(&n)
+		return n, l.wrap("replay", err)
+	}
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, l.wrap("replay", err)
+	}
+	defer tx.Rollback()
+	now, err := l.now(ctx, tx)
+	if err != nil {
+		return 0, l.wrap("replay", err)
+	}
+	res, err := tx.ExecContext(ctx, l.q(`UPDATE cairn_ledger SET status = 'pending', attempts = 0, next_at = ?, updated = ?,
+last_error = '', lease_until = 0, replays = replays + 1, gen = gen + 1`+where), append([]any{ms(now), ms(now)}, a...)...)
+	if err != nil {
+		return 0, l.wrap("replay", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), l.wrap("replay", tx.Commit())
+}
+
+// Purge deletes finished records last updated before olderThan.
+func (l *Ledger) Purge(ctx context.Context, olderThan time.Time, includeDead bool) (int, error) {
+	q := `DELETE FROM cairn_ledger WHERE updated < ? AND status IN ('processed'`
+	if includeDead {
+		q += `, 'failed', 'dead'`
+	}
+	res, err := l.db.ExecContext(ctx, l.q(q+`)`), ms(olderThan))
+	if err != nil {
+		return 0, l.wrap("purge", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
 // Ping checks that the database answers.
 func (l *Ledger) Ping(ctx context.Context) error { return l.wrap("ping", l.db.PingContext(ctx)) }
 
