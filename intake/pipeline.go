@@ -69,6 +69,8 @@ type Pipeline struct {
 	// be claimed as it is recorded (RecordAndClaim) without jumping a queue.
 	idle atomic.Bool
 
+	act activity
+
 	hctx     context.Context // handlers' parent context, cancelled after Grace at shutdown
 	handlers sync.WaitGroup
 
@@ -478,6 +480,9 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim) {
 	}
 	if outcome == OutcomeLeaseLost {
 		p.m.leaseLosses.Inc()
+	}
+	if outcome == OutcomeProcessed && serr == nil {
+		p.act.add(time.Now())
 	}
 	p.m.handlerSeconds.WithLabelValues(outcome).Observe(elapsed.Seconds())
 	p.m.outcomes.WithLabelValues(outcome).Inc()

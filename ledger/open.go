@@ -50,6 +50,9 @@ type Ledger interface {
 	// Purge deletes processed records last updated before olderThan, and
 	// failed and dead ones too if includeDead; never pending or claimed work.
 	Purge(ctx context.Context, olderThan time.Time, includeDead bool) (int, error)
+	// OldestPending is since when the oldest pending work has waited (zero
+	// time if none).
+	OldestPending(ctx context.Context) (time.Time, error)
 	// Ping checks that the ledger is reachable (readiness).
 	Ping(ctx context.Context) error
 	Close() error

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,7 @@ import (
 	"github.com/cairn-s3/cairn/intake/kafkasrc"
 	"github.com/cairn-s3/cairn/intake/natssrc"
 	"github.com/cairn-s3/cairn/intake/sqssrc"
+	"github.com/cairn-s3/cairn/intake/web"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/objstore"
 )
@@ -47,6 +49,7 @@ type serveFlags struct {
 	auditEvery   time.Duration
 	auditGrace   time.Duration
 	retention    time.Duration
+	operator     string
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
@@ -70,6 +73,7 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.bucket, "bucket", "", "bucket name the events carry (default: the s3:// --store URL's bucket)")
 	fs.DurationVar(&f.auditEvery, "audit-every", 0, "audit the --store bucket against the ledger this often and resubmit what events never announced (0: never)")
 	fs.DurationVar(&f.auditGrace, "audit-grace", 15*time.Minute, "the audit skips objects modified more recently")
+	fs.StringVar(&f.operator, "operator-token", "", "token the status page's actions (Replay) and POST /api/v1/replay require; none: read-only")
 	fs.DurationVar(&f.retention, "retention", 30*24*time.Hour, "purge processed records older than this, hourly (0: never); the audit's horizon")
 }
 
@@ -194,6 +198,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		}
 	}
 	log.Info("cairn serve started", "ledger", redact(f.ledgerURL), "sources", len(sources), "concurrency", f.concurrency, "lease", f.lease)
+	var lastAudit atomic.Pointer[audit.Report]
 	if auditStore != nil {
 		actx, stopAudits := context.WithCancel(ctx)
 		defer stopAudits()
@@ -201,7 +206,10 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		if horizon <= 0 {
 			horizon = -1
 		}
-		go auditLoop(actx, log, audit.Options{Store: auditStore, Ledger: led, Bucket: f.bucket, Grace: f.auditGrace, Horizon: horizon}, f.auditEvery)
+		go auditLoop(actx, log, audit.Options{Store: auditStore, Ledger: led, Bucket: f.bucket, Grace: f.auditGrace, Horizon: horizon}, f.auditEvery, &lastAudit)
+	}
+	d.Extra = func(mux *http.ServeMux) {
+		web.Mount(mux, web.Options{Ledger: led, OperatorToken: f.operator, Activity: p.Activity, LastAudit: lastAudit.Load})
 	}
 	if f.retention > 0 {
 		pctx, stopPurges := context.WithCancel(ctx)
@@ -217,7 +225,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 }
 
 // auditLoop audits every interval until ctx is done.
-func auditLoop(ctx context.Context, log *slog.Logger, o audit.Options, every time.Duration) {
+func auditLoop(ctx context.Context, log *slog.Logger, o audit.Options, every time.Duration, last *atomic.Pointer[audit.Report]) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -233,6 +241,7 @@ func auditLoop(ctx context.Context, log *slog.Logger, o audit.Options, every tim
 			}
 			continue
 		}
+		last.Store(rep)
 		lvl := slog.LevelInfo
 		if rep.Resubmitted > 0 {
 			lvl = slog.LevelWarn // events were lost

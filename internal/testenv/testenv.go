@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -209,4 +210,33 @@ func OwnMinIO(t testing.TB, env ...string) S3Endpoint {
 	}
 	t.Cleanup(s.Stop)
 	return S3Endpoint{URL: s.URL, AccessKey: s.AccessKey, SecretKey: s.SecretKey}
+}
+
+// Chromium returns the path of a Chromium binary for browser tests:
+// CAIRN_TEST_CHROMIUM, else /usr/bin/chromium (Debian's package, which the
+// README's test command installs).
+func Chromium(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv("CAIRN_TEST_CHROMIUM")
+	if p == "" {
+		p = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(p); err != nil {
+		unavailable(t, "Chromium", err)
+	}
+	return p
+}
+
+// ArtifactDir is where tests keep what a person may want to look at after a
+// run (screenshots): CAIRN_TEST_ARTIFACTS, else <tmp>/cairn-test-artifacts.
+func ArtifactDir(t testing.TB) string {
+	t.Helper()
+	d := os.Getenv("CAIRN_TEST_ARTIFACTS")
+	if d == "" {
+		d = filepath.Join(os.TempDir(), "cairn-test-artifacts")
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

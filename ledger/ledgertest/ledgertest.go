@@ -518,6 +518,10 @@ func testReplayPurge(t *testing.T, h Harness) {
 	if c[ledger.Pending] != 2 {
 		t.Fatalf("pending work was purged: %v", c)
 	}
+	// done/c has waited since its replay, fresh/e since it arrived.
+	if got := must(l.OldestPending(ctx)); !got.Equal(clk.Now().Add(-48 * time.Hour).Truncate(time.Millisecond)) {
+		t.Fatalf("OldestPending = %v, want %v", got, clk.Now().Add(-48*time.Hour))
+	}
 }
 
 func testRetryDead(t *testing.T, h Harness) {

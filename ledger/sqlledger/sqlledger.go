@@ -734,6 +734,16 @@ func (l *Ledger) Purge(ctx context.Context, olderThan time.Time, includeDead boo
 	return int(n), nil
 }
 
+// OldestPending reads the smallest pending-since off the work index.
+func (l *Ledger) OldestPending(ctx context.Context) (time.Time, error) {
+	var v sql.NullInt64
+	err := l.db.QueryRowContext(ctx, `SELECT MIN(next_at) FROM cairn_ledger WHERE status = 'pending'`).Scan(&v)
+	if err != nil || !v.Valid {
+		return time.Time{}, l.wrap("oldest pending", err)
+	}
+	return fromMS(v.Int64), nil
+}
+
 // Ping checks that the database answers.
 func (l *Ledger) Ping(ctx context.Context) error { return l.wrap("ping", l.db.PingContext(ctx)) }
 
