@@ -151,17 +151,26 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(o.Parallel)
-	for _, p := range prefixes {
-		g.Go(func() error { return a.listPrefix(gctx, p) })
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	for _, p := range o.Prefixes {
-		if err := a.gone(ctx, p); err != nil {
+	if o.Parallel <= 1 {
+		// One pass: the listing and the ledger, both in key order, merged.
+		for _, p := range o.Prefixes {
+			if err := a.merge(ctx, p); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(o.Parallel)
+		for _, p := range prefixes {
+			g.Go(func() error { return a.listPrefix(gctx, p) })
+		}
+		if err := g.Wait(); err != nil {
 			return nil, err
+		}
+		for _, p := range o.Prefixes {
+			if err := a.gone(ctx, p); err != nil {
+				return nil, err
+			}
 		}
 	}
 	slices.SortFunc(a.rep.Findings, func(x, y Finding) int { return strings.Compare(x.Key, y.Key) })
@@ -225,6 +234,74 @@ func (a *auditor) listPrefix(ctx context.Context, prefix string) error {
 	return nil
 }
 
+// merge lists prefix page by page and, for each page, reads the ledger's
+// records of the same key range (both are in byte order: S3 lists so, and the
+// ledger's keys compare bytewise): records of listed keys judge the objects,
+// and records in the range with no object are gone candidates. One LIST and
+// about one ledger query per 1,000 objects, nothing held beyond a page.
+func (a *auditor) merge(ctx context.Context, prefix string) error {
+	after := "" // ledger cursor: past every ident of the keys already judged
+	var page []objstore.Info
+	flush := func(final bool) error {
+		through := ""
+		if !final {
+			through = page[len(page)-1].Key
+		}
+		listed := make(map[string]bool, len(page))
+		for _, info := range page {
+			listed[info.Key] = true
+		}
+		recs := map[string]ledger.Record{}
+		var orphans []ledger.Claim
+		f := ledger.Filter{Bucket: a.o.Bucket, Prefix: prefix, Through: through, AfterBucket: a.o.Bucket, AfterIdent: after, Limit: 1000}
+		for {
+			rs, err := a.o.Ledger.List(ctx, f)
+			if err != nil {
+				return fmt.Errorf("audit: reading the ledger: %w", err)
+			}
+			for _, c := range rs {
+				switch prev, ok := recs[c.Key]; {
+				case !listed[c.Key]:
+					orphans = append(orphans, c)
+				case !ok || event.CompareSequencer(c.Seq, prev.Seq) > 0:
+					recs[c.Key] = c.Record
+				}
+			}
+			if len(rs) < f.Limit {
+				break
+			}
+			f.AfterIdent = rs[len(rs)-1].Ident
+		}
+		if len(page) > 0 {
+			// Versions of the last key sort after it ("key\x1fversion").
+			after = page[len(page)-1].Key + "\x1f\U0010FFFF"
+		}
+		if err := a.judgeWith(ctx, page, recs); err != nil {
+			return err
+		}
+		var cands []ledger.Claim
+		for _, c := range orphans {
+			if c.Kind == event.Created && c.Status == ledger.Processed && a.now.Sub(c.Updated) >= a.o.Grace {
+				cands = append(cands, c)
+			}
+		}
+		page = page[:0]
+		return a.confirmGone(ctx, cands)
+	}
+	for info, err := range a.o.Store.List(ctx, prefix, nil) {
+		if err != nil {
+			return fmt.Errorf("audit: listing %q: %w", prefix, err)
+		}
+		page = append(page, info)
+		if len(page) == 1000 {
+			if err := flush(false); err != nil {
+				return err
+			}
+		}
+	}
+	return flush(true)
+}
+
 // judge classifies a page of objects and resubmits what needs it.
 func (a *auditor) judge(ctx context.Context, page []objstore.Info) error {
 	keys := make([]string, len(page))
@@ -235,6 +312,11 @@ func (a *auditor) judge(ctx context.Context, page []objstore.Info) error {
 	if err != nil {
 		return fmt.Errorf("audit: looking up the ledger: %w", err)
 	}
+	return a.judgeWith(ctx, page, recs)
+}
+
+// judgeWith classifies a page against its records and resubmits.
+func (a *auditor) judgeWith(ctx context.Context, page []objstore.Info, recs map[string]ledger.Record) error {
 	var resubmit []event.Event
 	var findings []Finding
 	for _, info := range page {
@@ -349,14 +431,25 @@ func (a *auditor) checkGone(ctx context.Context, cs []ledger.Claim) error {
 		}
 		exists[info.Key] = true
 	}
+	var absent []ledger.Claim
+	for _, c := range cs {
+		if !exists[c.Key] {
+			absent = append(absent, c)
+		}
+	}
+	return a.confirmGone(ctx, absent)
+}
+
+// confirmGone resubmits removals for records whose objects were absent from
+// the listing and still are (a re-creation since is not ours to undo).
+func (a *auditor) confirmGone(ctx context.Context, cs []ledger.Claim) error {
+	if len(cs) == 0 {
+		return nil
+	}
 	listedAt := a.o.Now()
 	var resubmit []event.Event
 	var findings []Finding
 	for _, c := range cs {
-		if exists[c.Key] {
-			continue
-		}
-		// Gone at listing time; confirm (a re-creation since is not ours to undo).
 		if _, err := a.o.Store.Head(ctx, c.Key); !errors.Is(err, objstore.ErrNotFound) {
 			if err != nil {
 				return err

@@ -146,6 +146,8 @@ type Filter struct {
 	Status Status // "" for all
 	Bucket string
 	Prefix string // key prefix
+	// Through, if set, lists only keys <= Through (byte order, as S3 lists).
+	Through string
 	// After is the cursor: list records after this (bucket, ident).
 	AfterBucket, AfterIdent string
 	Limit                   int // default 100

@@ -21,7 +21,7 @@ in the same run, interleaved, and prints both figures and their ratio (with
 --json, one JSON object per line; the last line has name, unit, baseline, cairn
 and ratio). Absolute figures on shared machines are noise; ratios are not.`,
 	}
-	cmd.AddCommand(benchObjstoreCmd(e), benchDocsCmd(e), benchDocsWorkerCmd(e), benchLedgerCmd(e), benchServeCmd(e), benchFsCmd(e))
+	cmd.AddCommand(benchObjstoreCmd(e), benchDocsCmd(e), benchDocsWorkerCmd(e), benchLedgerCmd(e), benchServeCmd(e), benchFsCmd(e), benchAuditCmd(e))
 	return cmd
 }
 

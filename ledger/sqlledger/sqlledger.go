@@ -834,19 +834,31 @@ func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, err
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	q := `SELECT ` + cols + ` FROM cairn_ledger WHERE status <> 'init' AND (bucket > ? OR (bucket = ? AND ident > ?))`
-	a := []any{f.AfterBucket, f.AfterBucket, f.AfterIdent}
+	var q string
+	var a []any
+	switch {
+	case f.Bucket != "" && f.AfterBucket > f.Bucket:
+		return nil, nil // the cursor is past the bucket
+	case f.Bucket != "" && f.AfterBucket == f.Bucket:
+		// One bucket: a plain range on the primary key.
+		q, a = `SELECT `+cols+` FROM cairn_ledger WHERE status <> 'init' AND bucket = ? AND ident > ?`, []any{f.Bucket, f.AfterIdent}
+	case f.Bucket != "":
+		q, a = `SELECT `+cols+` FROM cairn_ledger WHERE status <> 'init' AND bucket = ?`, []any{f.Bucket}
+	default:
+		q = `SELECT ` + cols + ` FROM cairn_ledger WHERE status <> 'init' AND (bucket > ? OR (bucket = ? AND ident > ?))`
+		a = []any{f.AfterBucket, f.AfterBucket, f.AfterIdent}
+	}
 	if f.Status != "" {
 		q += ` AND status = ?`
 		a = append(a, string(f.Status))
 	}
-	if f.Bucket != "" {
-		q += ` AND bucket = ?`
-		a = append(a, f.Bucket)
-	}
 	if f.Prefix != "" {
 		q += ` AND key >= ? AND key < ?`
 		a = append(a, f.Prefix, f.Prefix+"\U0010FFFF")
+	}
+	if f.Through != "" {
+		q += ` AND key <= ?`
+		a = append(a, f.Through)
 	}
 	q += ` ORDER BY bucket, ident LIMIT ?`
 	a = append(a, f.Limit)
