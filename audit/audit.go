@@ -39,6 +39,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"sync"
@@ -90,6 +91,10 @@ type Options struct {
 	Progress func(listed int64)
 	// MaxFindings caps Report.Findings. Default 1000.
 	MaxFindings int
+	// Objects, if set, replaces the LIST: e.g. the rows of an S3 Inventory
+	// report (see Inventory). Objects outside Prefixes are skipped. Gone
+	// objects are not looked for (an inventory's rows are not in key order).
+	Objects iter.Seq2[objstore.Info, error]
 }
 
 // Finding is one object the audit acted on or reports.
@@ -151,7 +156,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Parallel <= 1 {
+	if o.Objects != nil {
+		if err := a.fromObjects(ctx); err != nil {
+			return nil, err
+		}
+	} else if o.Parallel <= 1 {
 		// One pass: the listing and the ledger, both in key order, merged.
 		for _, p := range o.Prefixes {
 			if err := a.merge(ctx, p); err != nil {
@@ -176,6 +185,34 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	slices.SortFunc(a.rep.Findings, func(x, y Finding) int { return strings.Compare(x.Key, y.Key) })
 	a.rep.Seconds = time.Since(a.now).Seconds()
 	return a.rep, nil
+}
+
+// fromObjects judges Options.Objects page by page.
+func (a *auditor) fromObjects(ctx context.Context) error {
+	var page []objstore.Info
+	for info, err := range a.o.Objects {
+		if err != nil {
+			return err
+		}
+		in := false
+		for _, p := range a.o.Prefixes {
+			in = in || strings.HasPrefix(info.Key, p)
+		}
+		if !in {
+			continue
+		}
+		page = append(page, info)
+		if len(page) == 1000 {
+			if err := a.judge(ctx, page); err != nil {
+				return err
+			}
+			page = page[:0]
+		}
+	}
+	if len(page) > 0 {
+		return a.judge(ctx, page)
+	}
+	return nil
 }
 
 // fanOut splits the prefixes one level down when listing in parallel:

@@ -1,8 +1,13 @@
 package audit_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/csv"
+	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"testing"
 	"time"
@@ -15,6 +20,7 @@ import (
 	"github.com/cairn-s3/cairn/ledger/sqlite"
 	"github.com/cairn-s3/cairn/objstore"
 	fsstore "github.com/cairn-s3/cairn/objstore/fs"
+	"github.com/cairn-s3/cairn/objstore/mem"
 )
 
 func TestMain(m *testing.M) { testmain.Run(m) }
@@ -154,5 +160,73 @@ func TestAudit(t *testing.T) {
 				t.Fatalf("after reconciliation: %+v %+v", rep.Counts, rep.Findings)
 			}
 		})
+	}
+}
+
+// TestInventory: an S3 Inventory report (manifest + gzipped CSV, keys
+// URL-encoded, a delete marker and an old version among the rows) stands in
+// for the LIST.
+func TestInventory(t *testing.T) {
+	ctx := context.Background()
+	inv := mem.New()
+	var csvData bytes.Buffer
+	zw := gzip.NewWriter(&csvData)
+	mod := time.Now().Add(-2 * time.Hour).UTC().Format(time.RFC3339Nano)
+	rows := [][]string{
+		{"src", url.QueryEscape("photos/ünï cat.jpg"), "", "true", "false", "10", mod, "etag-cat"},
+		{"src", url.QueryEscape("photos/dog.jpg"), "", "true", "false", "11", mod, "etag-dog"},
+		{"src", url.QueryEscape("photos/gone.jpg"), "v2", "true", "true", "0", mod, ""},          // delete marker
+		{"src", url.QueryEscape("photos/dog.jpg"), "v0", "false", "false", "9", mod, "etag-old"}, // older version
+		{"src", url.QueryEscape("other/x"), "", "true", "false", "1", mod, "etag-x"},
+	}
+	w := csv.NewWriter(zw)
+	if err := w.WriteAll(rows); err != nil {
+		t.Fatal(err)
+	}
+	zw.Close()
+	if _, err := inv.PutBytes(ctx, "inv/src/data/1.csv.gz", csvData.Bytes(), nil); err != nil {
+		t.Fatal(err)
+	}
+	man := `{"sourceBucket":"src","fileFormat":"CSV","fileSchema":"Bucket, Key, VersionId, IsLatest, IsDeleteMarker, Size, LastModifiedDate, ETag",
+"files":[{"key":"inv/src/data/1.csv.gz"}]}`
+	if _, err := inv.PutBytes(ctx, "inv/src/manifest.json", []byte(man), nil); err != nil {
+		t.Fatal(err)
+	}
+	bucket, objs, err := audit.Inventory(ctx, inv, "inv/src/manifest.json")
+	if err != nil || bucket != "src" {
+		t.Fatal(bucket, err)
+	}
+	l, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "l.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Record(ctx, "webhook", []event.Event{{Bucket: "src", Key: "photos/dog.jpg", ETag: "etag-dog", Sequencer: "01", Kind: event.Created}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := audit.Run(ctx, audit.Options{Store: inv, Ledger: l, Bucket: bucket, Objects: objs, Prefixes: []string{"photos/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Listed != 2 || rep.Counts[audit.Missing] != 1 || rep.Resubmitted != 1 || rep.Findings[0].Key != "photos/ünï cat.jpg" {
+		t.Fatalf("inventory audit: listed %d, %+v, %+v", rep.Listed, rep.Counts, rep.Findings)
+	}
+	// Bad reports are refused with the reason.
+	for name, m := range map[string]string{
+		"parquet":    `{"fileFormat":"Parquet","fileSchema":"Key, Size, LastModifiedDate, ETag","files":[]}`,
+		"no etag":    `{"fileFormat":"CSV","fileSchema":"Bucket, Key, Size, LastModifiedDate","files":[]}`,
+		"not json":   `<xml/>`,
+		"no such gz": `{"fileFormat":"CSV","fileSchema":"Bucket, Key, Size, LastModifiedDate, ETag","files":[{"key":"nope.csv.gz"}]}`,
+	} {
+		if _, err := inv.PutBytes(ctx, "bad.json", []byte(m), nil); err != nil {
+			t.Fatal(err)
+		}
+		_, objs, err := audit.Inventory(ctx, inv, "bad.json")
+		if err == nil {
+			_, err = audit.Run(ctx, audit.Options{Store: inv, Ledger: l, Bucket: "src", Objects: objs})
+		}
+		if !errors.Is(err, audit.ErrInventory) {
+			t.Errorf("%s: %v, want ErrInventory", name, err)
+		}
 	}
 }

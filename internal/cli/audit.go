@@ -16,9 +16,9 @@ import (
 
 func auditCmd(e *env) *cobra.Command {
 	var o audit.Options
-	var storeURL, ledgerURL, bucket string
+	var storeURL, ledgerURL, bucket, inventory string
 	cmd := &cobra.Command{
-		Use:   "audit --store URL [--ledger URL] [--prefix P]… [--grace 15m] [--dry-run]",
+		Use:   "audit (--store URL | --inventory MANIFEST-URL) [--ledger URL] [--prefix P]… [--grace 15m] [--dry-run]",
 		Short: "Find the object changes notifications never announced (LIST against the ledger) and resubmit them",
 		Long: `cairn audit lists the bucket (streamed, page by page), looks each page up in the
 ledger, and classifies every object: current; missing (no record: its event was
@@ -28,6 +28,10 @@ whose object no longer exists: deleted without a removal event); too young
 (modified within --grace, its event may still be coming); too old (missing but
 older than --horizon, the ledger's retention: never resubmitted).
 
+For buckets too big to LIST, --inventory s3://inventory-bucket/…/manifest.json
+reads the objects from an S3 Inventory report (CSV) instead; gone objects are
+then not looked for.
+
 Missing, changed and gone objects are resubmitted into the ledger as events
 without a sequencer (source "audit"); a running 'cairn serve' on the same ledger
 processes them. The ledger never lets such an event override a newer real one,
@@ -36,10 +40,28 @@ and a late real event for the same state is a duplicate.
 Exit status 0 whether or not something was found (the report says); 1 on error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if storeURL == "" {
-				return usagef("--store URL is required (the bucket to audit)")
-			}
 			ctx := cmd.Context()
+			if inventory != "" {
+				if storeURL != "" {
+					return usagef("give --store or --inventory, not both")
+				}
+				s, key, err := objstore.OpenObject(ctx, inventory, nil)
+				if err != nil {
+					return usageError{err}
+				}
+				defer s.Close()
+				src, objs, err := audit.Inventory(ctx, s, key)
+				if err != nil {
+					return err
+				}
+				if bucket == "" {
+					bucket = src
+				}
+				o.Store, o.Objects = s, objs
+				storeURL = inventory
+			} else if storeURL == "" {
+				return usagef("--store URL is required (the bucket to audit), or --inventory URL")
+			}
 			if bucket == "" {
 				if u, err := objstore.ParseURL(storeURL); err == nil && u.Scheme == "s3" {
 					bucket = u.Host
@@ -47,17 +69,20 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 					return usagef("--bucket NAME is required when --store is not an s3:// URL (the bucket name events carry)")
 				}
 			}
-			s, err := openStore(ctx, storeURL)
-			if err != nil {
-				return err
+			if o.Store == nil {
+				s, err := openStore(ctx, storeURL)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				o.Store = s
 			}
-			defer s.Close()
 			l, err := ledger.Open(ctx, ledgerURL, nil)
 			if err != nil {
 				return err
 			}
 			defer l.Close()
-			o.Store, o.Ledger, o.Bucket = s, l, bucket
+			o.Ledger, o.Bucket = l, bucket
 			var mu sync.Mutex
 			last := time.Time{}
 			if !e.json && isTerminal(e.stderr) {
@@ -111,6 +136,7 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 	fs := cmd.Flags()
 	fs.StringVar(&storeURL, "store", "", "the bucket (store URL) to audit")
 	fs.StringVar(&ledgerURL, "ledger", ledger.DefaultURL, "ledger URL")
+	fs.StringVar(&inventory, "inventory", "", "read the objects from an S3 Inventory report (CSV) instead of LISTing: the URL of its manifest.json")
 	fs.StringVar(&bucket, "bucket", "", "bucket name the events carry (default: the s3:// URL's bucket)")
 	fs.StringArrayVar(&o.Prefixes, "prefix", nil, "audit only keys under this prefix (repeatable)")
 	fs.DurationVar(&o.Grace, "grace", 15*time.Minute, "skip objects modified more recently (their events may still be coming)")
