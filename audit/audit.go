@@ -277,66 +277,106 @@ func (a *auditor) listPrefix(ctx context.Context, prefix string) error {
 // and records in the range with no object are gone candidates. One LIST and
 // about one ledger query per 1,000 objects, nothing held beyond a page.
 func (a *auditor) merge(ctx context.Context, prefix string) error {
-	after := "" // ledger cursor: past every ident of the keys already judged
-	var page []objstore.Info
-	flush := func(final bool) error {
-		through := ""
-		if !final {
-			through = page[len(page)-1].Key
+	// The listing runs one page ahead of the ledger work, in its own goroutine,
+	// so the two overlap.
+	type pageMsg struct {
+		page  []objstore.Info
+		final bool
+		err   error
+	}
+	pages := make(chan pageMsg, 2)
+	lctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		for range pages { // wait for the lister to stop
 		}
-		listed := make(map[string]bool, len(page))
-		for _, info := range page {
-			listed[info.Key] = true
+	}()
+	go func() {
+		defer close(pages)
+		send := func(m pageMsg) bool {
+			select {
+			case pages <- m:
+				return true
+			case <-lctx.Done():
+				return false
+			}
 		}
-		recs := map[string]ledger.Record{}
-		var orphans []ledger.Claim
-		f := ledger.Filter{Bucket: a.o.Bucket, Prefix: prefix, Through: through, AfterBucket: a.o.Bucket, AfterIdent: after, Limit: 1000}
-		for {
-			rs, err := a.o.Ledger.List(ctx, f)
+		var page []objstore.Info
+		for info, err := range a.o.Store.List(lctx, prefix, nil) {
 			if err != nil {
-				return fmt.Errorf("audit: reading the ledger: %w", err)
+				send(pageMsg{err: fmt.Errorf("audit: listing %q: %w", prefix, err)})
+				return
 			}
-			for _, c := range rs {
-				switch prev, ok := recs[c.Key]; {
-				case !listed[c.Key]:
-					orphans = append(orphans, c)
-				case !ok || event.CompareSequencer(c.Seq, prev.Seq) > 0:
-					recs[c.Key] = c.Record
+			page = append(page, info)
+			if len(page) == 1000 {
+				if !send(pageMsg{page: page}) {
+					return
 				}
+				page = nil
 			}
-			if len(rs) < f.Limit {
-				break
-			}
-			f.AfterIdent = rs[len(rs)-1].Ident
 		}
-		if len(page) > 0 {
-			// Versions of the last key sort after it ("key\x1fversion").
-			after = page[len(page)-1].Key + "\x1f\U0010FFFF"
+		send(pageMsg{page: page, final: true})
+	}()
+	after := "" // ledger cursor: past every ident of the keys already judged
+	for m := range pages {
+		if m.err != nil {
+			return m.err
 		}
-		if err := a.judgeWith(ctx, page, recs); err != nil {
+		var err error
+		if after, err = a.mergePage(ctx, prefix, m.page, after, m.final); err != nil {
 			return err
 		}
-		var cands []ledger.Claim
-		for _, c := range orphans {
-			if c.Kind == event.Created && c.Status == ledger.Processed && a.now.Sub(c.Updated) >= a.o.Grace {
-				cands = append(cands, c)
-			}
-		}
-		page = page[:0]
-		return a.confirmGone(ctx, cands)
 	}
-	for info, err := range a.o.Store.List(ctx, prefix, nil) {
+	return ctx.Err()
+}
+
+// mergePage judges one page of the listing against the ledger's records of
+// its key range (after, the page's last key] — to the prefix's end for the
+// final page — and returns the cursor for the next page.
+func (a *auditor) mergePage(ctx context.Context, prefix string, page []objstore.Info, after string, final bool) (string, error) {
+	through := ""
+	if !final {
+		through = page[len(page)-1].Key
+	}
+	listed := make(map[string]bool, len(page))
+	for _, info := range page {
+		listed[info.Key] = true
+	}
+	recs := map[string]ledger.Record{}
+	var orphans []ledger.Claim
+	f := ledger.Filter{Bucket: a.o.Bucket, Prefix: prefix, Through: through, AfterBucket: a.o.Bucket, AfterIdent: after, Limit: 1000}
+	for {
+		rs, err := a.o.Ledger.List(ctx, f)
 		if err != nil {
-			return fmt.Errorf("audit: listing %q: %w", prefix, err)
+			return "", fmt.Errorf("audit: reading the ledger: %w", err)
 		}
-		page = append(page, info)
-		if len(page) == 1000 {
-			if err := flush(false); err != nil {
-				return err
+		for _, c := range rs {
+			switch prev, ok := recs[c.Key]; {
+			case !listed[c.Key]:
+				orphans = append(orphans, c)
+			case !ok || event.CompareSequencer(c.Seq, prev.Seq) > 0:
+				recs[c.Key] = c.Record
 			}
 		}
+		if len(rs) < f.Limit {
+			break
+		}
+		f.AfterIdent = rs[len(rs)-1].Ident
 	}
-	return flush(true)
+	if len(page) > 0 {
+		// Versions of the last key sort after it ("key\x1fversion").
+		after = page[len(page)-1].Key + "\x1f\U0010FFFF"
+	}
+	if err := a.judgeWith(ctx, page, recs); err != nil {
+		return "", err
+	}
+	var cands []ledger.Claim
+	for _, c := range orphans {
+		if c.Kind == event.Created && c.Status == ledger.Processed && a.now.Sub(c.Updated) >= a.o.Grace {
+			cands = append(cands, c)
+		}
+	}
+	return after, a.confirmGone(ctx, cands)
 }
 
 // judge classifies a page of objects and resubmits what needs it.
