@@ -187,18 +187,26 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return a.rep, nil
 }
 
-// fromObjects judges Options.Objects page by page.
+// fromObjects judges Options.Objects under the prefixes.
 func (a *auditor) fromObjects(ctx context.Context) error {
+	return a.judgeAll(ctx, a.o.Objects, func(key string) bool {
+		for _, p := range a.o.Prefixes {
+			if strings.HasPrefix(key, p) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// judgeAll judges objs, 1,000 at a time, keeping those keep accepts.
+func (a *auditor) judgeAll(ctx context.Context, objs iter.Seq2[objstore.Info, error], keep func(string) bool) error {
 	var page []objstore.Info
-	for info, err := range a.o.Objects {
+	for info, err := range objs {
 		if err != nil {
 			return err
 		}
-		in := false
-		for _, p := range a.o.Prefixes {
-			in = in || strings.HasPrefix(info.Key, p)
-		}
-		if !in {
+		if !keep(info.Key) {
 			continue
 		}
 		page = append(page, info)
@@ -252,23 +260,17 @@ func (a *auditor) listPrefix(ctx context.Context, prefix string) error {
 		}
 		return a.judge(ctx, []objstore.Info{info})
 	}
-	var page []objstore.Info
-	for info, err := range a.o.Store.List(ctx, prefix, nil) {
-		if err != nil {
-			return fmt.Errorf("audit: listing %q: %w", prefix, err)
-		}
-		page = append(page, info)
-		if len(page) == 1000 {
-			if err := a.judge(ctx, page); err != nil {
-				return err
+	list := func(yield func(objstore.Info, error) bool) {
+		for info, err := range a.o.Store.List(ctx, prefix, nil) {
+			if err != nil {
+				err = fmt.Errorf("audit: listing %q: %w", prefix, err)
 			}
-			page = page[:0]
+			if !yield(info, err) || err != nil {
+				return
+			}
 		}
 	}
-	if len(page) > 0 {
-		return a.judge(ctx, page)
-	}
-	return nil
+	return a.judgeAll(ctx, list, func(string) bool { return true })
 }
 
 // merge lists prefix page by page and, for each page, reads the ledger's

@@ -178,6 +178,12 @@ func (ops *Ops) saveIntent(ctx context.Context, in *intent, etag string) (string
 	return info.ETag, nil
 }
 
+// saveTimed is saveIntent, counted as journal time.
+func (ops *Ops) saveTimed(ctx context.Context, in *intent, etag string, jt *journalTimer) (string, error) {
+	defer jt.start()()
+	return ops.saveIntent(ctx, in, etag)
+}
+
 // execute runs (or finishes) the operation in the intent; the caller holds
 // its locks. fresh: this process wrote the intent and checked, under the
 // lock, that the destination was empty, so steps need not look before they
@@ -199,10 +205,7 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 			return res, err
 		}
 		in.Complete = true
-		stop := jt.start()
-		etag, err = ops.saveIntent(ctx, in, etag)
-		stop()
-		if err != nil {
+		if etag, err = ops.saveTimed(ctx, in, etag, jt); err != nil {
 			return res, err
 		}
 	}
@@ -226,10 +229,7 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 	if in.Op != opCopy {
 		if !in.Deleting {
 			in.Deleting = true
-			stop := jt.start()
-			etag, err = ops.saveIntent(ctx, in, etag)
-			stop()
-			if err != nil {
+			if etag, err = ops.saveTimed(ctx, in, etag, jt); err != nil {
 				return res, err
 			}
 		}
@@ -243,10 +243,7 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 	// The journal goes last: marked done, then its chunks, then the intent —
 	// so a crash in between leaves an intent that says what is left.
 	in.Done = true
-	stop := jt.start()
-	_, err = ops.saveIntent(ctx, in, etag)
-	stop()
-	if err != nil {
+	if _, err = ops.saveTimed(ctx, in, etag, jt); err != nil {
 		return res, err
 	}
 	if err := ops.removeJournal(ctx, in, jt); err != nil {
