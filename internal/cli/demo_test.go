@@ -97,6 +97,8 @@ func TestServeFlagsEnvConfig(t *testing.T) {
 		{nil, "handler-exec: [a, b]\n", []string{"serve"}, "not a list"},
 		{map[string]string{"CAIRN_CONCURRENCY": "many"}, "", []string{"serve", "--handler-exec", "true"}, "CAIRN_CONCURRENCY"},
 		{nil, "", []string{"serve", "--handler-exec", "true", "--source", "ftp://x"}, "nats://"},
+		{nil, "", []string{"serve", "--handler-exec", "true", "--source", "https://sqs.eu-west-1.amazonaws.com/1/q"}, "nats://"},
+		{nil, "", []string{"serve", "--handler-exec", "true", "--sqs-queue-url", "sqs.example/q"}, "--sqs-queue-url"},
 		{nil, "", []string{"serve", "--handler-exec", "true", "--source", "nats://127.0.0.1:1"}, "stream= is required"},
 		{nil, "", []string{"serve", "--handler-exec", "true", "--source", "kafka://h:1?topic=t&colour=red"}, "unknown parameter"},
 	}

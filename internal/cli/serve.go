@@ -161,14 +161,18 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		auditStore = s
 	}
 	var sources []intake.Source
-	all := f.sources
-	if f.sqsQueueURL != "" {
-		all = append(all, f.sqsQueueURL)
-	}
-	for _, raw := range all {
+	for _, raw := range f.sources {
 		s, err := openSource(ctx, raw, log)
 		if err != nil {
 			return err
+		}
+		sources = append(sources, s)
+	}
+	if f.sqsQueueURL != "" {
+		// The queue URL keeps its scheme (SQS-compatible servers over http).
+		s, err := sqssrc.New(ctx, sqssrc.Options{QueueURL: f.sqsQueueURL, Logger: log})
+		if err != nil {
+			return usagef("--sqs-queue-url: %v", err)
 		}
 		sources = append(sources, s)
 	}
@@ -305,9 +309,6 @@ func openSource(ctx context.Context, raw string, log *slog.Logger) (intake.Sourc
 		s, err = kafkasrc.FromURL(raw, log)
 	case "sqs":
 		s, err = sqssrc.FromURL(ctx, raw, log)
-	case "http", "https":
-		// --sqs-queue-url keeps its scheme (SQS-compatible servers over http).
-		s, err = sqssrc.New(ctx, sqssrc.Options{QueueURL: raw, Logger: log})
 	default:
 		return nil, usagef("--source %q: want nats://, kafka:// or sqs://", raw)
 	}
