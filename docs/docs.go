@@ -259,6 +259,13 @@ func (d *Store) UpdateBytes(ctx context.Context, key string, fn UpdateFunc) ([]b
 	return d.update(ctx, key, true, fn)
 }
 
+// UpdateJSON is UpdateBytes for a value that is JSON: it is stored as JSON in
+// the envelope (readable by other tools), not as base64 bytes. fn must return
+// valid JSON.
+func (d *Store) UpdateJSON(ctx context.Context, key string, fn UpdateFunc) ([]byte, Meta, error) {
+	return d.update(ctx, key, false, fn)
+}
+
 func (d *Store) update(ctx context.Context, key string, raw bool, fn UpdateFunc) ([]byte, Meta, error) {
 	if err := objstore.ValidateKey(key); err != nil {
 		return nil, Meta{}, err

@@ -27,6 +27,8 @@ type Harness struct {
 	// New returns an empty ledger with opts, and a URL other processes can open
 	// it by ("" skips process tests). Register cleanup on t.
 	New func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string)
+	// Env is added to the environment of child processes (e.g. credentials).
+	Env []string
 }
 
 // Run runs the suite.
@@ -812,10 +814,10 @@ func MaybeChild() {
 	os.Exit(0)
 }
 
-func child(t *testing.T, url, mode string, seed int) (*exec.Cmd, *bufio.Scanner) {
+func child(t *testing.T, h Harness, url, mode string, seed int) (*exec.Cmd, *bufio.Scanner) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChild+"="+mode, envURL+"="+url, envSeed+"="+strconv.Itoa(seed))
+	cmd.Env = append(append(os.Environ(), h.Env...), envChild+"="+mode, envURL+"="+url, envSeed+"="+strconv.Itoa(seed))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -841,7 +843,7 @@ func testStormProcesses(t *testing.T, h Harness) {
 	}
 	var kids []kid
 	for p := range procs {
-		cmd, out := child(t, url, "storm", p+1)
+		cmd, out := child(t, h, url, "storm", p+1)
 		kids = append(kids, kid{cmd, out})
 	}
 	log := map[string][]string{}
@@ -876,7 +878,7 @@ func testKilledWorker(t *testing.T, h Harness) {
 	if url == "" {
 		t.Skip("this ledger cannot be opened from another process")
 	}
-	cmd, out := child(t, url, "claim-and-hang", 0)
+	cmd, out := child(t, h, url, "claim-and-hang", 0)
 	if !out.Scan() || !strings.HasPrefix(out.Text(), "claimed ") {
 		t.Fatalf("child: %q", out.Text())
 	}

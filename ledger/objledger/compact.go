@@ -1,0 +1,114 @@
+package objledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+var errCompacted = errors.New("objledger: another process compacted the shard first")
+
+// compactLater starts a background compaction of shard s unless one runs.
+func (l *Ledger) compactLater(s int) {
+	l.mu.Lock()
+	if l.compacting[s] || l.ctx.Err() != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.compacting[s] = true
+	l.mu.Unlock()
+	l.wg.Go(func() {
+		defer func() {
+			l.mu.Lock()
+			l.compacting[s] = false
+			l.mu.Unlock()
+		}()
+		if err := l.compact(l.ctx, s); err != nil && !errors.Is(err, errCompacted) && l.ctx.Err() == nil {
+			l.cfg.Logger.Warn("ledger compaction failed; the next write of the shard retries it", "shard", s, "err", err)
+		}
+	})
+}
+
+// Compact compacts shard s now if its head holds more than CompactAt records
+// (tests and tools; writes start compactions by themselves).
+func (l *Ledger) Compact(ctx context.Context, s int) error {
+	err := l.compact(ctx, s)
+	if errors.Is(err, errCompacted) {
+		return nil
+	}
+	return err
+}
+
+// compact writes a new base holding every live record of shard s, then swaps
+// it into the head, removing from the head the records it holds that have not
+// changed since. Replaced bases past their grace period are deleted.
+func (l *Ledger) compact(ctx context.Context, s int) error {
+	h0, err := l.view(ctx, s)
+	if err != nil {
+		return err
+	}
+	if len(h0.Rows) <= l.cfg.CompactAt {
+		return nil
+	}
+	seg := &segment{Rows: make(map[string]*row, len(h0.Rows))}
+	if h0.base != nil {
+		seg.Rows = make(map[string]*row, len(h0.base.Rows)+len(h0.Rows))
+	}
+	h0.each(func(rid string, w *row) { seg.Rows[rid] = w })
+	data, err := json.Marshal(seg)
+	if err != nil {
+		return err
+	}
+	key := fmt.Sprintf("shards/%s/base-%012d-%s.json", shardName(s), h0.Seq, nonce())
+	if _, err := l.s.PutBytes(ctx, key, data, &objstore.PutOptions{If: objstore.IfAbsent(), ContentType: "application/json"}); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.bases[key] = seg
+	l.mu.Unlock()
+	// Delete the replaced bases past their grace first, and drop from the
+	// trash only those gone: an interrupted compaction leaves none orphaned.
+	gone := map[string]bool{}
+	for _, t := range h0.Trash {
+		if l.now()-t.Since <= l.cfg.Grace.Milliseconds() {
+			continue
+		}
+		if err := l.s.Delete(ctx, t.Key, objstore.Condition{}); err == nil || errors.Is(err, objstore.ErrNotFound) {
+			gone[t.Key] = true
+		}
+	}
+	_, err = l.update(ctx, s, func(h *head, now int64) error {
+		if h.Base != h0.Base {
+			return errCompacted
+		}
+		for rid, w0 := range h0.Rows {
+			if w, ok := h.Rows[rid]; ok && w.Ch == w0.Ch {
+				delete(h.Rows, rid)
+			}
+		}
+		var keep []trash
+		for _, t := range h.Trash {
+			if !gone[t.Key] {
+				keep = append(keep, t)
+			}
+		}
+		if h.Base != "" {
+			keep = append(keep, trash{Key: h.Base, Since: now})
+		}
+		h.Trash, h.Base, h.base = keep, key, seg
+		return nil
+	})
+	if err != nil {
+		// Not swapped in (or unknown): delete the new base only when the head
+		// provably does not use it.
+		if cur, verr := l.view(context.WithoutCancel(ctx), s); verr == nil && cur.Base != key {
+			_ = l.s.Delete(context.WithoutCancel(ctx), key, objstore.Condition{})
+			l.forget(key)
+		}
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,96 @@
+// Package objledger is the intake ledger kept in an object store (S3, MinIO or
+// a directory), on conditional writes alone: no database to run. Open it with
+// ledger.Open("s3://bucket/prefix?…") or ledger.Open("file:///dir"); it passes
+// the same conformance suite (package ledgertest) as the SQLite and PostgreSQL
+// backends, including the tests with several OS processes.
+//
+// # Layout
+//
+// Under the URL's prefix (cairn-ledger/ if the URL names a bare bucket):
+//
+//	cairn-ledger.json          format and shard count, written once (if absent)
+//	work.json                  the work index: per shard, a lower bound of when
+//	                           its earliest work is due
+//	shards/NNN/head.json       a shard's head: the records changed since its base,
+//	                           the shard's active work (id → due time), and
+//	                           tombstones of purged records
+//	shards/NNN/base-….json     an immutable base: every record of the shard as of
+//	                           a compaction
+//
+// A record lives in shard fnv32a(bucket, key) mod N (all versions of a key in
+// one shard, so per-key ordering is decided in one place). Every head and the
+// index are documents of package docs: each write is a compare-and-swap
+// (If-Match on the ETag read) with a nonce in the body, concurrent updates of
+// one document in one process are group-committed into one write, and a write
+// whose response was lost is resolved by reading the nonce back — so a Record
+// is applied once even when the store applied it and the client saw an error.
+//
+// Decisions are ledger.Decide, the same function the SQL backends run, applied
+// inside the shard's compare-and-swap: two processes deciding the same key
+// serialise on the head's ETag; the loser re-reads and decides again.
+//
+// # Work index
+//
+// Claim must find due work without reading every shard. work.json keeps, per
+// shard, a time no later than the shard's earliest due work (pending and failed
+// records by their next attempt, claimed ones by their lease's end). Writers
+// keep it low: a write that leaves work in a shard reads the index afterwards
+// and lowers the shard's entry if needed. Claimers raise it, safely: a claimer
+// marks the shards it will look at (a nonce in the index), claims in each shard
+// with a compare-and-swap of the head (which tells it the shard's true earliest
+// due time), then raises each entry only if its mark is still there. A writer
+// that reads the index after its shard write removes any mark on that shard, so
+// a claimer that looked before the write cannot raise the entry past the new
+// work. A writer killed between its shard write and the index check can leave
+// an entry too high; each ledger instance therefore sweeps every shard on its
+// first Claim and every Options.SweepEvery (default one minute) after.
+//
+// # Compaction
+//
+// Heads stay small: when a head holds more than CompactAt changed records
+// (default 1,024), a background compaction writes a new immutable base (the old
+// base with the head's records merged, tombstones dropped), then swaps it into
+// the head by compare-and-swap, removing the records it merged that have not
+// changed since. The replaced base is deleted by a later compaction, after a
+// grace period (ten minutes) that lets slow readers finish. Bases are immutable,
+// so each process caches the decoded base of each shard; decoded heads are
+// cached by content hash.
+//
+// # Costs
+//
+//   - Requests: a Record batch costs one conditional PUT per shard it touches
+//     (plus a GET when another process wrote the shard since this one did) and
+//     one GET of the index; the bench (1,000-event batches, 16 shards) prints
+//     the measured requests per 1,000 events. A Claim costs a GET of the index,
+//     and, when work is due, two index writes plus one head write per shard
+//     visited. Complete costs one head write (group-committed per shard).
+//   - Bytes: a record is about 250–350 bytes of JSON (its key, ETag, sequencer,
+//     result and error dominate). A head write rewrites the head: up to
+//     CompactAt records plus the shard's active work entries (~40 bytes each).
+//     A compaction rewrites the shard's base (records / shards × ~300 bytes) once
+//     per CompactAt changes.
+//   - Memory: each process holds the decoded bases of the shards it touched:
+//     roughly 500 bytes per record. Millions of keys want PostgreSQL.
+//   - AWS S3 limits request rates per prefix (3,500 writes and 5,500 reads per
+//     second, per partitioned prefix). Every write of one shard goes to one key,
+//     and S3 also serialises conditional writes of one key: throughput scales
+//     with the number of shards (URL parameter shards=N when the ledger is
+//     created, default 16), and batching (group commit) is what makes a few
+//     writes per second per shard carry thousands of events.
+//
+// # Guarantees and limits
+//
+// The guarantees of package ledger hold, with these differences:
+//
+//   - Leases are judged by each process's own clock (PostgreSQL uses the
+//     server's): keep clocks in sync (NTP); a skew of d shortens or lengthens
+//     leases by d.
+//   - A Record batch is atomic per shard, not as a whole: if it returns an
+//     error, some of its events may have been recorded (delivering the batch
+//     again reports them as duplicates; their work is pending either way).
+//   - The store must enforce conditional writes: Open runs the capability probe
+//     and refuses a store that accepts If-Match / If-None-Match and ignores them
+//     (it names the check that failed).
+//   - List, Counts, Replay and Purge read every shard (one GET each, bases from
+//     cache): fine for operations, not for a hot path.
+package objledger

@@ -1,0 +1,493 @@
+package objledger
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/objstore"
+	_ "github.com/cairn-s3/cairn/objstore/fs" // file:// ledgers
+	_ "github.com/cairn-s3/cairn/objstore/s3" // s3:// ledgers
+)
+
+// Config tunes the object-store ledger. A nil *Config means all defaults.
+type Config struct {
+	// Shards is the number of shards of a new ledger (an existing ledger keeps
+	// the count it was created with). Default: 16. URL parameter shards=N.
+	Shards int
+	// CompactAt is how many changed records a head holds before it is compacted
+	// into a new base. Default: 1024. URL parameter compact_at=N.
+	CompactAt int
+	// SweepEvery is how often a Claim looks at every shard, whatever the work
+	// index says (it repairs an index entry left too high by a writer killed
+	// between its two writes). Default: 1 minute.
+	SweepEvery time.Duration
+	// Grace is how long a replaced base is kept for readers that read the head
+	// before the compaction. Default: 10 minutes.
+	Grace time.Duration
+	// Logger receives warnings of background work (a failed compaction).
+	// Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) withDefaults() Config {
+	var o Config
+	if c != nil {
+		o = *c
+	}
+	if o.Shards <= 0 {
+		o.Shards = 16
+	}
+	if o.CompactAt <= 0 {
+		o.CompactAt = 1024
+	}
+	if o.SweepEvery <= 0 {
+		o.SweepEvery = time.Minute
+	}
+	if o.Grace <= 0 {
+		o.Grace = 10 * time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+const (
+	metaKey  = "cairn-ledger.json"
+	indexKey = "work.json"
+	// maxShards bounds the shard count (one goroutine and one write per shard a
+	// batch touches).
+	maxShards = 1024
+)
+
+func headKey(s int) string { return "shards/" + shardName(s) + "/head.json" }
+
+// Ledger is the intake ledger in an object store. It is safe for concurrent
+// use; use one per process so group commit can combine writes.
+type Ledger struct {
+	s      *objstore.Store
+	d      *docs.Store
+	opts   ledger.Options
+	cfg    Config
+	shards int
+	owned  bool // Close closes s
+
+	ctx    context.Context // background work (compaction), cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	heads      []cachedHead
+	bases      map[string]*segment
+	compacting []bool
+	swept      time.Time
+}
+
+// cachedHead is a decoded head and the hash of the bytes it was decoded from.
+type cachedHead struct {
+	sum uint64
+	n   int
+	h   *head
+}
+
+func init() {
+	for _, scheme := range []string{"s3", "file", "mem"} {
+		ledger.Register(scheme, openURL)
+	}
+}
+
+// openURL opens the ledger a URL names: any objstore URL, plus the ledger's
+// own parameters (shards, compact_at), which are taken off before the store
+// sees the URL.
+func openURL(ctx context.Context, raw string, opts *ledger.Options) (ledger.Ledger, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ledger.ErrInvalidURL, err)
+	}
+	var cfg Config
+	q := u.Query()
+	for _, p := range []struct {
+		name string
+		to   *int
+	}{{"shards", &cfg.Shards}, {"compact_at", &cfg.CompactAt}} {
+		if v := q.Get(p.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("%w: %s=%q must be a positive integer", ledger.ErrInvalidURL, p.name, v)
+			}
+			*p.to = n
+			q.Del(p.name)
+		}
+	}
+	u.RawQuery = q.Encode()
+	if u.Scheme == "s3" && strings.Trim(u.Path, "/") == "" {
+		u.Path = "/cairn-ledger" // a bare bucket: keep the ledger in its own folder
+	}
+	s, err := objstore.Open(ctx, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: opening the store of %s: %w", raw, err)
+	}
+	l, err := New(ctx, s, opts, &cfg)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	l.owned = true
+	return l, nil
+}
+
+// New opens (creating if needed) the ledger kept in s. It refuses a store
+// whose capability probe shows that conditional writes are not enforced.
+func New(ctx context.Context, s *objstore.Store, opts *ledger.Options, cfg *Config) (*Ledger, error) {
+	c := cfg.withDefaults()
+	if c.Shards > maxShards {
+		return nil, fmt.Errorf("objledger: %d shards is more than the %d allowed", c.Shards, maxShards)
+	}
+	if err := requireCAS(ctx, s); err != nil {
+		return nil, err
+	}
+	l := &Ledger{s: s, opts: opts.WithDefaults(), cfg: c, bases: map[string]*segment{}}
+	l.d = docs.New(s, &docs.Options{Strategy: docs.CAS, MaxAttempts: 1000, MaxBackoff: 100 * time.Millisecond, HistoryLen: 64})
+	m, err := l.loadMeta(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.shards = m.Shards
+	l.heads = make([]cachedHead, l.shards)
+	l.compacting = make([]bool, l.shards)
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	return l, nil
+}
+
+// requireCAS refuses a store that does not enforce conditional writes, naming
+// the probe's failed checks.
+func requireCAS(ctx context.Context, s *objstore.Store) error {
+	caps, err := s.Capabilities(ctx)
+	if err != nil {
+		return fmt.Errorf("objledger: %w: %w", ledger.ErrUnavailable, err)
+	}
+	if caps.ConditionalWrites() {
+		return nil
+	}
+	var failed []string
+	if rep, err := s.Probe(ctx, nil); err == nil {
+		for _, c := range rep.Checks {
+			if !c.Enforced && (strings.HasPrefix(c.Name, "put-if") || c.Name == "racing-creates") {
+				failed = append(failed, fmt.Sprintf("%s (%s)", c.Name, c.Outcome))
+			}
+		}
+	}
+	if len(failed) == 0 {
+		failed = []string{fmt.Sprintf("put-if-absent enforced: %v, put-if-match enforced: %v", caps.PutIfAbsent, caps.PutIfMatch)}
+	}
+	return fmt.Errorf("objledger: %s does not enforce conditional writes, so concurrent writers could lose records; refusing to keep a ledger there. Failed probe checks: %s: %w",
+		s, strings.Join(failed, "; "), objstore.ErrNotSupported)
+}
+
+// loadMeta reads the ledger's descriptor, writing it first if absent.
+func (l *Ledger) loadMeta(ctx context.Context) (meta, error) {
+	var m meta
+	for range 3 {
+		data, _, err := l.d.LoadBytes(ctx, metaKey)
+		if errors.Is(err, objstore.ErrNotFound) {
+			mine, _ := json.Marshal(meta{Format: formatVersion, Shards: l.cfg.Shards, Made: time.Now().UnixMilli()})
+			if _, err := l.d.CreateBytes(ctx, metaKey, mine); err != nil && !errors.Is(err, objstore.ErrPreconditionFailed) {
+				return m, l.wrap("creating the ledger", err)
+			}
+			continue // read back whichever create won
+		}
+		if err != nil {
+			return m, l.wrap("opening", err)
+		}
+		if err := decodeJSON(data, &m, metaKey); err != nil {
+			return m, err
+		}
+		if m.Format != formatVersion || m.Shards <= 0 || m.Shards > maxShards {
+			return m, fmt.Errorf("objledger: %s in %s has format %d and %d shards; this cairn reads format %d: upgrade cairn", metaKey, l.s, m.Format, m.Shards, formatVersion)
+		}
+		return m, nil
+	}
+	return m, fmt.Errorf("objledger: %s in %s could not be created or read", metaKey, l.s)
+}
+
+// Store returns the underlying object store.
+func (l *Ledger) Store() *objstore.Store { return l.s }
+
+// Shards is the ledger's shard count.
+func (l *Ledger) Shards() int { return l.shards }
+
+// Close waits for background compactions and releases the store (if Open
+// opened it).
+func (l *Ledger) Close() error {
+	l.cancel()
+	l.wg.Wait()
+	if l.owned {
+		return l.s.Close()
+	}
+	return nil
+}
+
+// Ping reads the ledger's descriptor.
+func (l *Ledger) Ping(ctx context.Context) error {
+	_, err := l.s.Head(ctx, metaKey)
+	return l.wrap("ping", err)
+}
+
+func (l *Ledger) now() int64 {
+	if l.opts.Now != nil {
+		return l.opts.Now().UnixMilli()
+	}
+	return time.Now().UnixMilli()
+}
+
+// wrap names the operation and marks store failures as ErrUnavailable (retry)
+// unless they are the ledger's own refusals or a caller's cancellation.
+func (l *Ledger) wrap(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ledger.ErrLeaseLost), errors.Is(err, ledger.ErrSuperseded), errors.Is(err, ledger.ErrNotFound),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, ledger.ErrUnavailable):
+		return err
+	case errors.Is(err, objstore.ErrNotSupported), errors.Is(err, objstore.ErrInvalidKey), errors.Is(err, errCorrupt):
+		return fmt.Errorf("ledger (object store %s) %s: %w", l.s, op, err)
+	}
+	return fmt.Errorf("ledger (object store %s) %s: %w: %w", l.s, op, ledger.ErrUnavailable, err)
+}
+
+var (
+	errBaseGone = errors.New("objledger: the head's base was deleted (a compaction passed it); re-read")
+	errCorrupt  = errors.New("objledger: corrupt ledger document")
+)
+
+// segment returns the decoded base at key, from cache if possible.
+func (l *Ledger) segment(ctx context.Context, key string) (*segment, error) {
+	l.mu.Lock()
+	seg := l.bases[key]
+	l.mu.Unlock()
+	if seg != nil {
+		return seg, nil
+	}
+	var data []byte
+	var err error
+	for attempt := 0; ; attempt++ {
+		data, _, err = l.s.GetBytes(ctx, key)
+		if err == nil || attempt >= readAttempts-1 || !transient(err) {
+			break
+		}
+		if err := sleep(ctx, attempt); err != nil {
+			return nil, err
+		}
+	}
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil, errBaseGone
+	}
+	if err != nil {
+		return nil, err
+	}
+	seg = &segment{}
+	if err := decodeJSON(data, seg, key); err != nil {
+		return nil, fmt.Errorf("%w: %w", errCorrupt, err)
+	}
+	if seg.Rows == nil {
+		seg.Rows = map[string]*row{}
+	}
+	l.mu.Lock()
+	l.bases[key] = seg
+	l.mu.Unlock()
+	return seg, nil
+}
+
+// forget drops bases no longer referenced by any cached head.
+func (l *Ledger) forget(key string) {
+	l.mu.Lock()
+	delete(l.bases, key)
+	l.mu.Unlock()
+}
+
+// decodeHead decodes a head (with its base attached), reusing the cached
+// decoding when the bytes are the ones last seen. The result is the caller's
+// to change.
+func (l *Ledger) decodeHead(ctx context.Context, s int, data []byte) (*head, error) {
+	if len(data) == 0 {
+		return &head{Rows: map[string]*row{}, Work: map[string]int64{}}, nil
+	}
+	sum := maphash.Bytes(hashSeed, data)
+	l.mu.Lock()
+	c := l.heads[s]
+	l.mu.Unlock()
+	if c.h != nil && c.sum == sum && c.n == len(data) {
+		return c.h.clone(), nil
+	}
+	h := &head{}
+	if err := decodeJSON(data, h, headKey(s)); err != nil {
+		return nil, fmt.Errorf("%w: %w", errCorrupt, err)
+	}
+	if h.Rows == nil {
+		h.Rows = map[string]*row{}
+	}
+	if h.Work == nil {
+		h.Work = map[string]int64{}
+	}
+	if h.Base != "" {
+		seg, err := l.segment(ctx, h.Base)
+		if err != nil {
+			return nil, err
+		}
+		h.base = seg
+	}
+	l.keep(s, sum, len(data), h)
+	return h.clone(), nil
+}
+
+func (l *Ledger) keep(s int, sum uint64, n int, h *head) {
+	l.mu.Lock()
+	old := l.heads[s].h
+	l.heads[s] = cachedHead{sum: sum, n: n, h: h}
+	l.mu.Unlock()
+	if old != nil && old.Base != "" && old.Base != h.Base {
+		l.forget(old.Base)
+	}
+}
+
+// encodeHead encodes h and caches it as the decoding of the bytes.
+func (l *Ledger) encodeHead(s int, h *head) ([]byte, error) {
+	data, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	l.keep(s, maphash.Bytes(hashSeed, data), len(data), h)
+	return data, nil
+}
+
+// load reads a document's value (nil if it does not exist), retrying
+// transient failures a few times with jittered backoff (writes are retried by
+// package docs).
+func (l *Ledger) load(ctx context.Context, key string) ([]byte, error) {
+	for attempt := 0; ; attempt++ {
+		data, _, err := l.d.LoadBytes(ctx, key)
+		switch {
+		case err == nil:
+			return data, nil
+		case errors.Is(err, objstore.ErrNotFound):
+			return nil, nil
+		case attempt >= readAttempts-1 || !transient(err):
+			return nil, err
+		}
+		if err := sleep(ctx, attempt); err != nil {
+			return nil, err
+		}
+	}
+}
+
+const readAttempts = 6
+
+// transient reports errors worth retrying: not a refusal, a missing object,
+// a bad request or the caller's cancellation.
+func transient(err error) bool {
+	return !errors.Is(err, objstore.ErrNotSupported) && !errors.Is(err, objstore.ErrInvalidKey) &&
+		!errors.Is(err, objstore.ErrBucketNotFound) && !errors.Is(err, objstore.ErrNotFound) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errCorrupt)
+}
+
+// sleep waits a full-jitter backoff for attempt (5 ms doubling, capped at 1 s).
+func sleep(ctx context.Context, attempt int) error {
+	ceil := min(5*time.Millisecond<<attempt, time.Second)
+	t := time.NewTimer(time.Duration(mrand.Int64N(int64(ceil)) + 1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// view reads shard s as it is now (read-only).
+func (l *Ledger) view(ctx context.Context, s int) (*head, error) {
+	for attempt := 0; ; attempt++ {
+		data, err := l.load(ctx, headKey(s))
+		if err != nil {
+			return nil, err
+		}
+		h, err := l.decodeHead(ctx, s, data)
+		if errors.Is(err, errBaseGone) && attempt < 3 {
+			continue
+		}
+		return h, err
+	}
+}
+
+// update applies op to shard s with compare-and-swap (group-committed with
+// the process's other updates of the shard) and returns the head as op left
+// it. op may run more than once and must only change h.
+func (l *Ledger) update(ctx context.Context, s int, op func(h *head, now int64) error) (*head, error) {
+	for attempt := 0; ; attempt++ {
+		var out *head
+		_, _, err := l.d.UpdateJSON(ctx, headKey(s), func(cur []byte, _ docs.Meta) ([]byte, error) {
+			h, err := l.decodeHead(ctx, s, cur)
+			if err != nil {
+				return nil, err
+			}
+			if err := op(h, l.now()); err != nil {
+				return nil, err
+			}
+			data, err := l.encodeHead(s, h)
+			out = h
+			return data, err
+		})
+		if errors.Is(err, errBaseGone) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(out.Rows) > l.cfg.CompactAt {
+			l.compactLater(s)
+		}
+		return out, nil
+	}
+}
+
+// eachShard runs fn for every shard in s (all shards if nil) concurrently and
+// returns the first error.
+func (l *Ledger) eachShard(shards []int, fn func(s int) error) error {
+	if shards == nil {
+		shards = make([]int, l.shards)
+		for i := range shards {
+			shards[i] = i
+		}
+	}
+	errs := make([]error, len(shards))
+	var wg sync.WaitGroup
+	for i, s := range shards {
+		wg.Go(func() { errs[i] = fn(s) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func nonce() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

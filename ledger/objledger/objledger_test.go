@@ -1,0 +1,288 @@
+package objledger_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/ledgertest"
+	"github.com/cairn-s3/cairn/ledger/objledger"
+	"github.com/cairn-s3/cairn/objstore"
+	"github.com/cairn-s3/cairn/objstore/faulty"
+	"github.com/cairn-s3/cairn/objstore/mem"
+)
+
+func TestMain(m *testing.M) {
+	ledgertest.MaybeChild()
+	testmain.Run(m)
+}
+
+func open(t *testing.T, url string, opts *ledger.Options) ledger.Ledger {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := ledger.Open(ctx, url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// The directory store, with few shards and a small compaction threshold so the
+// suite runs across compactions and shared shards.
+func TestConformanceDirectory(t *testing.T) {
+	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string) {
+		url := "file://" + filepath.ToSlash(t.TempDir()) + "?shards=4&compact_at=16"
+		return open(t, url, opts), url
+	}})
+}
+
+func TestConformanceMinIO(t *testing.T) {
+	ep := testenv.S3(t)
+	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string) {
+		b, url := testenv.NewBucket(t, ep)
+		url = strings.Replace(url, "?", "/ledger?", 1) + "&shards=8&compact_at=64"
+		pb, err := objstore.Prefixed(b, "ledger/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := objledger.New(context.Background(), objstore.New(pb, nil), opts, &objledger.Config{Shards: 8, CompactAt: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l, url
+	}, Env: ep.Env()})
+}
+
+// In memory behind fault injection: one write in ten has its response lost
+// after the store applied it (or is lost before), one request in twenty fails,
+// and every call is slow. Decisions stay exact: lost responses are resolved by
+// the documents' nonces, never applied twice.
+func TestConformanceUnderFaults(t *testing.T) {
+	var seed atomic.Uint64
+	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string) {
+		b := faulty.New(mem.NewBackend(""), &faulty.Options{Seed: seed.Add(1), LostResponseRate: 0.05, LostRequestRate: 0.05, FailRate: 0.05,
+			Latency: 200 * time.Microsecond, Jitter: time.Millisecond})
+		l, err := objledger.New(context.Background(), objstore.New(b, nil), opts, &objledger.Config{Shards: 4, CompactAt: 16,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l, ""
+	}})
+}
+
+func ev(key, seq string) event.Event {
+	return event.Event{Bucket: "b", Key: key, Sequencer: seq, Kind: event.Created, Name: "ObjectCreated:Put", ETag: "e" + seq, Format: event.FormatS3}
+}
+
+// A store that accepts conditional headers and ignores them is refused, and
+// the error names the probe checks that failed.
+func TestRefusesStoreIgnoringConditions(t *testing.T) {
+	t.Parallel()
+	b := faulty.New(mem.NewBackend(""), &faulty.Options{IgnoreConditions: true})
+	_, err := objledger.New(context.Background(), objstore.New(b, nil), nil, nil)
+	if !errors.Is(err, objstore.ErrNotSupported) || !strings.Contains(err.Error(), "put-if-match") {
+		t.Fatalf("ledger on a store ignoring conditions: %v; want ErrNotSupported naming the failed check", err)
+	}
+}
+
+func TestBadURLs(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"file:///tmp/x?shards=0", "file:///tmp/x?compact_at=abc", "s3://b/p?nonsense=1"} {
+		if _, err := ledger.Open(context.Background(), u, nil); err == nil {
+			t.Errorf("%s: opened", u)
+		}
+	}
+}
+
+// Compaction moves records into bases and keeps every record readable with
+// the same content; replaced bases are deleted after the grace period.
+func TestCompaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := mem.New()
+	var at atomic.Int64 // the test clock (background compactions read it)
+	at.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
+	clock := func() time.Time { return time.UnixMilli(at.Load()) }
+	advance := func(d time.Duration) { at.Add(d.Milliseconds()) }
+	l, err := objledger.New(ctx, s, &ledger.Options{Now: clock}, &objledger.Config{Shards: 2, CompactAt: 10, Grace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const keys = 200
+	for round, seq := range []string{"01", "02", "03"} {
+		var evs []event.Event
+		for k := range keys {
+			evs = append(evs, ev(fmt.Sprintf("k/%03d", k), seq))
+		}
+		if _, err := l.Record(ctx, "t", evs); err != nil {
+			t.Fatal(err)
+		}
+		for sh := range l.Shards() {
+			if err := l.Compact(ctx, sh); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Process half of the keys.
+		cs, err := l.Claim(ctx, keys/2, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cs) != keys/2 {
+			t.Fatalf("round %d: claimed %d, want %d", round, len(cs), keys/2)
+		}
+		if errs, err := l.CompleteBatch(ctx, cs, make([]string, len(cs))); err != nil || errors.Join(errs...) != nil {
+			t.Fatal(err, errs)
+		}
+		advance(2 * time.Minute)
+	}
+	counts, err := l.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[ledger.Processed]+counts[ledger.Pending] != keys || counts[ledger.Pending] == 0 {
+		t.Fatalf("counts %v", counts)
+	}
+	for k := range keys {
+		rs, err := l.Get(ctx, "b", fmt.Sprintf("k/%03d", k))
+		if err != nil || len(rs) != 1 || rs[0].Seq != "03" || rs[0].Seen != 3 || rs[0].ETag != "e03" {
+			t.Fatalf("k/%03d: %+v %v", k, rs, err)
+		}
+	}
+	// Replaced bases are deleted once past their grace: after one more round
+	// later than the grace, only the bases live before it may remain (now in
+	// the trash, within their grace).
+	listBases := func() map[string]bool {
+		infos, err := s.ListAll(ctx, "shards/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]bool{}
+		for _, i := range infos {
+			if strings.Contains(i.Key, "/base-") {
+				m[i.Key] = true
+			}
+		}
+		return m
+	}
+	before := listBases()
+	if len(before) <= l.Shards() {
+		t.Fatalf("%d bases for %d shards before the last round: the test needs replaced bases", len(before), l.Shards())
+	}
+	advance(2 * time.Minute)
+	var evs []event.Event
+	for k := range keys {
+		evs = append(evs, ev(fmt.Sprintf("k/%03d", k), "04"))
+	}
+	if _, err := l.Record(ctx, "t", evs); err != nil {
+		t.Fatal(err)
+	}
+	for sh := range l.Shards() {
+		if err := l.Compact(ctx, sh); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Purge everything processed: tombstones, then gone after compaction.
+	if _, err := l.Purge(ctx, clock().Add(time.Hour), true); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := l.List(ctx, ledger.Filter{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rest {
+		if r.Status != ledger.Pending {
+			t.Fatalf("after purge: %+v", r)
+		}
+	}
+	if err := l.Close(); err != nil { // waits for background compactions
+		t.Fatal(err)
+	}
+	survivors := 0
+	for k := range listBases() {
+		if before[k] {
+			survivors++
+		}
+	}
+	if survivors > l.Shards() {
+		t.Fatalf("%d of %d older bases survive a compaction past their grace", survivors, len(before))
+	}
+}
+
+// The work index: a claimer never misses work a concurrent writer added to a
+// shard it was looking at (the mark protocol), checked by a fresh instance
+// that does not sweep.
+func TestWorkIndexNotLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := objstore.New(faulty.New(mem.NewBackend(""), &faulty.Options{Latency: 100 * time.Microsecond, Jitter: 500 * time.Microsecond, Seed: 7}), nil)
+	cfg := &objledger.Config{Shards: 2, SweepEvery: time.Hour}
+	writer, err := objledger.New(ctx, s, nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	claimer, err := objledger.New(ctx, s, nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer claimer.Close()
+	if _, err := claimer.Claim(ctx, 1, time.Minute); err != nil { // its one sweep, on an empty ledger
+		t.Fatal(err)
+	}
+	const n = 300
+	done := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if _, err := writer.Record(ctx, "w", []event.Event{ev(fmt.Sprintf("x/%d", i), "01")}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	got := map[string]bool{}
+	writing := true
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		cs, err := claimer.Claim(ctx, 4, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs {
+			got[c.Key] = true
+			if err := claimer.Complete(ctx, c, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if writing {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+				writing = false
+			default:
+			}
+		} else if len(cs) == 0 {
+			break
+		}
+	}
+	if len(got) != n {
+		t.Fatalf("claimed %d of %d records through the index: work was lost from it", len(got), n)
+	}
+}

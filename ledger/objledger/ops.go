@@ -1,0 +1,828 @@
+package objledger
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/ledger"
+)
+
+var _ ledger.Ledger = (*Ledger)(nil)
+
+// Record stores events and decides each (see ledger.Decide).
+func (l *Ledger) Record(ctx context.Context, source string, evs []event.Event) ([]ledger.Decision, error) {
+	ds, _, err := l.record(ctx, source, evs, 0, 0)
+	return ds, err
+}
+
+// RecordAndClaim records evs and claims up to n of the records they made
+// pending, in the same shard writes.
+func (l *Ledger) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
+	if l.opts.EveryVersion {
+		n = 0 // versions of a key must run oldest first: leave it to Claim
+	}
+	return l.record(ctx, source, evs, n, lease)
+}
+
+func (l *Ledger) record(ctx context.Context, source string, evs []event.Event, claimN int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
+	out := make([]ledger.Decision, len(evs))
+	byShard := map[int][]int{}
+	budget := map[int]int{} // claims each shard may make: the first claimN ids in delivery order
+	ids := map[string]bool{}
+	for i, ev := range evs {
+		out[i] = ledger.Decision{Outcome: ledger.Ignored, Bucket: ev.Bucket, Key: ev.Key, Seq: ev.Sequencer}
+		if ev.Ignorable() {
+			continue
+		}
+		s := shardOf(ev.Bucket, ev.Key, l.shards)
+		byShard[s] = append(byShard[s], i)
+		if rid := id(ev.Bucket, ledger.Ident(ev, l.opts.EveryVersion)); !ids[rid] {
+			ids[rid] = true
+			if len(ids) <= claimN {
+				budget[s]++
+			}
+		}
+	}
+	if len(byShard) == 0 {
+		return out, nil, nil
+	}
+	shards := make([]int, 0, len(byShard))
+	for s := range byShard {
+		shards = append(shards, s)
+	}
+	type shardResult struct {
+		claims []ledger.Claim
+		first  []int // index of the event each claim came from (delivery order)
+		due    int64
+		work   bool
+	}
+	res := make([]shardResult, l.shards)
+	err := l.eachShard(shards, func(s int) error {
+		idx := byShard[s]
+		h, err := l.update(ctx, s, func(h *head, now int64) error {
+			r := &res[s]
+			r.claims, r.first = r.claims[:0], r.first[:0]
+			nowT := time.UnixMilli(now)
+			changed := map[string]int{} // id → first event index that changed it
+			for _, i := range idx {
+				ev := evs[i]
+				rid := id(ev.Bucket, ledger.Ident(ev, l.opts.EveryVersion))
+				var cur *ledger.Record
+				if w := h.get(rid); w != nil {
+					rec := w.record()
+					cur = &rec
+				}
+				o, next := ledger.Decide(cur, ev, source, nowT)
+				out[i].Outcome = o
+				if next != nil {
+					h.put(rid, toRow(ledger.Ident(ev, l.opts.EveryVersion), next))
+					if _, ok := changed[rid]; !ok {
+						changed[rid] = i
+					}
+				}
+			}
+			// Claim new work in delivery order, as Claim would have.
+			order := make([]string, 0, len(changed))
+			for rid := range changed {
+				order = append(order, rid)
+			}
+			slices.SortFunc(order, func(a, b string) int { return cmp.Compare(changed[a], changed[b]) })
+			for _, rid := range order {
+				if len(r.claims) >= budget[s] {
+					break
+				}
+				w := h.get(rid)
+				if w.St != string(ledger.Pending) {
+					continue
+				}
+				nw := claimRow(w, now, lease)
+				h.put(rid, nw)
+				r.claims = append(r.claims, nw.claim())
+				r.first = append(r.first, changed[rid])
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		res[s].due, res[s].work = h.minDue()
+		return nil
+	})
+	var claims []ledger.Claim
+	var first []int
+	due := map[int]int64{}
+	for _, s := range shards {
+		claims = append(claims, res[s].claims...)
+		first = append(first, res[s].first...)
+		if res[s].work {
+			due[s] = res[s].due
+		}
+	}
+	if err == nil {
+		err = l.ensureHints(ctx, due)
+	}
+	if err != nil {
+		// Claims made by the shards that committed would otherwise wait out
+		// their lease: give them back.
+		for _, c := range claims {
+			_ = l.Release(context.WithoutCancel(ctx), c)
+		}
+		return nil, nil, l.wrap("record", err)
+	}
+	order := make([]int, len(claims))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(first[a], first[b]) })
+	sorted := make([]ledger.Claim, len(claims))
+	for i, j := range order {
+		sorted[i] = claims[j]
+	}
+	return out, sorted, nil
+}
+
+// claimRow is w claimed: a new token, a lease, one more attempt.
+func claimRow(w *row, now int64, lease time.Duration) *row {
+	n := *w
+	n.St, n.Tk, n.L, n.At, n.RunGen, n.U = string(ledger.Claimed), w.Tk+1, now+lease.Milliseconds(), w.At+1, w.Gen, now
+	return &n
+}
+
+// claimable reports whether w's work can be claimed at now.
+func claimable(w *row, now int64) bool {
+	switch ledger.Status(w.St) {
+	case ledger.Pending, ledger.Failed:
+		return w.Nx <= now
+	case ledger.Claimed:
+		return w.L < now
+	}
+	return false
+}
+
+// claimIn claims up to n due records of h, earliest due first.
+func (l *Ledger) claimIn(h *head, now int64, n int, lease time.Duration) []ledger.Claim {
+	if n <= 0 {
+		return nil
+	}
+	type cand struct {
+		id  string
+		due int64
+	}
+	var cs []cand
+	for rid, d := range h.Work {
+		if d <= now {
+			cs = append(cs, cand{rid, d})
+		}
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	slices.SortFunc(cs, func(a, b cand) int { return cmp.Or(cmp.Compare(a.due, b.due), strings.Compare(a.id, b.id)) })
+	var byKey map[string][]*row
+	if l.opts.EveryVersion {
+		byKey = map[string][]*row{}
+		for rid := range h.Work {
+			if w := h.get(rid); w != nil {
+				byKey[w.B+"/"+w.K] = append(byKey[w.B+"/"+w.K], w)
+			}
+		}
+	}
+	var out []ledger.Claim
+	for _, c := range cs {
+		w := h.get(c.id)
+		if w == nil {
+			delete(h.Work, c.id) // no record behind the entry: drop it
+			continue
+		}
+		if !claimable(w, now) {
+			continue
+		}
+		if l.opts.EveryVersion && blocked(w, byKey[w.B+"/"+w.K], now) {
+			continue
+		}
+		nw := claimRow(w, now, lease)
+		h.put(c.id, nw)
+		if byKey != nil {
+			k := byKey[w.B+"/"+w.K]
+			for i := range k {
+				if k[i] == w {
+					k[i] = nw
+				}
+			}
+		}
+		out = append(out, nw.claim())
+		if len(out) >= n {
+			break
+		}
+	}
+	return out
+}
+
+// blocked: another version of w's key is claimed with a live lease, or waits
+// with an older sequencer (versions run oldest first, one at a time).
+func blocked(w *row, others []*row, now int64) bool {
+	mine := ledger.SortSeq(w.Q)
+	for _, o := range others {
+		if o.ident() == w.ident() {
+			continue
+		}
+		if (o.St == string(ledger.Claimed) && o.L >= now) || ledger.SortSeq(o.Q) < mine {
+			return true
+		}
+	}
+	return false
+}
+
+// Claim leases up to n records of work: pending or failed records whose retry
+// time has come, and claimed records whose lease expired. It reads the work
+// index and visits only shards with due work (every shard on a sweep).
+func (l *Ledger) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	x, err := l.loadIndex(ctx)
+	if err != nil {
+		return nil, l.wrap("claim", err)
+	}
+	now := l.now()
+	l.mu.Lock()
+	sweep := time.Since(l.swept) >= l.cfg.SweepEvery
+	l.mu.Unlock()
+	var cands []int
+	for s := range l.shards {
+		if d, ok := x.Due[shardName(s)]; sweep || (ok && d <= now) {
+			cands = append(cands, s)
+		}
+	}
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	mark := nonce()
+	if err := l.updateIndex(ctx, func(x *index) bool {
+		for _, s := range cands {
+			x.Mark[shardName(s)] = mark
+		}
+		return true
+	}); err != nil {
+		return nil, l.wrap("claim", err)
+	}
+	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	var out []ledger.Claim
+	type seen struct {
+		due  int64
+		work bool
+	}
+	visited := map[int]seen{}
+	var claimErr error
+	for _, s := range cands {
+		if len(out) >= n && !sweep {
+			break
+		}
+		var got []ledger.Claim
+		h, err := l.update(ctx, s, func(h *head, now int64) error {
+			got = l.claimIn(h, now, n-len(out), lease)
+			return nil
+		})
+		if err != nil {
+			claimErr = err
+			break
+		}
+		out = append(out, got...)
+		d, ok := h.minDue()
+		visited[s] = seen{d, ok}
+	}
+	// Raise the entries of the shards looked at, where no writer has been
+	// since the mark; drop this claim's other marks.
+	err = l.updateIndex(ctx, func(x *index) bool {
+		changed := false
+		for _, s := range cands {
+			name := shardName(s)
+			if x.Mark[name] != mark {
+				continue
+			}
+			delete(x.Mark, name)
+			changed = true
+			if v, ok := visited[s]; ok {
+				if v.work {
+					x.Due[name] = v.due
+				} else {
+					delete(x.Due, name)
+				}
+			}
+		}
+		return changed
+	})
+	if err == nil && claimErr == nil && sweep {
+		l.mu.Lock()
+		l.swept = time.Now()
+		l.mu.Unlock()
+	}
+	if len(out) == 0 && cmp.Or(claimErr, err) != nil {
+		return nil, l.wrap("claim", cmp.Or(claimErr, err))
+	}
+	// Claims made are returned even if raising the index failed (it stays low:
+	// only extra visits later).
+	slices.SortFunc(out, func(a, b ledger.Claim) int { return a.NextAttempt.Compare(b.NextAttempt) })
+	return out, nil
+}
+
+func (l *Ledger) loadIndex(ctx context.Context) (*index, error) {
+	data, err := l.load(ctx, indexKey)
+	if err != nil {
+		return nil, err
+	}
+	return decodeIndex(data)
+}
+
+func decodeIndex(data []byte) (*index, error) {
+	x := &index{}
+	if len(data) > 0 {
+		if err := decodeJSON(data, x, indexKey); err != nil {
+			return nil, fmt.Errorf("%w: %w", errCorrupt, err)
+		}
+	}
+	if x.Due == nil {
+		x.Due = map[string]int64{}
+	}
+	if x.Mark == nil {
+		x.Mark = map[string]string{}
+	}
+	return x, nil
+}
+
+// updateIndex applies fn to the work index (group-committed); fn reports
+// whether it changed anything (no write if not).
+func (l *Ledger) updateIndex(ctx context.Context, fn func(x *index) bool) error {
+	_, _, err := l.d.UpdateJSON(ctx, indexKey, func(cur []byte, _ docs.Meta) ([]byte, error) {
+		x, err := decodeIndex(cur)
+		if err != nil {
+			return nil, err
+		}
+		if !fn(x) && len(cur) > 0 {
+			return cur, nil
+		}
+		return json.Marshal(x)
+	})
+	return err
+}
+
+// ensureHints is the writer's side of the index protocol, run after shard
+// writes that leave work: each shard's entry is made no later than its
+// earliest due work, and any claimer's mark on it is removed (so a claimer
+// that read the shard before this write cannot raise the entry past it).
+func (l *Ledger) ensureHints(ctx context.Context, due map[int]int64) error {
+	if len(due) == 0 {
+		return nil
+	}
+	return l.updateIndex(ctx, func(x *index) bool {
+		changed := false
+		for s, d := range due {
+			name := shardName(s)
+			if v, ok := x.Due[name]; !ok || v > d {
+				x.Due[name] = d
+				changed = true
+			}
+			if _, ok := x.Mark[name]; ok {
+				delete(x.Mark, name)
+				changed = true
+			}
+		}
+		return changed
+	})
+}
+
+// guard checks that c still holds its record: it exists, has c's token, is
+// claimed and the lease has not expired.
+func guard(op string, c ledger.Claim, w *row, now int64) error {
+	switch {
+	case w == nil:
+		return fmt.Errorf("%s %s/%s: %w", op, c.Bucket, c.Key, ledger.ErrNotFound)
+	case w.Tk != c.Token:
+		return fmt.Errorf("%s %s/%s with token %d (current %d): %w", op, c.Bucket, c.Key, c.Token, w.Tk, ledger.ErrSuperseded)
+	case w.St != string(ledger.Claimed) || w.L < now:
+		return fmt.Errorf("%s %s/%s with token %d: %w", op, c.Bucket, c.Key, c.Token, ledger.ErrLeaseLost)
+	}
+	return nil
+}
+
+// finish applies a guarded change to c's record and keeps the work index in
+// step when the record is left with work to do.
+func (l *Ledger) finish(ctx context.Context, op string, c ledger.Claim, apply func(w *row, now int64)) error {
+	s := shardOf(c.Bucket, c.Key, l.shards)
+	rid := id(c.Bucket, c.Ident)
+	h, err := l.update(ctx, s, func(h *head, now int64) error {
+		w := h.get(rid)
+		if err := guard(op, c, w, now); err != nil {
+			return err
+		}
+		n := *w
+		apply(&n, now)
+		n.U = now
+		h.put(rid, &n)
+		return nil
+	})
+	if err != nil {
+		return l.wrap(op, err)
+	}
+	if w := h.get(rid); w != nil && w.St != string(ledger.Claimed) {
+		if _, has := w.due(); has {
+			d, _ := h.minDue()
+			return l.wrap(op, l.ensureHints(ctx, map[int]int64{s: d}))
+		}
+	}
+	return nil
+}
+
+// Renew extends the claim's lease.
+func (l *Ledger) Renew(ctx context.Context, c ledger.Claim, lease time.Duration) (ledger.Claim, error) {
+	var until int64
+	err := l.finish(ctx, "renew", c, func(w *row, now int64) {
+		w.L = now + lease.Milliseconds()
+		until = w.L
+	})
+	if err == nil {
+		c.LeaseUntil = fromMS(until)
+	}
+	return c, err
+}
+
+func complete(w *row, result string, now int64) {
+	if w.Gen == w.RunGen {
+		w.St = string(ledger.Processed)
+	} else {
+		w.St, w.At = string(ledger.Pending), 0 // newer work arrived while it ran
+	}
+	w.Res, w.Err, w.L, w.Nx = result, "", 0, now
+}
+
+// Complete records the claim's work as processed (or, if newer work arrived
+// while it ran, makes the record pending again).
+func (l *Ledger) Complete(ctx context.Context, c ledger.Claim, result string) error {
+	return l.finish(ctx, "complete", c, func(w *row, now int64) { complete(w, result, now) })
+}
+
+// CompleteBatch completes claims with one write per shard.
+func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Claim, results []string) ([]error, error) {
+	if len(results) != len(cs) {
+		return nil, fmt.Errorf("ledger: CompleteBatch: %d claims, %d results", len(cs), len(results))
+	}
+	errs := make([]error, len(cs))
+	byShard := map[int][]int{}
+	for i, c := range cs {
+		s := shardOf(c.Bucket, c.Key, l.shards)
+		byShard[s] = append(byShard[s], i)
+	}
+	shards := make([]int, 0, len(byShard))
+	for s := range byShard {
+		shards = append(shards, s)
+	}
+	requeued := make([]bool, l.shards)
+	due := make([]int64, l.shards)
+	err := l.eachShard(shards, func(s int) error {
+		h, err := l.update(ctx, s, func(h *head, now int64) error {
+			requeued[s] = false
+			for _, i := range byShard[s] {
+				c := cs[i]
+				rid := id(c.Bucket, c.Ident)
+				w := h.get(rid)
+				if errs[i] = guard("complete", c, w, now); errs[i] != nil {
+					continue
+				}
+				n := *w
+				complete(&n, results[i], now)
+				n.U = now
+				h.put(rid, &n)
+				if n.St == string(ledger.Pending) {
+					requeued[s] = true
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		due[s], _ = h.minDue()
+		return nil
+	})
+	if err != nil {
+		return nil, l.wrap("complete", err)
+	}
+	hints := map[int]int64{}
+	for _, s := range shards {
+		if requeued[s] {
+			hints[s] = due[s]
+		}
+	}
+	return errs, l.wrap("complete", l.ensureHints(ctx, hints))
+}
+
+// Release gives the claim's work back without counting the attempt.
+func (l *Ledger) Release(ctx context.Context, c ledger.Claim) error {
+	return l.finish(ctx, "release", c, func(w *row, now int64) {
+		same := w.Gen == w.RunGen
+		if w.At > 1 && same {
+			w.St = string(ledger.Failed)
+		} else {
+			w.St = string(ledger.Pending)
+		}
+		if w.At > 0 && same {
+			w.At--
+		} else {
+			w.At = 0
+		}
+		w.L, w.Nx = 0, now
+	})
+}
+
+// Fail records a failed attempt: retried after a backoff if retryable and
+// attempts remain, else dead. If newer work arrived meanwhile, that work is
+// pending instead.
+func (l *Ledger) Fail(ctx context.Context, c ledger.Claim, cause string, retryable bool) error {
+	status := ledger.Dead
+	if retryable && c.Attempts < l.opts.MaxAttempts {
+		status = ledger.Failed
+	}
+	backoff := l.opts.Backoff(c.Attempts).Milliseconds()
+	if len(cause) > 4000 {
+		cause = cause[:4000]
+	}
+	return l.finish(ctx, "fail", c, func(w *row, now int64) {
+		if w.Gen != w.RunGen {
+			w.St, w.At, w.Nx = string(ledger.Pending), 0, now
+		} else {
+			w.St, w.Nx = string(status), now+backoff
+		}
+		w.Err, w.L = cause, 0
+	})
+}
+
+// views reads every shard concurrently.
+func (l *Ledger) views(ctx context.Context) ([]*head, error) {
+	hs := make([]*head, l.shards)
+	err := l.eachShard(nil, func(s int) error {
+		h, err := l.view(ctx, s)
+		hs[s] = h
+		return err
+	})
+	return hs, err
+}
+
+// Lookup returns the newest record of each of keys in bucket.
+func (l *Ledger) Lookup(ctx context.Context, bucket string, keys []string) (map[string]ledger.Record, error) {
+	byShard := map[int][]string{}
+	for _, k := range keys {
+		s := shardOf(bucket, k, l.shards)
+		byShard[s] = append(byShard[s], k)
+	}
+	shards := make([]int, 0, len(byShard))
+	for s := range byShard {
+		shards = append(shards, s)
+	}
+	found := make([]map[string]ledger.Record, l.shards)
+	err := l.eachShard(shards, func(s int) error {
+		h, err := l.view(ctx, s)
+		if err != nil {
+			return err
+		}
+		m := map[string]ledger.Record{}
+		if !l.opts.EveryVersion {
+			for _, k := range byShard[s] {
+				if w := h.get(id(bucket, k)); w != nil {
+					m[k] = w.record()
+				}
+			}
+		} else {
+			want := map[string]bool{}
+			for _, k := range byShard[s] {
+				want[k] = true
+			}
+			h.each(func(_ string, w *row) {
+				if w.B == bucket && want[w.K] {
+					if prev, ok := m[w.K]; !ok || event.CompareSequencer(w.Q, prev.Seq) > 0 {
+						m[w.K] = w.record()
+					}
+				}
+			})
+		}
+		found[s] = m
+		return nil
+	})
+	if err != nil {
+		return nil, l.wrap("lookup", err)
+	}
+	out := map[string]ledger.Record{}
+	for _, m := range found {
+		for k, r := range m {
+			out[k] = r
+		}
+	}
+	return out, nil
+}
+
+// Get returns the records of one key (one, unless EveryVersion).
+func (l *Ledger) Get(ctx context.Context, bucket, key string) ([]ledger.Record, error) {
+	h, err := l.view(ctx, shardOf(bucket, key, l.shards))
+	if err != nil {
+		return nil, l.wrap("get", err)
+	}
+	var rows []*row
+	if l.opts.EveryVersion {
+		h.each(func(_ string, w *row) {
+			if w.B == bucket && w.K == key {
+				rows = append(rows, w)
+			}
+		})
+	} else if w := h.get(id(bucket, key)); w != nil {
+		rows = append(rows, w)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("%s/%s: %w", bucket, key, ledger.ErrNotFound)
+	}
+	slices.SortFunc(rows, func(a, b *row) int {
+		return cmp.Or(strings.Compare(ledger.SortSeq(a.Q), ledger.SortSeq(b.Q)), strings.Compare(a.ident(), b.ident()))
+	})
+	out := make([]ledger.Record, len(rows))
+	for i, w := range rows {
+		out[i] = w.record()
+	}
+	return out, nil
+}
+
+// List pages through records in (bucket, ident) order.
+func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	if f.Bucket != "" && f.AfterBucket > f.Bucket {
+		return nil, nil // the cursor is past the bucket
+	}
+	hs, err := l.views(ctx)
+	if err != nil {
+		return nil, l.wrap("list", err)
+	}
+	cursor := &row{B: f.AfterBucket, K: f.AfterIdent}
+	var rows []*row
+	for _, h := range hs {
+		h.each(func(_ string, w *row) {
+			switch {
+			case f.Bucket != "" && w.B != f.Bucket,
+				f.Status != "" && w.St != string(f.Status),
+				f.Prefix != "" && !strings.HasPrefix(w.K, f.Prefix),
+				f.Through != "" && w.K > f.Through,
+				less(w, cursor) <= 0:
+				return
+			}
+			rows = append(rows, w)
+		})
+	}
+	slices.SortFunc(rows, less)
+	rows = rows[:min(len(rows), f.Limit)]
+	out := make([]ledger.Claim, len(rows))
+	for i, w := range rows {
+		out[i] = w.claim()
+	}
+	return out, nil
+}
+
+// Counts returns how many records have each status.
+func (l *Ledger) Counts(ctx context.Context) (ledger.Counts, error) {
+	hs, err := l.views(ctx)
+	if err != nil {
+		return nil, l.wrap("counts", err)
+	}
+	out := ledger.Counts{}
+	for _, h := range hs {
+		h.each(func(_ string, w *row) { out[ledger.Status(w.St)]++ })
+	}
+	return out, nil
+}
+
+// OldestPending is since when the oldest pending work has waited.
+func (l *Ledger) OldestPending(ctx context.Context) (time.Time, error) {
+	hs, err := l.views(ctx)
+	if err != nil {
+		return time.Time{}, l.wrap("oldest pending", err)
+	}
+	var oldest int64
+	for _, h := range hs {
+		for rid := range h.Work {
+			if w := h.get(rid); w != nil && w.St == string(ledger.Pending) && (oldest == 0 || w.Nx < oldest) {
+				oldest = w.Nx
+			}
+		}
+	}
+	return fromMS(oldest), nil
+}
+
+func selected(sel ledger.Selection, statuses []ledger.Status, w *row) bool {
+	return slices.Contains(statuses, ledger.Status(w.St)) &&
+		(sel.Bucket == "" || w.B == sel.Bucket) && (sel.Key == "" || w.K == sel.Key) &&
+		(sel.Prefix == "" || strings.HasPrefix(w.K, sel.Prefix)) &&
+		(sel.UpdatedSince.IsZero() || w.U >= ms(sel.UpdatedSince))
+}
+
+// Replay makes selected records pending again as an explicit replay.
+func (l *Ledger) Replay(ctx context.Context, sel ledger.Selection) (int, error) {
+	statuses := sel.Statuses
+	if len(statuses) == 0 {
+		statuses = []ledger.Status{ledger.Dead}
+	}
+	for _, st := range statuses {
+		switch st {
+		case ledger.Processed, ledger.Failed, ledger.Dead:
+		default:
+			return 0, fmt.Errorf("ledger: replay: %q records cannot be replayed (processed, failed or dead only)", st)
+		}
+	}
+	var shards []int // nil: all
+	if sel.Key != "" && sel.Bucket != "" {
+		shards = []int{shardOf(sel.Bucket, sel.Key, l.shards)}
+	}
+	counts := make([]int, l.shards)
+	hints := make([]int64, l.shards)
+	err := l.eachShard(shards, func(s int) error {
+		if sel.DryRun {
+			h, err := l.view(ctx, s)
+			if err != nil {
+				return err
+			}
+			h.each(func(_ string, w *row) {
+				if selected(sel, statuses, w) {
+					counts[s]++
+				}
+			})
+			return nil
+		}
+		h, err := l.update(ctx, s, func(h *head, now int64) error {
+			var picked []string
+			h.each(func(rid string, w *row) {
+				if selected(sel, statuses, w) {
+					picked = append(picked, rid)
+				}
+			})
+			for _, rid := range picked {
+				n := *h.get(rid)
+				n.St, n.At, n.Nx, n.U, n.Err, n.L, n.Rep, n.Gen = string(ledger.Pending), 0, now, now, "", 0, n.Rep+1, n.Gen+1
+				h.put(rid, &n)
+			}
+			counts[s] = len(picked)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		hints[s], _ = h.minDue()
+		return nil
+	})
+	total := 0
+	due := map[int]int64{}
+	for s, n := range counts {
+		total += n
+		if n > 0 && !sel.DryRun {
+			due[s] = hints[s]
+		}
+	}
+	if err == nil {
+		err = l.ensureHints(ctx, due)
+	}
+	return total, l.wrap("replay", err)
+}
+
+// Purge deletes finished records last updated before olderThan.
+func (l *Ledger) Purge(ctx context.Context, olderThan time.Time, includeDead bool) (int, error) {
+	statuses := []string{string(ledger.Processed)}
+	if includeDead {
+		statuses = append(statuses, string(ledger.Failed), string(ledger.Dead))
+	}
+	cut := ms(olderThan)
+	counts := make([]int, l.shards)
+	err := l.eachShard(nil, func(s int) error {
+		_, err := l.update(ctx, s, func(h *head, _ int64) error {
+			var picked []string
+			h.each(func(rid string, w *row) {
+				if w.U < cut && slices.Contains(statuses, w.St) {
+					picked = append(picked, rid)
+				}
+			})
+			for _, rid := range picked {
+				h.remove(rid)
+			}
+			counts[s] = len(picked)
+			return nil
+		})
+		return err
+	})
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	return total, l.wrap("purge", err)
+}
