@@ -73,7 +73,8 @@ func Register(scheme string, o Opener) { openers.Register("ledger", scheme, o) }
 const DefaultURL = "cairn-data/ledger.db"
 
 // Open opens a ledger: sqlite:///abs/path.db, a plain path (SQLite), or
-// postgres://… (postgresql:// too). The backend packages must be linked in.
+// postgres://… (postgresql:// too), or an object store: s3://bucket/prefix,
+// file:///dir (package objledger). The backend packages must be linked in.
 func Open(ctx context.Context, url string, opts *Options) (Ledger, error) {
 	scheme, _, ok := strings.Cut(url, "://")
 	if !ok {

@@ -10,73 +10,63 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/internal/bench"
 	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/objledger"
+	"github.com/cairn-s3/cairn/objstore"
+	"github.com/cairn-s3/cairn/objstore/metrics"
 )
 
 func benchLedgerCmd(e *env) *cobra.Command {
-	var url string
+	var urls []string
 	var events, keys, naiveEvents, batch, workers, claims int
 	cmd := &cobra.Command{
 		Use:   "ledger",
-		Short: "Ledger decisions/s: batched cairn against the naive per-event table of seed 001",
+		Short: "Ledger decisions/s: batched cairn against a naive per-event ledger, for each --ledger given",
 		Long: `Generates --events events over --keys keys (overwrites with increasing
 sequencers, 1% duplicates, 5% reordered) and records them into the ledger in
-batches of --batch from --workers goroutines: decisions per second. The baseline
-is seed 001's table done per event (SELECT, then INSERT or UPDATE, one
-transaction each) on the same database kind, run on the first --naive-events
-events of the same workload (a million single-event transactions would take
-hours). Then claims and completes up to --claims records: claims+completions/s.
-The ledger is wiped (table cairn_ledger) before the run: point it at a scratch
-database.`,
+batches of --batch from --workers goroutines: decisions per second. Then claims
+and completes up to --claims records: claims+completions/s.
+
+The baseline runs on the same kind of storage, on the first --naive-events
+events of the same workload: on SQLite and PostgreSQL, seed 001's table done
+per event (SELECT, then INSERT or UPDATE, one transaction each); on an object
+store, one marker object per key (GET it, PUT it if the event is newer: no
+conditions, no batching; at most 2,000 events). For object stores the bench also
+counts requests per 1,000 events.
+
+--ledger may be given several times: each ledger runs the same workload in turn,
+so SQLite, PostgreSQL and the object-store ledger are compared in one run. Every
+ledger is wiped before its run (table cairn_ledger, or every object under the
+object-store ledger's prefix): point them at scratch locations.`,
 		Example: `  cairn bench ledger --ledger /tmp/bench.db
-  cairn bench ledger --ledger 'postgres://postgres@127.0.0.1:5432/bench' --workers 8 --json`,
+  cairn bench ledger --ledger 'postgres://postgres@127.0.0.1:5432/bench' --workers 8 --json
+  cairn bench ledger --ledger /tmp/bench.db --ledger 's3://scratch/ledger?endpoint=http://127.0.0.1:9000&path_style=true' --workers 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if events < 1000 || keys < 1 || batch < 1 || workers < 1 {
 				return usagef("--events >= 1000, --keys, --batch and --workers >= 1")
 			}
-			ctx := cmd.Context()
-			l, err := openLedger(ctx, url)
-			if err != nil {
-				return err
-			}
-			defer l.Close()
-			db, ok := l.(interface{ DB() *sql.DB })
-			if !ok {
-				return fmt.Errorf("bench ledger needs a SQL ledger (sqlite or postgres)")
-			}
-			isPG := strings.HasPrefix(url, "postgres")
-			if _, err := db.DB().ExecContext(ctx, `DELETE FROM cairn_ledger`); err != nil {
-				return err
+			if len(urls) == 0 {
+				urls = []string{"./cairn-data/bench-ledger.db"}
 			}
 			evs := benchEvents(events, keys)
-			naive, err := naiveLedger(ctx, db.DB(), isPG, evs[:min(naiveEvents, len(evs))])
-			if err != nil {
-				return fmt.Errorf("naive baseline: %w", err)
+			var results []bench.Result
+			for _, url := range urls {
+				rs, err := benchOneLedger(cmd.Context(), url, evs, keys, naiveEvents, batch, workers, claims)
+				if err != nil {
+					return fmt.Errorf("%s: %w", redact(url), err)
+				}
+				results = append(results, rs...)
 			}
-			t0 := time.Now()
-			if err := recordParallel(ctx, l, evs, batch, workers); err != nil {
-				return err
-			}
-			cairnRate := float64(len(evs)) / time.Since(t0).Seconds()
-			r1 := bench.NewResult("ledger/decisions", "events/s", naive, cairnRate)
-			r1.BaselineDesc = fmt.Sprintf("per event: SELECT, INSERT or UPDATE, one transaction (%d events)", min(naiveEvents, len(evs)))
-			r1.CairnDesc = fmt.Sprintf("Record in batches of %d from %d workers (%d events, %d keys)", batch, workers, len(evs), keys)
-			claimRate, err := claimComplete(ctx, l, claims, workers)
-			if err != nil {
-				return err
-			}
-			r2 := bench.NewResult("ledger/claim+complete", "records/s", naive, claimRate)
-			r2.BaselineDesc, r2.CairnDesc = "naive decisions/s (for scale)", fmt.Sprintf("Claim(100) + CompleteBatch, %d workers", workers)
-			r2.Note = "the naive table has no claims at all; its decision rate is shown for scale"
-			return bench.Print(e.stdout, e.json, []bench.Result{r2, r1})
+			return bench.Print(e.stdout, e.json, results)
 		},
 	}
-	cmd.Flags().StringVar(&url, "ledger", "./cairn-data/bench-ledger.db", "ledger URL (scratch: it is wiped)")
+	cmd.Flags().StringArrayVar(&urls, "ledger", nil, "ledger URL, repeatable (scratch: it is wiped; default ./cairn-data/bench-ledger.db)")
 	cmd.Flags().IntVar(&events, "events", 1_000_000, "events to record")
 	cmd.Flags().IntVar(&keys, "keys", 100_000, "distinct keys")
 	cmd.Flags().IntVar(&naiveEvents, "naive-events", 10_000, "events for the naive baseline")
@@ -84,6 +74,171 @@ database.`,
 	cmd.Flags().IntVar(&workers, "workers", 1, "concurrent recorders and claimers")
 	cmd.Flags().IntVar(&claims, "claims", 20_000, "records to claim and complete")
 	return cmd
+}
+
+// benchOneLedger wipes the ledger at url, runs the naive baseline and cairn on
+// evs, and returns the results named after the backend.
+func benchOneLedger(ctx context.Context, url string, evs []event.Event, keys, naiveEvents, batch, workers, claims int) ([]bench.Result, error) {
+	var l ledger.Ledger
+	var naive, perK float64
+	var naiveDesc, kind string
+	var requests func() float64
+	if isObjectLedger(url) {
+		kind = "object store"
+		ol, count, err := openCountedObjLedger(ctx, url)
+		if err != nil {
+			return nil, err
+		}
+		l, requests = ol, count
+		n := min(naiveEvents, 2000, len(evs))
+		naive, perK, err = naiveObjectLedger(ctx, ol.Store(), evs[:n])
+		if err != nil {
+			return nil, fmt.Errorf("naive baseline: %w", err)
+		}
+		naiveDesc = fmt.Sprintf("per event: GET the key's marker object, PUT it if newer (%d events)", n)
+	} else {
+		var err error
+		if l, err = openLedger(ctx, url); err != nil {
+			return nil, err
+		}
+		db, ok := l.(interface{ DB() *sql.DB })
+		if !ok {
+			l.Close()
+			return nil, fmt.Errorf("bench ledger needs a SQL ledger (sqlite or postgres) or an object-store ledger (s3://, file://)")
+		}
+		isPG := strings.HasPrefix(url, "postgres")
+		kind = "sqlite"
+		if isPG {
+			kind = "postgres"
+		}
+		if _, err := db.DB().ExecContext(ctx, `DELETE FROM cairn_ledger`); err != nil {
+			l.Close()
+			return nil, err
+		}
+		n := min(naiveEvents, len(evs))
+		if naive, err = naiveLedger(ctx, db.DB(), isPG, evs[:n]); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("naive baseline: %w", err)
+		}
+		naiveDesc = fmt.Sprintf("per event: SELECT, INSERT or UPDATE, one transaction (%d events)", n)
+	}
+	defer l.Close()
+	var before float64
+	if requests != nil {
+		before = requests()
+	}
+	t0 := time.Now()
+	if err := recordParallel(ctx, l, evs, batch, workers); err != nil {
+		return nil, err
+	}
+	cairnRate := float64(len(evs)) / time.Since(t0).Seconds()
+	r1 := bench.NewResult("ledger/decisions ["+kind+"]", "events/s", naive, cairnRate)
+	r1.BaselineDesc = naiveDesc
+	r1.CairnDesc = fmt.Sprintf("Record in batches of %d from %d workers (%d events, %d keys)", batch, workers, len(evs), keys)
+	out := []bench.Result{r1}
+	if requests != nil {
+		r := bench.NewResult("ledger/requests per 1,000 events ["+kind+"]", "requests", perK, (requests()-before)*1000/float64(len(evs)))
+		r.BaselineDesc, r.CairnDesc, r.Lower = "naive: one marker object per key", "sharded heads, group-committed CAS", true
+		out = append(out, r)
+	}
+	claimRate, err := claimComplete(ctx, l, claims, workers)
+	if err != nil {
+		return nil, err
+	}
+	r2 := bench.NewResult("ledger/claim+complete ["+kind+"]", "records/s", naive, claimRate)
+	r2.BaselineDesc, r2.CairnDesc = "naive decisions/s (for scale)", fmt.Sprintf("Claim(100) + CompleteBatch, %d workers", workers)
+	r2.Note = "the naive ledger has no claims at all; its decision rate is shown for scale"
+	return append(out, r2), nil
+}
+
+// isObjectLedger: the URL names a store rather than a database.
+func isObjectLedger(url string) bool {
+	scheme, _, ok := strings.Cut(url, "://")
+	return ok && (scheme == "s3" || scheme == "file" || scheme == "mem")
+}
+
+// openCountedObjLedger wipes and opens the object-store ledger at url with
+// its requests counted.
+func openCountedObjLedger(ctx context.Context, url string) (*objledger.Ledger, func() float64, error) {
+	storeURL, cfg, err := objledger.ParseURL(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := objstore.Open(ctx, storeURL, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	infos, err := s.ListAll(ctx, "", nil)
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	keys := make([]string, len(infos))
+	for i, in := range infos {
+		keys[i] = in.Key
+	}
+	if failed, err := s.DeleteMany(ctx, keys, 16); err != nil || len(failed) > 0 {
+		s.Close()
+		return nil, nil, fmt.Errorf("wiping the scratch ledger: %v %v", err, failed)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	counted := objstore.New(m.Wrap(s.Backend(), "ledger"), nil)
+	l, err := objledger.New(ctx, counted, nil, &cfg)
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	count := func() float64 {
+		var n float64
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "cairn_objstore_requests_total" {
+				for _, c := range mf.GetMetric() {
+					n += c.GetCounter().GetValue()
+				}
+			}
+		}
+		return n
+	}
+	return l, count, nil
+}
+
+// naiveObjectLedger is the obvious ledger on an object store: one marker
+// object per key holding the newest sequencer, read and rewritten per event
+// without conditions (concurrent deliverers can lose updates: it is the
+// baseline, not a design). It returns events/s and requests per 1,000 events.
+func naiveObjectLedger(ctx context.Context, s *objstore.Store, evs []event.Event) (float64, float64, error) {
+	requests := 0
+	t0 := time.Now()
+	for _, ev := range evs {
+		key := "naive-bench/" + ev.Bucket + "/" + ev.Key
+		data, _, err := s.GetBytes(ctx, key)
+		requests++
+		if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			return 0, 0, err
+		}
+		if err == nil && event.CompareSequencer(ev.Sequencer, string(data)) <= 0 {
+			continue
+		}
+		if _, err := s.PutBytes(ctx, key, []byte(ev.Sequencer), nil); err != nil {
+			return 0, 0, err
+		}
+		requests++
+	}
+	rate := float64(len(evs)) / time.Since(t0).Seconds()
+	if infos, err := s.ListAll(ctx, "naive-bench/", nil); err == nil {
+		keys := make([]string, len(infos))
+		for i, in := range infos {
+			keys[i] = in.Key
+		}
+		_, _ = s.DeleteMany(ctx, keys, 16)
+	}
+	return rate, float64(requests) * 1000 / float64(len(evs)), nil
 }
 
 // benchEvents: overwrites of random keys with per-key increasing sequencers,

@@ -71,6 +71,41 @@ func TestDemoMinIOPostgres(t *testing.T) {
 	}
 }
 
+// TestDemoObjectLedger: the demo with the ledger in an object store, on the
+// directory store and on MinIO (the ledger in a bucket of its own).
+func TestDemoObjectLedger(t *testing.T) {
+	t.Parallel()
+	check := func(what string, out []byte) {
+		t.Helper()
+		var r demo.Report
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("%s: %v: %s", what, err, out)
+		}
+		if !r.InvariantOK || r.Cairn.DoubleProcessed != 0 || r.Cairn.StaleOverwrites != 0 || r.Cairn.AwaitingAudit != 0 || r.Naive.DoubleProcessed == 0 {
+			t.Fatalf("%s: %+v", what, r)
+		}
+	}
+	code, out, stderr := run(t, "demo", "--json", "--writes", "300", "--keys", "60", "--ledger", "file://"+filepath.ToSlash(t.TempDir()))
+	if code != 0 {
+		t.Fatalf("demo exit %d: %s %s", code, out, stderr)
+	}
+	check("directory-store ledger", []byte(out))
+
+	ep := testenv.S3(t)
+	_, storeURL := testenv.NewBucket(t, ep)
+	_, ledgerBucket := testenv.NewBucket(t, ep)
+	cmd := exec.Command(buildCairn(t), "demo", "--json", "--writes", "300", "--keys", "60", "--store", storeURL,
+		"--ledger", strings.Replace(ledgerBucket, "?", "/ledger?", 1))
+	cmd.Env = append(os.Environ(), ep.Env()...)
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	mout, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("demo on MinIO with an S3 ledger: %v\n%s\n%s", err, mout, errOut.String())
+	}
+	check("S3 ledger on MinIO", mout)
+}
+
 // TestServeFlagsEnvConfig: settings come from flags, then CAIRN_* variables,
 // then the YAML file; bad settings are usage errors that say what to do.
 func TestServeFlagsEnvConfig(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairn-s3/cairn/ledger"
 	// Ledger backends, linked in for their URL schemes.
+	_ "github.com/cairn-s3/cairn/ledger/objledger" // s3://, file://
 	_ "github.com/cairn-s3/cairn/ledger/postgres"
 	_ "github.com/cairn-s3/cairn/ledger/sqlite"
 )
@@ -26,7 +27,9 @@ func ledgerCmd(e *env) *cobra.Command {
 		Short: "Inspect the intake ledger (what was received, decided, processed, failed)",
 		Long: `The intake ledger records every object-change event, decides whether it is new
 work, a duplicate or stale, and tracks the work through claims, retries and dead
-letters. --ledger takes sqlite:///path.db, a plain path (SQLite), or postgres://…;
+letters. --ledger takes sqlite:///path.db, a plain path (SQLite), postgres://…,
+or an object store (s3://bucket/prefix?…, file:///dir: the ledger kept in the
+store itself, no database);
 default ./cairn-data/ledger.db.`,
 	}
 	cmd.PersistentFlags().StringVar(&url, "ledger", ledger.DefaultURL, "ledger URL")

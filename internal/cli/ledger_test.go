@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,6 +64,34 @@ func TestLedgerCommands(t *testing.T) {
 		if code != tc.code || !strings.Contains(stderr, tc.hint) {
 			t.Errorf("cairn %q: exit %d %q, want %d mentioning %q", tc.args, code, stderr, tc.code, tc.hint)
 		}
+	}
+}
+
+// The ledger commands on an object-store ledger (the directory store).
+func TestLedgerCommandsObjectStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := "file://" + filepath.ToSlash(t.TempDir()) + "?shards=3"
+	l, err := ledger.Open(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []event.Event
+	for i := range 250 {
+		evs = append(evs, event.Event{Bucket: "b", Key: fmt.Sprintf("k/%03d +%%", i), Kind: event.Created, Sequencer: "01", ETag: "e"})
+	}
+	if _, err := l.Record(ctx, "test", evs); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	code, out, stderr := run(t, "ledger", "ls", "--ledger", url, "--json", "--limit", "1000")
+	if code != 0 || strings.Count(strings.TrimSpace(out), "\n")+1 != 250 {
+		t.Fatalf("ls: %d %s %s", code, stderr, out)
+	}
+	code, out, _ = run(t, "ledger", "show", "b/k/007 +%", "--ledger", url, "--json")
+	var r ledger.Record
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Key != "k/007 +%" || r.Status != ledger.Pending {
+		t.Fatalf("show: %d %q", code, out)
 	}
 }
 

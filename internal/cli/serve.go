@@ -54,7 +54,7 @@ type serveFlags struct {
 
 func (f *serveFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.ledgerURL, "ledger", ledger.DefaultURL, "ledger URL: a path or sqlite:///path.db (embedded), or postgres://…")
+	fs.StringVar(&f.ledgerURL, "ledger", ledger.DefaultURL, "ledger URL: a path or sqlite:///path.db (embedded), postgres://…, or s3://bucket/prefix / file:///dir (in the object store)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8470", "address for the webhook, /healthz, /readyz and /metrics")
 	fs.StringVar(&f.token, "webhook-token", "", "bearer token the webhook requires (required when --listen is not loopback)")
 	fs.StringArrayVar(&f.sources, "source", nil, "pull source URL, repeatable: nats://HOST:PORT?stream=S&subject=X&durable=D, kafka://HOST:PORT?topic=T&group=G, sqs://QUEUE-URL-WITHOUT-SCHEME")

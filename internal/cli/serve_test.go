@@ -307,7 +307,20 @@ func TestServeMinIOWebhook(t *testing.T) {
 // effects, committed conditionally on the fencing token, match the bucket.
 func TestServeKilled(t *testing.T) {
 	t.Parallel()
+	testServeKilled(t, newE2E(t, "0.3"))
+}
+
+// TestServeKilledObjectLedger: the same with the ledger kept in an object
+// store (the directory store): the restarted daemon finds the dead one's
+// claims through the work index once their leases expire.
+func TestServeKilledObjectLedger(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, "0.3")
+	e.serveArgs[1] = "file://" + filepath.ToSlash(e.ledger) + "?shards=4"
+	testServeKilled(t, e)
+}
+
+func testServeKilled(t *testing.T, e *e2e) {
 	p := e.serve(t)
 	e.minio(t)
 	writeWorkload(t, e.store, 3)

@@ -110,34 +110,13 @@ func init() {
 	}
 }
 
-// openURL opens the ledger a URL names: any objstore URL, plus the ledger's
-// own parameters (shards, compact_at), which are taken off before the store
-// sees the URL.
+// openURL opens the ledger a URL names (see ParseURL).
 func openURL(ctx context.Context, raw string, opts *ledger.Options) (ledger.Ledger, error) {
-	u, err := url.Parse(raw)
+	storeURL, cfg, err := ParseURL(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ledger.ErrInvalidURL, err)
+		return nil, err
 	}
-	var cfg Config
-	q := u.Query()
-	for _, p := range []struct {
-		name string
-		to   *int
-	}{{"shards", &cfg.Shards}, {"compact_at", &cfg.CompactAt}} {
-		if v := q.Get(p.name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n <= 0 {
-				return nil, fmt.Errorf("%w: %s=%q must be a positive integer", ledger.ErrInvalidURL, p.name, v)
-			}
-			*p.to = n
-			q.Del(p.name)
-		}
-	}
-	u.RawQuery = q.Encode()
-	if u.Scheme == "s3" && strings.Trim(u.Path, "/") == "" {
-		u.Path = "/cairn-ledger" // a bare bucket: keep the ledger in its own folder
-	}
-	s, err := objstore.Open(ctx, u.String(), nil)
+	s, err := objstore.Open(ctx, storeURL, nil)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: opening the store of %s: %w", raw, err)
 	}
@@ -148,6 +127,35 @@ func openURL(ctx context.Context, raw string, opts *ledger.Options) (ledger.Ledg
 	}
 	l.owned = true
 	return l, nil
+}
+
+// ParseURL splits a ledger URL into the URL of its store and the ledger's own
+// parameters (shards, compact_at), which the store must not see. A bare
+// bucket (s3://bucket) keeps the ledger under cairn-ledger/.
+func ParseURL(raw string) (storeURL string, cfg Config, err error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", cfg, fmt.Errorf("%w: %v", ledger.ErrInvalidURL, err)
+	}
+	q := u.Query()
+	for _, p := range []struct {
+		name string
+		to   *int
+	}{{"shards", &cfg.Shards}, {"compact_at", &cfg.CompactAt}} {
+		if v := q.Get(p.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return "", cfg, fmt.Errorf("%w: %s=%q must be a positive integer", ledger.ErrInvalidURL, p.name, v)
+			}
+			*p.to = n
+			q.Del(p.name)
+		}
+	}
+	u.RawQuery = q.Encode()
+	if u.Scheme == "s3" && strings.Trim(u.Path, "/") == "" {
+		u.Path = "/cairn-ledger"
+	}
+	return u.String(), cfg, nil
 }
 
 // New opens (creating if needed) the ledger kept in s. It refuses a store
@@ -205,7 +213,13 @@ func (l *Ledger) loadMeta(ctx context.Context) (meta, error) {
 		data, _, err := l.d.LoadBytes(ctx, metaKey)
 		if errors.Is(err, objstore.ErrNotFound) {
 			mine, _ := json.Marshal(meta{Format: formatVersion, Shards: l.cfg.Shards, Made: time.Now().UnixMilli()})
-			if _, err := l.d.CreateBytes(ctx, metaKey, mine); err != nil && !errors.Is(err, objstore.ErrPreconditionFailed) {
+			_, _, err := l.d.UpdateJSON(ctx, metaKey, func(cur []byte, m docs.Meta) ([]byte, error) {
+				if m.Exists {
+					return cur, nil // another process created it first
+				}
+				return mine, nil
+			})
+			if err != nil {
 				return m, l.wrap("creating the ledger", err)
 			}
 			continue // read back whichever create won
