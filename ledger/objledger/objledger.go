@@ -320,10 +320,31 @@ func (l *Ledger) segment(ctx context.Context, key string) (*segment, error) {
 	if seg.Rows == nil {
 		seg.Rows = map[string]*row{}
 	}
+	if err := validRows(seg.Rows, key); err != nil {
+		return nil, err
+	}
 	l.mu.Lock()
 	l.bases[key] = seg
 	l.mu.Unlock()
 	return seg, nil
+}
+
+func trashKeys(ts []trash) []string {
+	ks := make([]string, len(ts))
+	for i, t := range ts {
+		ks[i] = t.Key
+	}
+	return ks
+}
+
+// validRows refuses rows a JSON decoder accepts but the ledger cannot use.
+func validRows(rows map[string]*row, what string) error {
+	for rid, w := range rows {
+		if w == nil || (!w.Del && (w.St == "" || id(w.B, w.ident()) != rid)) {
+			return fmt.Errorf("%w: %s: record %q is malformed", errCorrupt, what, rid)
+		}
+	}
+	return nil
 }
 
 // forget drops bases no longer referenced by any cached head.
@@ -356,6 +377,17 @@ func (l *Ledger) decodeHead(ctx context.Context, s int, data []byte) (*head, err
 	}
 	if h.Work == nil {
 		h.Work = map[string]int64{}
+	}
+	if err := validRows(h.Rows, headKey(s)); err != nil {
+		return nil, err
+	}
+	// Bases are this shard's own (compaction deletes trashed ones: never
+	// anything else a damaged head might name).
+	own := "shards/" + shardName(s) + "/base-"
+	for _, k := range append([]string{h.Base}, trashKeys(h.Trash)...) {
+		if k != "" && (!strings.HasPrefix(k, own) || objstore.ValidateKey(k) != nil) {
+			return nil, fmt.Errorf("%w: %s names %q as a base; bases of this shard are %s…", errCorrupt, headKey(s), k, own)
+		}
 	}
 	if h.Base != "" {
 		seg, err := l.segment(ctx, h.Base)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -284,5 +285,82 @@ func TestWorkIndexNotLost(t *testing.T) {
 	}
 	if len(got) != n {
 		t.Fatalf("claimed %d of %d records through the index: work was lost from it", len(got), n)
+	}
+}
+
+// Awkward keys round-trip exactly: Get finds each, List pages through all in
+// byte order.
+func TestOddKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, err := objledger.New(ctx, mem.New(), nil, &objledger.Config{Shards: 3, CompactAt: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	keys := []string{"a b/c+d%2F.txt", "ünïcødé/日本語", "x/../y", "%", "+", strings.Repeat("long/", 200) + "end", "a/b", "a\x1fb", `quote"back\slash`}
+	var evs []event.Event
+	for _, k := range keys {
+		evs = append(evs, ev(k, "01"))
+	}
+	if _, err := l.Record(ctx, "t", evs); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		rs, err := l.Get(ctx, "b", k)
+		if err != nil || len(rs) != 1 || rs[0].Key != k {
+			t.Fatalf("%q: %+v %v", k, rs, err)
+		}
+	}
+	var listed []string
+	f := ledger.Filter{Limit: 2}
+	for {
+		page, err := l.List(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, c := range page {
+			listed = append(listed, c.Key)
+		}
+		f.AfterBucket, f.AfterIdent = page[len(page)-1].Bucket, page[len(page)-1].Ident
+	}
+	want := slices.Clone(keys)
+	slices.Sort(want)
+	if !slices.Equal(listed, want) {
+		t.Fatalf("listed %q, want %q", listed, want)
+	}
+}
+
+// A head overwritten by something else is reported as corrupt, naming it;
+// nothing panics and the other shards keep working.
+func TestCorruptHead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := mem.New()
+	l, err := objledger.New(ctx, s, nil, &objledger.Config{Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := s.PutBytes(ctx, "shards/000/head.json", []byte(`{"cairn_doc":1,"rev":1,"nonce":"x","value":{"rows":{"b/k":null}}}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	var bad, good int
+	for i := range 20 {
+		_, err := l.Record(ctx, "t", []event.Event{ev(fmt.Sprintf("k%d", i), "01")})
+		switch {
+		case err == nil:
+			good++
+		case strings.Contains(err.Error(), "shards/000/head.json") && strings.Contains(err.Error(), "malformed"):
+			bad++
+		default:
+			t.Fatalf("unexpected error: %v", err)
+		}
+	}
+	if bad == 0 || good == 0 {
+		t.Fatalf("%d refused, %d recorded: want both (one shard corrupt)", bad, good)
 	}
 }
