@@ -194,6 +194,9 @@ func (m *Manager) Acquire(ctx context.Context, key string) (*Lease, error) {
 	for {
 		st, meta, err := m.d.Load(ctx, key)
 		if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			if ctx.Err() != nil { // the caller's deadline ran out mid-request
+				return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
+			}
 			return nil, err
 		}
 		now := m.opts.Now()
@@ -211,6 +214,9 @@ func (m *Manager) Acquire(ctx context.Context, key string) (*Lease, error) {
 				return m.hold(key, token, now), nil
 			}
 			if !errors.Is(err, ErrNotAcquired) && !errors.Is(err, objstore.ErrPreconditionFailed) {
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
+				}
 				return nil, err
 			}
 		}
