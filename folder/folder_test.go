@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -284,4 +285,47 @@ func TestChangedAfterManifest(t *testing.T) {
 		t.Fatalf("the rest was not renamed: %d of %d", len(got), len(want))
 	}
 	noJournal(t, s)
+}
+
+// journalVanishes deletes every journal object just before the second read
+// of an intent: another process finishing its operation between this one's
+// listing (which read the intent) and its reading the intent again.
+type journalVanishes struct {
+	objstore.Backend
+	inner *objstore.Store
+	reads atomic.Int64
+}
+
+func (j *journalVanishes) Get(ctx context.Context, key string) (io.ReadCloser, objstore.Info, error) {
+	if strings.HasPrefix(key, folder.JournalPrefix) && strings.HasSuffix(key, "/intent.json") && j.reads.Add(1) == 2 {
+		infos, _ := j.inner.ListAll(ctx, folder.JournalPrefix, nil)
+		for _, in := range infos {
+			_ = j.inner.Delete(ctx, in.Key, objstore.Condition{})
+		}
+	}
+	return j.Backend.Get(ctx, key)
+}
+
+// An overlapping operation whose journal disappears between the listing and
+// the read (its own process finished it) is not an error: seen once in CI as
+// `cairn fs cp` failing with "intent.json: not found".
+func TestJournalFinishedWhileListing(t *testing.T) {
+	inner := mem.New()
+	var copies atomic.Int64
+	fb := faulty.New(inner.Backend(), &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+		if op == faulty.OpCopy && copies.Add(1) > 3 {
+			return faulty.Fail, 0
+		}
+		return faulty.None, 0
+	}})
+	locks := folder.LocalLocker{L: &pathlock.Locker{}}
+	fill(t, inner, "src/", 2)
+	if _, err := folder.New(objstore.New(fb, nil), &folder.Options{Locker: locks, Concurrency: 1}).Rename(context.Background(), "src/", "dst/", false); err == nil {
+		t.Fatal("the injected copy failure did not surface")
+	}
+	s := objstore.New(&journalVanishes{Backend: inner.Backend(), inner: inner}, nil)
+	var out bytes.Buffer
+	if _, err := folder.New(s, &folder.Options{Locker: locks}).Snapshot(context.Background(), "dst/", &out); err != nil {
+		t.Fatalf("snapshot while the overlapping journal vanished: %v", err)
+	}
 }

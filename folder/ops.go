@@ -633,7 +633,11 @@ func (ops *Ops) recoverOverlapping(ctx context.Context, next *intent) (int, erro
 		if !overlaps(in, next) {
 			continue
 		}
-		if _, err := ops.recoverOne(ctx, in.ID); err != nil {
+		_, err := ops.recoverOne(ctx, in.ID)
+		if errors.Is(err, objstore.ErrNotFound) {
+			continue // its own process finished it since the listing
+		}
+		if err != nil {
 			return n, err
 		}
 		n++

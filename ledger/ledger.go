@@ -210,6 +210,23 @@ func (o Options) Backoff(attempts int) time.Duration {
 	return d
 }
 
+// UnixMilli is how backends store times: unix milliseconds, 0 for the zero
+// time.
+func UnixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// FromUnixMilli reverses UnixMilli (in UTC).
+func FromUnixMilli(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
 // seqWidth is the fixed width sequencers are padded to for storage, so that
 // string order in SQL equals event.CompareSequencer.
 const seqWidth = 64

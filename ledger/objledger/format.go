@@ -60,19 +60,8 @@ func (r *row) ident() string {
 
 func id(bucket, ident string) string { return bucket + "/" + ident }
 
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-func fromMS(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(v).UTC()
-}
+func ms(t time.Time) int64     { return ledger.UnixMilli(t) }
+func fromMS(v int64) time.Time { return ledger.FromUnixMilli(v) }
 
 func toRow(ident string, r *ledger.Record) *row {
 	w := &row{B: r.Bucket, K: r.Key, V: r.VersionID, E: r.ETag, Z: r.Size, Kind: string(r.Kind), N: r.Name, T: ms(r.EventTime),

@@ -181,19 +181,8 @@ func (l *Ledger) now(ctx context.Context, q querier) (time.Time, error) {
 const cols = `bucket, ident, key, version_id, etag, size, kind, name, event_time, seq, seq_sort, status, attempts, token,
 lease_until, next_at, first_seen, updated, seen, stale, last_error, result, source, gen, run_gen, replays`
 
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-func fromMS(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(v).UTC()
-}
+func ms(t time.Time) int64     { return ledger.UnixMilli(t) }
+func fromMS(v int64) time.Time { return ledger.FromUnixMilli(v) }
 
 type scanner interface{ Scan(...any) error }
 
