@@ -63,7 +63,8 @@
 //     one GET of the index; the bench (1,000-event batches, 16 shards) prints
 //     the measured requests per 1,000 events. A Claim costs a GET of the index,
 //     and, when work is due, two index writes plus one head write per shard
-//     visited. Complete costs one head write (group-committed per shard).
+//     visited; an idle `cairn serve` polls once a second, one GET of the index.
+//     Complete costs one head write (group-committed per shard).
 //   - Bytes: a record is about 250–350 bytes of JSON (its key, ETag, sequencer,
 //     result and error dominate). A head write rewrites the head: up to
 //     CompactAt records plus the shard's active work entries (~40 bytes each).
