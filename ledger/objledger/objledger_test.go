@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -231,8 +233,15 @@ func TestCompaction(t *testing.T) {
 func TestWorkIndexNotLost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := objstore.New(faulty.New(mem.NewBackend(""), &faulty.Options{Latency: 100 * time.Microsecond, Jitter: 500 * time.Microsecond, Seed: 7}), nil)
-	cfg := &objledger.Config{Shards: 2, SweepEvery: time.Hour}
+	// Slow index writes widen the window in which a writer can land between a
+	// claimer's read of a shard and its index write.
+	s := objstore.New(faulty.New(mem.NewBackend(""), &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+		if op == faulty.OpPut && key == "work.json" {
+			return faulty.None, 5 * time.Millisecond
+		}
+		return faulty.None, time.Duration(rand.IntN(500)) * time.Microsecond
+	}}), nil)
+	cfg := &objledger.Config{Shards: 32, SweepEvery: time.Hour}
 	writer, err := objledger.New(ctx, s, nil, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -246,16 +255,28 @@ func TestWorkIndexNotLost(t *testing.T) {
 	if _, err := claimer.Claim(ctx, 1, time.Minute); err != nil { // its one sweep, on an empty ledger
 		t.Fatal(err)
 	}
-	const n = 300
+	const writers, each = 4, 60
+	const n = writers * each
 	done := make(chan error, 1)
 	go func() {
-		for i := range n {
-			if _, err := writer.Record(ctx, "w", []event.Event{ev(fmt.Sprintf("x/%d", i), "01")}); err != nil {
-				done <- err
-				return
-			}
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		for w := range writers {
+			wg.Go(func() {
+				for i := range each {
+					// Pauses let the claimer empty the shard and raise its entry
+					// while writes keep landing: the race the marks guard.
+					time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+					if _, err := writer.Record(ctx, "w", []event.Event{ev(fmt.Sprintf("x/%d/%d", w, i), "01")}); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
 		}
-		done <- nil
+		wg.Wait()
+		close(errs)
+		done <- <-errs
 	}()
 	got := map[string]bool{}
 	writing := true

@@ -243,7 +243,8 @@ func blocked(w *row, others []*row, now int64) bool {
 
 // Claim leases up to n records of work: pending or failed records whose retry
 // time has come, and claimed records whose lease expired. It reads the work
-// index and visits only shards with due work (every shard on a sweep).
+// index and visits only shards with due work (every shard on a sweep). Shards
+// that turn out to have nothing due get their index entry raised (raise).
 func (l *Ledger) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
 	if n <= 0 {
 		return nil, nil
@@ -265,22 +266,9 @@ func (l *Ledger) Claim(ctx context.Context, n int, lease time.Duration) ([]ledge
 	if len(cands) == 0 {
 		return nil, nil
 	}
-	mark := nonce()
-	if err := l.updateIndex(ctx, func(x *index) bool {
-		for _, s := range cands {
-			x.Mark[shardName(s)] = mark
-		}
-		return true
-	}); err != nil {
-		return nil, l.wrap("claim", err)
-	}
 	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	var out []ledger.Claim
-	type seen struct {
-		due  int64
-		work bool
-	}
-	visited := map[int]seen{}
+	var empty []int // visited, nothing claimable: their entries are too low
 	var claimErr error
 	for _, s := range cands {
 		if len(out) >= n && !sweep {
@@ -296,42 +284,79 @@ func (l *Ledger) Claim(ctx context.Context, n int, lease time.Duration) ([]ledge
 			break
 		}
 		out = append(out, got...)
-		d, ok := h.minDue()
-		visited[s] = seen{d, ok}
+		// A sweep sets every entry to the truth (repairing one left too high);
+		// otherwise only entries that sent us to a shard with nothing due.
+		if d, ok := h.minDue(); sweep || (len(got) == 0 && (!ok || d > now)) {
+			empty = append(empty, s)
+		}
 	}
-	// Raise the entries of the shards looked at, where no writer has been
-	// since the mark; drop this claim's other marks.
-	err = l.updateIndex(ctx, func(x *index) bool {
+	if claimErr == nil && len(empty) > 0 {
+		claimErr = l.raise(ctx, empty)
+	}
+	if claimErr == nil && sweep {
+		l.mu.Lock()
+		l.swept = time.Now()
+		l.mu.Unlock()
+	}
+	if len(out) == 0 && claimErr != nil {
+		return nil, l.wrap("claim", claimErr)
+	}
+	// Claims made are returned even if raising an entry failed (it stays
+	// low: only extra visits later).
+	slices.SortFunc(out, func(a, b ledger.Claim) int { return a.NextAttempt.Compare(b.NextAttempt) })
+	return out, nil
+}
+
+// raise sets the index entries of shards to their true earliest due time,
+// safely against concurrent writers: it marks the shards, reads them, and
+// writes each entry only where its mark survived (a writer that reads the
+// index after its shard write removes the mark, so a read from before that
+// write can never hide its work).
+func (l *Ledger) raise(ctx context.Context, shards []int) error {
+	mark := nonce()
+	if err := l.updateIndex(ctx, func(x *index) bool {
+		for _, s := range shards {
+			x.Mark[shardName(s)] = mark
+		}
+		return true
+	}); err != nil {
+		return err
+	}
+	type seen struct {
+		due  int64
+		work bool
+	}
+	truth := make([]seen, l.shards)
+	read := make([]bool, l.shards)
+	err := l.eachShard(shards, func(s int) error {
+		h, err := l.view(ctx, s)
+		if err != nil {
+			return err
+		}
+		truth[s].due, truth[s].work = h.minDue()
+		read[s] = true
+		return nil
+	})
+	werr := l.updateIndex(ctx, func(x *index) bool {
 		changed := false
-		for _, s := range cands {
+		for _, s := range shards {
 			name := shardName(s)
 			if x.Mark[name] != mark {
 				continue
 			}
 			delete(x.Mark, name)
 			changed = true
-			if v, ok := visited[s]; ok {
-				if v.work {
-					x.Due[name] = v.due
-				} else {
-					delete(x.Due, name)
-				}
+			switch {
+			case !read[s]: // unknown: leave the entry as it was
+			case truth[s].work:
+				x.Due[name] = truth[s].due
+			default:
+				delete(x.Due, name)
 			}
 		}
 		return changed
 	})
-	if err == nil && claimErr == nil && sweep {
-		l.mu.Lock()
-		l.swept = time.Now()
-		l.mu.Unlock()
-	}
-	if len(out) == 0 && cmp.Or(claimErr, err) != nil {
-		return nil, l.wrap("claim", cmp.Or(claimErr, err))
-	}
-	// Claims made are returned even if raising the index failed (it stays low:
-	// only extra visits later).
-	slices.SortFunc(out, func(a, b ledger.Claim) int { return a.NextAttempt.Compare(b.NextAttempt) })
-	return out, nil
+	return cmp.Or(err, werr)
 }
 
 func (l *Ledger) loadIndex(ctx context.Context) (*index, error) {
