@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -54,10 +55,7 @@ func (l *Ledger) record(ctx context.Context, source string, evs []event.Event, c
 	if len(byShard) == 0 {
 		return out, nil, nil
 	}
-	shards := make([]int, 0, len(byShard))
-	for s := range byShard {
-		shards = append(shards, s)
-	}
+	shards := slices.Collect(maps.Keys(byShard))
 	type shardResult struct {
 		claims []ledger.Claim
 		first  []int // index of the event each claim came from (delivery order)
@@ -505,10 +503,7 @@ func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Claim, results [
 		s := shardOf(c.Bucket, c.Key, l.shards)
 		byShard[s] = append(byShard[s], i)
 	}
-	shards := make([]int, 0, len(byShard))
-	for s := range byShard {
-		shards = append(shards, s)
-	}
+	shards := slices.Collect(maps.Keys(byShard))
 	requeued := make([]bool, l.shards)
 	due := make([]int64, l.shards)
 	err := l.eachShard(shards, func(s int) error {
@@ -607,10 +602,7 @@ func (l *Ledger) Lookup(ctx context.Context, bucket string, keys []string) (map[
 		s := shardOf(bucket, k, l.shards)
 		byShard[s] = append(byShard[s], k)
 	}
-	shards := make([]int, 0, len(byShard))
-	for s := range byShard {
-		shards = append(shards, s)
-	}
+	shards := slices.Collect(maps.Keys(byShard))
 	found := make([]map[string]ledger.Record, l.shards)
 	err := l.eachShard(shards, func(s int) error {
 		h, err := l.view(ctx, s)
