@@ -276,8 +276,13 @@ func Decide(row *Record, ev event.Event, source string, now time.Time) (Outcome,
 		r.VersionID, r.ETag, r.Size, r.Kind, r.Name, r.EventTime, r.Source = ev.VersionID, ev.ETag, ev.Size, ev.Kind, ev.Name, ev.Time, source
 		r.LastError = ""
 		r.Gen++
-		if r.Status != Claimed {
-			// next_at orders pending work first-in, first-out.
+		switch r.Status {
+		case Pending:
+			// Coalesced: the key keeps its place in the queue (next_at orders
+			// pending work first-in, first-out), so a key written again and
+			// again is not pushed back for ever.
+		case Claimed:
+		default:
 			r.Status, r.Attempts, r.NextAttempt = Pending, 0, now
 		}
 		if prev == Pending || prev == Failed {

@@ -51,6 +51,7 @@ func Run(t *testing.T, h Harness) {
 		{"Unordered", testUnordered},
 		{"ListAndCounts", testList},
 		{"DuplicateStormGoroutines", testStorm},
+		{"NoLostUpdates", testNoLostUpdates},
 		{"DuplicateStormProcesses", testStormProcesses},
 		{"KilledWorker", testKilledWorker},
 	}
@@ -740,6 +741,83 @@ func checkStorm(t *testing.T, ctx context.Context, l ledger.Ledger, keys int, lo
 		r := must(l.Get(ctx, "b", fmt.Sprintf("storm/%03d", k)))[0]
 		if r.Status != ledger.Processed || r.Seq != "03" {
 			t.Fatalf("storm/%03d: %+v", k, r)
+		}
+	}
+}
+
+// testNoLostUpdates has goroutines record, claim and complete events of a
+// few keys at once: every delivery must be counted on its key's record (a
+// write decided on a stale read of the row would lose some), the stale ones
+// too, and the newest sequencer must win.
+func testNoLostUpdates(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	l, _ := h.New(t, nil)
+	const keys, goroutines, rounds = 3, 8, 25
+	var mu sync.Mutex
+	seen, stale, newest := map[string]int{}, map[string]int{}, map[string]string{}
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			errs <- func() error {
+				var prev event.Event
+				for r := range rounds {
+					e := ev(fmt.Sprintf("race/%d", (g+r)%keys), fmt.Sprintf("%04X%02X", r, g))
+					evs := []event.Event{e}
+					if r%5 == 4 {
+						evs = append(evs, prev) // a duplicate delivery
+					}
+					prev = e
+					var ds []ledger.Decision
+					var cs []ledger.Claim
+					var err error
+					if r%2 == 1 {
+						ds, cs, err = l.RecordAndClaim(ctx, "race", evs, 1, time.Minute)
+					} else {
+						ds, err = l.Record(ctx, "race", evs)
+					}
+					if err != nil {
+						return err
+					}
+					if r%3 == 0 {
+						more, err := l.Claim(ctx, 2, time.Minute)
+						if err != nil {
+							return err
+						}
+						cs = append(cs, more...)
+					}
+					for _, c := range cs {
+						if err := l.Complete(ctx, c, ""); err != nil && !errors.Is(err, ledger.ErrSuperseded) && !errors.Is(err, ledger.ErrLeaseLost) {
+							return err
+						}
+					}
+					mu.Lock()
+					for i, d := range ds {
+						seen[evs[i].Key]++
+						if d.Outcome == ledger.Stale {
+							stale[evs[i].Key]++
+						}
+						if event.CompareSequencer(evs[i].Sequencer, newest[evs[i].Key]) > 0 {
+							newest[evs[i].Key] = evs[i].Sequencer
+						}
+					}
+					mu.Unlock()
+				}
+				return nil
+			}()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, n := range seen {
+		r := must(l.Get(ctx, "b", k))[0]
+		if r.Seen != n || r.Stale != stale[k] || r.Seq != newest[k] {
+			t.Errorf("%s: seen %d, stale %d, sequencer %s; want %d, %d, %s (an update was lost)", k, r.Seen, r.Stale, r.Seq, n, stale[k], newest[k])
 		}
 	}
 }

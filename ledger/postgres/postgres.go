@@ -1,8 +1,10 @@
 // Package postgres is the intake ledger on PostgreSQL (pgx), for many workers on
-// many machines sharing one ledger. Record serialises decisions per key with row
-// locks taken in key order (no deadlocks); Claim uses FOR UPDATE SKIP LOCKED so
-// workers never block each other or need application locks; lease expiry is
-// judged by the database server's clock. Open it as postgres://user@host/db
+// many machines sharing one ledger. Record is optimistic: it reads its keys
+// without locks, decides, and writes each row only if the row's revision is
+// unchanged (a key another worker changed meanwhile is decided again), so
+// recorders do not wait on each other's row locks; Claim uses FOR UPDATE SKIP
+// LOCKED so workers never block each other or need application locks; lease
+// expiry is judged by the database server's clock. Open it as postgres://user@host/db
 // (pgx connection URLs; search_path=SCHEMA selects a schema).
 package postgres
 
@@ -41,6 +43,15 @@ var migrations = []string{`CREATE TABLE cairn_ledger (
  run_gen BIGINT NOT NULL DEFAULT 0, replays INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (bucket, ident))`,
 	`CREATE INDEX cairn_ledger_work ON cairn_ledger (status, next_at)`,
 	`CREATE INDEX cairn_ledger_key ON cairn_ledger (bucket, key)`,
+	// Record (sqlledger) writes a row only if its revision is the one it read.
+	// Placeholder rows of the row-locking protocol before it never outlive
+	// their transaction; any left are dropped.
+	`ALTER TABLE cairn_ledger ADD COLUMN rev BIGINT NOT NULL DEFAULT 0`,
+	`DELETE FROM cairn_ledger WHERE status = 'init'`,
+	// Room on each page for a new version of a row, so that a Record that
+	// changes no indexed column (a coalesced pending key keeps its next_at;
+	// duplicates, stale events) is a heap-only update, touching no index.
+	`ALTER TABLE cairn_ledger SET (fillfactor = 75)`,
 }
 
 func rebind(q string) string {
@@ -133,7 +144,7 @@ func Open(ctx context.Context, url string, opts *ledger.Options) (*sqlledger.Led
 		return nil, fmt.Errorf("ledger: connecting to PostgreSQL: %w", classify(err))
 	}
 	l, err := sqlledger.New(ctx, db, sqlledger.Dialect{
-		Name: "postgres", Rebind: rebind, Lock: "FOR UPDATE", SkipLocked: "FOR UPDATE SKIP LOCKED", Placeholders: true,
+		Name: "postgres", Rebind: rebind, SkipLocked: "FOR UPDATE SKIP LOCKED",
 		ServerNow: `SELECT floor(extract(epoch from clock_timestamp()) * 1000)::bigint`,
 		Rows:      unnestRows, BatchUpsert: true, Migrations: migrations, Classify: classify,
 	}, opts)

@@ -3,12 +3,16 @@
 // row locking, the clock, the schema). All acceptance rules are ledger.Decide,
 // run inside each Record transaction.
 //
-// Concurrency: on SQLite every writing transaction is BEGIN IMMEDIATE (one
-// writer at a time, durable at commit in WAL mode). On PostgreSQL, Record
-// inserts placeholder rows in key order and locks them FOR UPDATE (so two
-// workers deciding the same key serialise, without deadlock), and Claim picks
-// rows FOR UPDATE SKIP LOCKED so many workers on many machines claim disjoint
-// work without application locks.
+// Concurrency: every row has a revision (rev) that every write bumps. Record
+// is optimistic: it reads the rows of its keys without locking them, decides in
+// Go, and writes each row only if its revision is still the one it read (one
+// guarded upsert, rows in key order, so concurrent batches cannot deadlock); a
+// key another worker changed in between is read again and decided again, in
+// the same transaction. On SQLite every writing transaction is also BEGIN
+// IMMEDIATE (one writer at a time, durable at commit in WAL mode), so the guard
+// never fails there; on PostgreSQL it lets many workers record at once without
+// row locks, and Claim picks rows FOR UPDATE SKIP LOCKED so workers on many
+// machines claim disjoint work without application locks.
 package sqlledger
 
 import (
@@ -30,16 +34,12 @@ type Dialect struct {
 	Name string
 	// Rebind turns "?" placeholders into the database's own.
 	Rebind func(string) string
-	// Lock is appended to SELECTs that read rows a transaction will rewrite
-	// ("FOR UPDATE" on PostgreSQL, "" on SQLite, whose transactions are
-	// exclusive), and SkipLocked to the claim's candidate query.
-	Lock, SkipLocked string
+	// SkipLocked is appended to the claim's candidate query ("FOR UPDATE
+	// SKIP LOCKED" on PostgreSQL).
+	SkipLocked string
 	// KeyIndexHint makes per-key lookups use the (bucket, key) index
 	// ("INDEXED BY cairn_ledger_key" on SQLite, whose planner otherwise scans).
 	KeyIndexHint string
-	// Placeholders: insert rows with status 'init' before locking them
-	// (PostgreSQL), so concurrent first events of a key serialise.
-	Placeholders bool
 	// Rows turns a list of rows (each a list of column values) into a SQL
 	// row source with columns c1..cN and its arguments: json_each over one JSON
 	// argument on SQLite, unnest over one array per column on PostgreSQL. It
@@ -186,40 +186,46 @@ func fromMS(v int64) time.Time { return ledger.FromUnixMilli(v) }
 
 type scanner interface{ Scan(...any) error }
 
-func scanRecord(s scanner) (ledger.Claim, error) {
+// scanRecord scans a row of cols, and of any further columns into extra.
+func scanRecord(s scanner, extra ...any) (ledger.Claim, error) {
 	var c ledger.Claim
 	var kind, status, seqSort string
 	var evTime, lease, next, first, upd int64
-	err := s.Scan(&c.Bucket, &c.Ident, &c.Key, &c.VersionID, &c.ETag, &c.Size, &kind, &c.Name, &evTime, &c.Seq, &seqSort,
+	err := s.Scan(append([]any{&c.Bucket, &c.Ident, &c.Key, &c.VersionID, &c.ETag, &c.Size, &kind, &c.Name, &evTime, &c.Seq, &seqSort,
 		&status, &c.Attempts, &c.Token, &lease, &next, &first, &upd, &c.Seen, &c.Stale, &c.LastError, &c.Result, &c.Source,
-		&c.Gen, &c.RunGen, &c.Replays)
+		&c.Gen, &c.RunGen, &c.Replays}, extra...)...)
 	c.Kind, c.Status = event.Kind(kind), ledger.Status(status)
 	c.EventTime, c.LeaseUntil, c.NextAttempt, c.FirstSeen, c.Updated = fromMS(evTime), fromMS(lease), fromMS(next), fromMS(first), fromMS(upd)
 	return c, err
 }
 
-func (l *Ledger) args(ident string, r *ledger.Record) []any {
+func (l *Ledger) args(ident string, r *ledger.Record, rev int64) []any {
 	sortSeq := "" // only every-version claims compare sequencers in SQL
 	if l.opts.EveryVersion {
 		sortSeq = ledger.SortSeq(r.Seq)
 	}
 	return []any{r.Bucket, ident, r.Key, r.VersionID, r.ETag, r.Size, string(r.Kind), r.Name, ms(r.EventTime), r.Seq, sortSeq,
 		string(r.Status), r.Attempts, r.Token, ms(r.LeaseUntil), ms(r.NextAttempt), ms(r.FirstSeen), ms(r.Updated), r.Seen, r.Stale,
-		r.LastError, r.Result, r.Source, r.Gen, r.RunGen, r.Replays}
+		r.LastError, r.Result, r.Source, r.Gen, r.RunGen, r.Replays, rev}
 }
 
-// colTypes are the SQL types of cols, for Dialect.Rows.
+// colTypes are the SQL types of cols and rev, for Dialect.Rows.
 var colTypes = []string{"text", "text", "text", "text", "text", "bigint", "text", "text", "bigint", "text", "text", "text", "bigint",
-	"bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "text", "text", "text", "bigint", "bigint", "bigint"}
+	"bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "text", "text", "text", "bigint", "bigint", "bigint", "bigint"}
 
-var upsertFrom = `INSERT INTO cairn_ledger (` + cols + `)
-SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26
+// upsertFrom writes rows whose revision is still the one Record read: a new
+// row is inserted with rev 1 (and refused if another writer inserted the key
+// first), an existing row is updated only if its rev is one less than the
+// row's new rev. Rows are written in the order of the row source (key order).
+var upsertFrom = `INSERT INTO cairn_ledger (` + cols + `, rev)
+SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27
 FROM %s WHERE true
 ON CONFLICT (bucket, ident) DO UPDATE SET version_id=excluded.version_id, etag=excluded.etag, size=excluded.size,
 kind=excluded.kind, name=excluded.name, event_time=excluded.event_time, seq=excluded.seq, seq_sort=excluded.seq_sort,
 status=excluded.status, attempts=excluded.attempts, token=excluded.token, lease_until=excluded.lease_until, next_at=excluded.next_at,
 first_seen=excluded.first_seen, updated=excluded.updated, seen=excluded.seen, stale=excluded.stale, last_error=excluded.last_error,
-result=excluded.result, source=excluded.source, gen=excluded.gen, run_gen=excluded.run_gen, replays=excluded.replays`
+result=excluded.result, source=excluded.source, gen=excluded.gen, run_gen=excluded.run_gen, replays=excluded.replays, rev=excluded.rev
+WHERE cairn_ledger.rev = excluded.rev - 1`
 
 type rowID struct{ bucket, ident string }
 
@@ -238,26 +244,37 @@ func (l *Ledger) RecordAndClaim(ctx context.Context, source string, evs []event.
 	return l.record(ctx, source, evs, n, lease)
 }
 
+// maxRounds bounds how often one Record reads and decides a key again because
+// other writers changed it meanwhile (each such round means another writer
+// made progress on the key).
+const maxRounds = 1000
+
+// row is a record as read, with its revision (0: no row).
+type row struct {
+	rec *ledger.Record
+	rev int64
+}
+
 func (l *Ledger) record(ctx context.Context, source string, evs []event.Event, claimN int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
 	out := make([]ledger.Decision, len(evs))
 	var ids []rowID
-	seen := map[rowID]bool{}
-	keyOf := map[rowID]string{}
+	byID := map[rowID][]int{} // the events of each row, in delivery order
 	for i, ev := range evs {
 		out[i] = ledger.Decision{Outcome: ledger.Ignored, Bucket: ev.Bucket, Key: ev.Key, Seq: ev.Sequencer}
 		if ev.Ignorable() {
 			continue
 		}
 		id := rowID{ev.Bucket, ledger.Ident(ev, l.opts.EveryVersion)}
-		if !seen[id] {
-			seen[id] = true
-			keyOf[id] = ev.Key
+		if _, ok := byID[id]; !ok {
 			ids = append(ids, id)
 		}
+		byID[id] = append(byID[id], i)
 	}
 	if len(ids) == 0 {
 		return out, nil, nil
 	}
+	// Key order: the order rows are written (and locked) in, so concurrent
+	// batches touching the same keys cannot deadlock.
 	slices.SortFunc(ids, func(a, b rowID) int {
 		return cmp.Or(strings.Compare(a.bucket, b.bucket), strings.Compare(a.ident, b.ident))
 	})
@@ -270,60 +287,69 @@ func (l *Ledger) record(ctx context.Context, source string, evs []event.Event, c
 	if err != nil {
 		return nil, nil, l.wrap("record", err)
 	}
-	if l.d.Placeholders {
-		// One statement, inserting in key order (the lock order of load).
-		rows := make([][]any, len(ids))
-		for i, id := range ids {
-			rows[i] = []any{id.bucket, id.ident, keyOf[id]}
+	var claims []ledger.Claim
+	todo := ids
+	for round := 0; len(todo) > 0; round++ {
+		if round == maxRounds {
+			return nil, nil, l.wrap("record", fmt.Errorf("%d keys still changed by other writers after %d rounds", len(todo), maxRounds))
 		}
-		from, a := l.d.Rows(rows, []string{"text", "text", "text"})
-		if _, err := tx.ExecContext(ctx, l.q(`INSERT INTO cairn_ledger (bucket, ident, key, kind, status, first_seen, updated)
-SELECT c1, c2, c3, '', 'init', 0, 0 FROM `+from+` ORDER BY c1, c2 ON CONFLICT (bucket, ident) DO NOTHING`), a...); err != nil {
+		cur, err := l.load(ctx, tx, todo)
+		if err != nil {
 			return nil, nil, l.wrap("record", err)
 		}
-	}
-	cur, err := l.load(ctx, tx, ids)
-	if err != nil {
-		return nil, nil, l.wrap("record", err)
-	}
-	dirty := map[rowID]bool{}
-	for i, ev := range evs {
-		if ev.Ignorable() {
-			continue
+		next := make(map[rowID]*ledger.Record, len(todo))
+		for _, id := range todo {
+			r := cur[id].rec
+			for _, i := range byID[id] {
+				o, n := ledger.Decide(r, evs[i], source, now)
+				out[i].Outcome = o
+				if n != nil {
+					r = n
+				}
+			}
+			next[id] = r
 		}
-		id := rowID{ev.Bucket, ledger.Ident(ev, l.opts.EveryVersion)}
-		var row *ledger.Record
-		if r, ok := cur[id]; ok && r.Status != "init" {
-			row = r
+		// Claim new work in delivery order, as Claim would have.
+		for _, ev := range evs {
+			if len(claims) >= claimN {
+				break
+			}
+			if ev.Ignorable() {
+				continue
+			}
+			id := rowID{ev.Bucket, ledger.Ident(ev, l.opts.EveryVersion)}
+			r, ok := next[id]
+			if !ok || r.Status != ledger.Pending || r == cur[id].rec {
+				continue
+			}
+			c := *r
+			c.Status, c.Token, c.LeaseUntil, c.Attempts, c.RunGen, c.Updated = ledger.Claimed, c.Token+1, now.Add(lease), c.Attempts+1, c.Gen, now
+			next[id] = &c
+			claims = append(claims, ledger.Claim{Record: c, Ident: id.ident})
 		}
-		o, next := ledger.Decide(row, ev, source, now)
-		out[i].Outcome = o
-		if next != nil {
-			cur[id] = next
-			dirty[id] = true
+		batch := make([][]any, 0, len(todo))
+		for _, id := range todo {
+			if next[id] != cur[id].rec {
+				batch = append(batch, l.args(id.ident, next[id], cur[id].rev+1))
+			}
 		}
-	}
-	// Claim new work in delivery order, as Claim would have.
-	var claims []ledger.Claim
-	claimed := map[rowID]bool{}
-	for _, ev := range evs {
-		if len(claims) >= claimN {
-			break
+		written, err := l.upsert(ctx, tx, batch)
+		if err != nil {
+			return nil, nil, l.wrap("record", err)
 		}
-		if ev.Ignorable() {
-			continue
+		var again []rowID
+		for _, id := range todo {
+			if next[id] != cur[id].rec && !written[id] {
+				again = append(again, id)
+			}
 		}
-		id := rowID{ev.Bucket, ledger.Ident(ev, l.opts.EveryVersion)}
-		r := cur[id]
-		if !dirty[id] || claimed[id] || r.Status != ledger.Pending {
-			continue
+		if len(again) > 0 {
+			// Forget the claims of the keys decided again.
+			claims = slices.DeleteFunc(claims, func(c ledger.Claim) bool {
+				return slices.Contains(again, rowID{c.Bucket, c.Ident})
+			})
 		}
-		claimed[id] = true
-		r.Status, r.Token, r.LeaseUntil, r.Attempts, r.RunGen, r.Updated = ledger.Claimed, r.Token+1, now.Add(lease), r.Attempts+1, r.Gen, now
-		claims = append(claims, ledger.Claim{Record: *r, Ident: id.ident})
-	}
-	if err := l.upsert(ctx, tx, ids, dirty, cur); err != nil {
-		return nil, nil, l.wrap("record", err)
+		todo = again
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, nil, l.wrap("record", err)
@@ -331,38 +357,54 @@ SELECT c1, c2, c3, '', 'init', 0, 0 FROM `+from+` ORDER BY c1, c2 ON CONFLICT (b
 	return out, claims, nil
 }
 
-// upsert writes the dirty rows: one statement for the batch where the dialect
-// reads typed arrays cheaply (PostgreSQL's unnest), else one prepared
-// statement executed per row (SQLite, where it is a function call, not a
-// round trip).
-func (l *Ledger) upsert(ctx context.Context, tx *sql.Tx, ids []rowID, dirty map[rowID]bool, cur map[rowID]*ledger.Record) error {
-	var batch [][]any
-	for _, id := range ids {
-		if dirty[id] {
-			batch = append(batch, l.args(id.ident, cur[id]))
-		}
+// upsert writes rows (l.args, in key order) with upsertFrom and returns those
+// written. PostgreSQL: one statement over the batch, whose RETURNING names
+// the rows written. SQLite: multi-row statements prepared once, 64, 8 and 1
+// rows at a time (a function call each, not a round trip); its transactions
+// are exclusive, so every row is written, which the changed-row count checks.
+func (l *Ledger) upsert(ctx context.Context, tx *sql.Tx, batch [][]any) (map[rowID]bool, error) {
+	written := make(map[rowID]bool, len(batch))
+	if len(batch) == 0 {
+		return written, nil
 	}
 	if l.d.BatchUpsert {
 		from, a := l.d.Rows(batch, colTypes)
-		_, err := tx.ExecContext(ctx, l.q(fmt.Sprintf(upsertFrom, from)), a...)
-		return err
+		res, err := tx.QueryContext(ctx, l.q(fmt.Sprintf(upsertFrom, from)+` RETURNING bucket, ident`), a...)
+		if err != nil {
+			return nil, err
+		}
+		defer res.Close()
+		for res.Next() {
+			var id rowID
+			if err := res.Scan(&id.bucket, &id.ident); err != nil {
+				return nil, err
+			}
+			written[id] = true
+		}
+		return written, res.Err()
 	}
-	// Multi-row statements prepared once, 64, 8 and 1 rows at a time.
-	for len(batch) > 0 {
+	for rest := batch; len(rest) > 0; {
 		for _, n := range upsertSizes {
-			for len(batch) >= n {
+			for len(rest) >= n {
 				var a []any
-				for _, r := range batch[:n] {
+				for _, r := range rest[:n] {
 					a = append(a, r...)
 				}
-				if _, err := tx.StmtContext(ctx, l.upserts[n]).ExecContext(ctx, a...); err != nil {
-					return err
+				res, err := tx.StmtContext(ctx, l.upserts[n]).ExecContext(ctx, a...)
+				if err != nil {
+					return nil, err
 				}
-				batch = batch[n:]
+				if got, err := res.RowsAffected(); err != nil || got != int64(n) {
+					return nil, fmt.Errorf("%d of %d rows written inside an exclusive transaction (%v): another writer bypassed the lock", got, n, err)
+				}
+				rest = rest[n:]
 			}
 		}
 	}
-	return nil
+	for _, r := range batch {
+		written[rowID{r[0].(string), r[1].(string)}] = true
+	}
+	return written, nil
 }
 
 // valuesRows bounds the rows of one multi-row statement (SQLite allows 32,766
@@ -394,27 +436,29 @@ func valuesFrom(rows [][]any, cols int) (string, []any) {
 	return sb.String(), args
 }
 
-// load reads (and on PostgreSQL locks) the rows of ids, in one statement.
-func (l *Ledger) load(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]*ledger.Record, error) {
-	cur := make(map[rowID]*ledger.Record, len(ids))
+// load reads the rows of ids and their revisions, in one statement, without
+// locking them (Record's upsert checks the revisions).
+func (l *Ledger) load(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]row, error) {
+	cur := make(map[rowID]row, len(ids))
 	rows := make([][]any, len(ids))
 	for i, id := range ids {
 		rows[i] = []any{id.bucket, id.ident}
 	}
 	from, a := l.d.Rows(rows, []string{"text", "text"})
-	q := `SELECT ` + cols + ` FROM cairn_ledger WHERE (bucket, ident) IN (SELECT c1, c2 FROM ` + from + `) ORDER BY bucket, ident ` + l.d.Lock
+	q := `SELECT ` + cols + `, rev FROM cairn_ledger WHERE (bucket, ident) IN (SELECT c1, c2 FROM ` + from + `)`
 	res, err := tx.QueryContext(ctx, l.q(q), a...)
 	if err != nil {
 		return nil, err
 	}
 	defer res.Close()
 	for res.Next() {
-		c, err := scanRecord(res)
+		var rev int64
+		c, err := scanRecord(res, &rev)
 		if err != nil {
 			return nil, err
 		}
 		r := c.Record
-		cur[rowID{c.Bucket, c.Ident}] = &r
+		cur[rowID{c.Bucket, c.Ident}] = row{&r, rev}
 	}
 	return cur, res.Err()
 }
@@ -447,7 +491,7 @@ func (l *Ledger) Claim(ctx context.Context, n int, lease time.Duration) ([]ledge
 		perKeyArgs = append(perKeyArgs, nowMS)
 	}
 	q := `UPDATE cairn_ledger SET status = 'claimed', token = token + 1, lease_until = ?, attempts = attempts + 1,
-run_gen = gen, updated = ?
+run_gen = gen, updated = ?, rev = rev + 1
 WHERE (bucket, ident) IN (
   SELECT l.bucket, l.ident FROM cairn_ledger l
   WHERE ((l.status IN ('pending', 'failed') AND l.next_at <= ?) OR (l.status = 'claimed' AND l.lease_until < ?)) ` + perKey + `
@@ -498,7 +542,7 @@ func (l *Ledger) finish(ctx context.Context, op string, c ledger.Claim, set stri
 
 // finishSQL is the guarded update finishTx runs.
 func finishSQL(l *Ledger, set string) string {
-	return l.q(`UPDATE cairn_ledger SET ` + set + `, updated = ?
+	return l.q(`UPDATE cairn_ledger SET ` + set + `, updated = ?, rev = rev + 1
 WHERE bucket = ? AND ident = ? AND token = ? AND status = 'claimed' AND lease_until >= ?`)
 }
 
@@ -613,7 +657,7 @@ func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Claim, results [
 		args := append([]any{ms(now), ms(now)}, fa...)
 		args = append(args, ms(now))
 		q := `UPDATE cairn_ledger SET status = CASE WHEN gen = run_gen THEN 'processed' ELSE 'pending' END,
-attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = t.c4, last_error = '', lease_until = 0, next_at = ?, updated = ?
+attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = t.c4, last_error = '', lease_until = 0, next_at = ?, updated = ?, rev = cairn_ledger.rev + 1
 FROM ` + from + `
 WHERE cairn_ledger.bucket = t.c1 AND cairn_ledger.ident = t.c2 AND cairn_ledger.token = t.c3
   AND cairn_ledger.status = 'claimed' AND cairn_ledger.lease_until >= ?
@@ -701,7 +745,7 @@ func (l *Ledger) Replay(ctx context.Context, sel ledger.Selection) (int, error) 
 		return 0, l.wrap("replay", err)
 	}
 	res, err := tx.ExecContext(ctx, l.q(`UPDATE cairn_ledger SET status = 'pending', attempts = 0, next_at = ?, updated = ?,
-last_error = '', lease_until = 0, replays = replays + 1, gen = gen + 1`+where), append([]any{ms(now), ms(now)}, a...)...)
+last_error = '', lease_until = 0, replays = replays + 1, gen = gen + 1, rev = rev + 1`+where), append([]any{ms(now), ms(now)}, a...)...)
 	if err != nil {
 		return 0, l.wrap("replay", err)
 	}
@@ -774,7 +818,7 @@ func (l *Ledger) Lookup(ctx context.Context, bucket string, keys []string) (map[
 			rows[i] = []any{k}
 		}
 		from, a := l.d.Rows(rows, []string{"text"})
-		res, err := l.db.QueryContext(ctx, l.q(`SELECT `+cols+` FROM cairn_ledger WHERE bucket = ? AND status <> 'init' AND key IN (SELECT c1 FROM `+from+`)`),
+		res, err := l.db.QueryContext(ctx, l.q(`SELECT `+cols+` FROM cairn_ledger WHERE bucket = ? AND key IN (SELECT c1 FROM `+from+`)`),
 			append([]any{bucket}, a...)...)
 		if err != nil {
 			return nil, l.wrap("lookup", err)
@@ -799,7 +843,7 @@ func (l *Ledger) Lookup(ctx context.Context, bucket string, keys []string) (map[
 
 // Get returns the records of one key (one, unless EveryVersion).
 func (l *Ledger) Get(ctx context.Context, bucket, key string) ([]ledger.Record, error) {
-	rows, err := l.db.QueryContext(ctx, l.q(`SELECT `+cols+` FROM cairn_ledger WHERE bucket = ? AND key = ? AND status <> 'init' ORDER BY seq_sort, ident`), bucket, key)
+	rows, err := l.db.QueryContext(ctx, l.q(`SELECT `+cols+` FROM cairn_ledger WHERE bucket = ? AND key = ? ORDER BY seq_sort, ident`), bucket, key)
 	if err != nil {
 		return nil, l.wrap("get", err)
 	}
@@ -830,11 +874,11 @@ func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, err
 		return nil, nil // the cursor is past the bucket
 	case f.Bucket != "" && f.AfterBucket == f.Bucket:
 		// One bucket: a plain range on the primary key.
-		q, a = `SELECT `+cols+` FROM cairn_ledger WHERE status <> 'init' AND bucket = ? AND ident > ?`, []any{f.Bucket, f.AfterIdent}
+		q, a = `SELECT `+cols+` FROM cairn_ledger WHERE bucket = ? AND ident > ?`, []any{f.Bucket, f.AfterIdent}
 	case f.Bucket != "":
-		q, a = `SELECT `+cols+` FROM cairn_ledger WHERE status <> 'init' AND bucket = ?`, []any{f.Bucket}
+		q, a = `SELECT `+cols+` FROM cairn_ledger WHERE bucket = ?`, []any{f.Bucket}
 	default:
-		q = `SELECT ` + cols + ` FROM cairn_ledger WHERE status <> 'init' AND (bucket > ? OR (bucket = ? AND ident > ?))`
+		q = `SELECT ` + cols + ` FROM cairn_ledger WHERE (bucket > ? OR (bucket = ? AND ident > ?))`
 		a = []any{f.AfterBucket, f.AfterBucket, f.AfterIdent}
 	}
 	if f.Status != "" {
@@ -869,7 +913,7 @@ func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, err
 
 // Counts returns how many records have each status.
 func (l *Ledger) Counts(ctx context.Context) (ledger.Counts, error) {
-	rows, err := l.db.QueryContext(ctx, `SELECT status, COUNT(*) FROM cairn_ledger WHERE status <> 'init' GROUP BY status`)
+	rows, err := l.db.QueryContext(ctx, `SELECT status, COUNT(*) FROM cairn_ledger GROUP BY status`)
 	if err != nil {
 		return nil, l.wrap("counts", err)
 	}
