@@ -1,20 +1,30 @@
 // Package faulty wraps an objstore.Backend and injects failures: errors before a
 // request reaches the store, latency, and the ambiguous failures that make
 // distributed storage hard: a write applied by the server whose response is lost
-// (the client sees an error although the write happened), and a request lost
+// (the client sees an error although the write happened), a request lost
 // before the server saw it (the client sees the same error although nothing
-// happened). Layers above use it to prove they stay correct under both.
+// happened), and a late-landing request: the client gives up (a reset, a
+// timeout, a 502/504 from a proxy) and sees the same error, and the server
+// applies the request later, after the client has moved on. Layers above use it
+// to prove they stay correct under all three.
+//
+// A late-landing write is applied with its own condition, evaluated when it
+// lands: a PUT conditional on ETag X lands only if the object's ETag is still X
+// then, exactly as on a real server. Wait (or Close) waits for every late
+// request still on its way, so a test can check the store after all of them.
 //
 // Faults are drawn from a seeded random source, so a failing test can be replayed
 // with its seed, or decided per call by a Rule.
 package faulty
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,10 +66,14 @@ const (
 	// LostRequest: the store never sees the request, and the client gets the same
 	// ambiguous error as for LostResponse. Only for writes.
 	LostRequest
+	// LateApply: the client gets the same ambiguous error at once, and the store
+	// applies the request later (after Options.LateDelay, up to LateJitter more),
+	// detached from the caller's context. Only for writes.
+	LateApply
 )
 
 func (f Fault) String() string {
-	return [...]string{"none", "fail", "lost-response", "lost-request"}[f]
+	return [...]string{"none", "fail", "lost-response", "lost-request", "late-apply"}[f]
 }
 
 // ErrInjected marks a Fail fault.
@@ -73,9 +87,14 @@ type Rule func(op Op, key string) (Fault, time.Duration)
 type Options struct {
 	// Seed of the random source. Default: 1.
 	Seed uint64
-	// FailRate, LostResponseRate and LostRequestRate are per-call probabilities
-	// (lost faults apply to writes only: put, delete, copy, complete_multipart).
-	FailRate, LostResponseRate, LostRequestRate float64
+	// FailRate, LostResponseRate, LostRequestRate and LateApplyRate are per-call
+	// probabilities (lost and late faults apply to writes only: put, delete,
+	// copy, complete_multipart).
+	FailRate, LostResponseRate, LostRequestRate, LateApplyRate float64
+	// LateDelay is how long after the caller saw its error a LateApply request
+	// lands, plus up to LateJitter more at random. Defaults: 0 and 60ms (a
+	// request held by a proxy or a slow server past the client's timeout).
+	LateDelay, LateJitter time.Duration
 	// Latency is added to every call, plus up to Jitter more at random.
 	Latency, Jitter time.Duration
 	// Ops limits the faults to these operations. Default: all.
@@ -91,6 +110,9 @@ type Options struct {
 // Stats counts the faults injected so far.
 type Stats struct {
 	Calls, Failed, LostResponses, LostRequests int
+	// LateApplied counts late requests sent on to the store, LateLanded those
+	// the store then applied (a late write can still fail its own condition).
+	LateApplied, LateLanded int
 }
 
 // Backend is an objstore.Backend that injects faults into an inner one.
@@ -101,6 +123,8 @@ type Backend struct {
 	opts  Options
 	rnd   *rand.Rand
 	stats Stats
+
+	late sync.WaitGroup // late requests still on their way
 }
 
 // New wraps inner. A nil opts injects nothing until SetOptions.
@@ -119,6 +143,9 @@ func New(inner objstore.Backend, opts *Options) *Backend {
 func (b *Backend) SetOptions(o Options) {
 	if o.Seed == 0 {
 		o.Seed = 1
+	}
+	if o.LateJitter <= 0 && o.LateDelay <= 0 {
+		o.LateJitter = 60 * time.Millisecond
 	}
 	b.mu.Lock()
 	b.opts, b.rnd = o, rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
@@ -159,10 +186,12 @@ func (b *Backend) decide(op Op, key string) (Fault, time.Duration) {
 				f = LostResponse
 			case op.mutates() && r < o.FailRate+o.LostResponseRate+o.LostRequestRate:
 				f = LostRequest
+			case op.mutates() && r < o.FailRate+o.LostResponseRate+o.LostRequestRate+o.LateApplyRate:
+				f = LateApply
 			}
 		}
 	}
-	if !op.mutates() && (f == LostResponse || f == LostRequest) {
+	if !op.mutates() && (f == LostResponse || f == LostRequest || f == LateApply) {
 		f = Fail
 	}
 	switch f {
@@ -172,9 +201,25 @@ func (b *Backend) decide(op Op, key string) (Fault, time.Duration) {
 		b.stats.LostResponses++
 	case LostRequest:
 		b.stats.LostRequests++
+	case LateApply:
+		b.stats.LateApplied++
 	}
 	return f, d
 }
+
+// lateDelay draws how long a late request waits before it lands.
+func (b *Backend) lateDelay() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d := b.opts.LateDelay
+	if b.opts.LateJitter > 0 {
+		d += time.Duration(b.rnd.Int64N(int64(b.opts.LateJitter) + 1))
+	}
+	return d
+}
+
+// Wait blocks until every late request injected so far has landed or failed.
+func (b *Backend) Wait() { b.late.Wait() }
 
 func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
@@ -199,25 +244,39 @@ func (b *Backend) cond(c objstore.Condition) objstore.Condition {
 	return c
 }
 
-// do runs call under the fault decided for (op, key).
-func do[T any](b *Backend, ctx context.Context, op Op, key string, call func() (T, error)) (T, error) {
+// do runs call under the fault decided for (op, key). call gets the context to
+// use: the caller's, or for a late request a detached one.
+func do[T any](b *Backend, ctx context.Context, op Op, key string, call func(context.Context) (T, error)) (T, error) {
 	var zero T
 	f, d := b.decide(op, key)
 	if err := sleep(ctx, d); err != nil {
 		return zero, err
 	}
 	switch f {
+	case LateApply:
+		delay := b.lateDelay()
+		b.late.Add(1)
+		go func() {
+			defer b.late.Done()
+			time.Sleep(delay)
+			if _, err := call(context.WithoutCancel(ctx)); err == nil {
+				b.mu.Lock()
+				b.stats.LateLanded++
+				b.mu.Unlock()
+			}
+		}()
+		return zero, fmt.Errorf("faulty: %s gave up waiting; the request may still land: %w", op, objstore.ErrAmbiguous)
 	case Fail:
 		return zero, fmt.Errorf("%s: %w", op, ErrInjected)
 	case LostRequest:
 		return zero, fmt.Errorf("faulty: %s request lost before reaching the store: %w", op, objstore.ErrAmbiguous)
 	case LostResponse:
-		if _, err := call(); err != nil {
+		if _, err := call(ctx); err != nil {
 			return zero, err
 		}
 		return zero, fmt.Errorf("faulty: %s applied, response lost: %w", op, objstore.ErrAmbiguous)
 	}
-	return call()
+	return call(ctx)
 }
 
 type pair struct {
@@ -227,7 +286,7 @@ type pair struct {
 
 // Get implements objstore.Backend.
 func (b *Backend) Get(ctx context.Context, key string) (io.ReadCloser, objstore.Info, error) {
-	p, err := do(b, ctx, OpGet, key, func() (pair, error) {
+	p, err := do(b, ctx, OpGet, key, func(ctx context.Context) (pair, error) {
 		rc, i, err := b.inner.Get(ctx, key)
 		return pair{rc, i}, err
 	})
@@ -236,52 +295,68 @@ func (b *Backend) Get(ctx context.Context, key string) (io.ReadCloser, objstore.
 
 // Head implements objstore.Backend.
 func (b *Backend) Head(ctx context.Context, key string) (objstore.Info, error) {
-	return do(b, ctx, OpHead, key, func() (objstore.Info, error) { return b.inner.Head(ctx, key) })
+	return do(b, ctx, OpHead, key, func(ctx context.Context) (objstore.Info, error) { return b.inner.Head(ctx, key) })
 }
 
 // Put implements objstore.Backend.
 func (b *Backend) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
 	opts.If = b.cond(opts.If)
-	return do(b, ctx, OpPut, key, func() (objstore.Info, error) { return b.inner.Put(ctx, key, body, size, opts) })
+	if b.mayBeLate() {
+		// A late request lands after the caller has returned and may reuse its
+		// reader: keep a copy of the body.
+		data, err := io.ReadAll(body)
+		if err != nil {
+			return objstore.Info{}, err
+		}
+		return do(b, ctx, OpPut, key, func(ctx context.Context) (objstore.Info, error) {
+			return b.inner.Put(ctx, key, bytes.NewReader(data), int64(len(data)), opts)
+		})
+	}
+	return do(b, ctx, OpPut, key, func(ctx context.Context) (objstore.Info, error) { return b.inner.Put(ctx, key, body, size, opts) })
 }
 
 // Delete implements objstore.Backend.
 func (b *Backend) Delete(ctx context.Context, key string, cond objstore.Condition) error {
 	cond = b.cond(cond)
-	_, err := do(b, ctx, OpDelete, key, func() (struct{}, error) { return struct{}{}, b.inner.Delete(ctx, key, cond) })
+	_, err := do(b, ctx, OpDelete, key, func(ctx context.Context) (struct{}, error) { return struct{}{}, b.inner.Delete(ctx, key, cond) })
 	return err
 }
 
 // List implements objstore.Backend.
 func (b *Backend) List(ctx context.Context, prefix, cursor string, opts objstore.ListOptions) (objstore.ListPage, error) {
-	return do(b, ctx, OpList, prefix, func() (objstore.ListPage, error) { return b.inner.List(ctx, prefix, cursor, opts) })
+	return do(b, ctx, OpList, prefix, func(ctx context.Context) (objstore.ListPage, error) { return b.inner.List(ctx, prefix, cursor, opts) })
 }
 
 // Copy implements objstore.Backend.
 func (b *Backend) Copy(ctx context.Context, src, dst string, cond objstore.Condition) (objstore.Info, error) {
 	cond = b.cond(cond)
-	return do(b, ctx, OpCopy, dst, func() (objstore.Info, error) { return b.inner.Copy(ctx, src, dst, cond) })
+	return do(b, ctx, OpCopy, dst, func(ctx context.Context) (objstore.Info, error) { return b.inner.Copy(ctx, src, dst, cond) })
 }
 
 // CreateMultipart implements objstore.Backend.
 func (b *Backend) CreateMultipart(ctx context.Context, key string, opts objstore.PutOptions) (string, error) {
-	return do(b, ctx, OpCreateMP, key, func() (string, error) { return b.inner.CreateMultipart(ctx, key, opts) })
+	return do(b, ctx, OpCreateMP, key, func(ctx context.Context) (string, error) { return b.inner.CreateMultipart(ctx, key, opts) })
 }
 
 // UploadPart implements objstore.Backend.
 func (b *Backend) UploadPart(ctx context.Context, key, id string, n int, body io.Reader, size int64) (objstore.Part, error) {
-	return do(b, ctx, OpPart, key, func() (objstore.Part, error) { return b.inner.UploadPart(ctx, key, id, n, body, size) })
+	return do(b, ctx, OpPart, key, func(ctx context.Context) (objstore.Part, error) {
+		return b.inner.UploadPart(ctx, key, id, n, body, size)
+	})
 }
 
 // CompleteMultipart implements objstore.Backend.
 func (b *Backend) CompleteMultipart(ctx context.Context, key, id string, parts []objstore.Part, cond objstore.Condition) (objstore.Info, error) {
 	cond = b.cond(cond)
-	return do(b, ctx, OpComplete, key, func() (objstore.Info, error) { return b.inner.CompleteMultipart(ctx, key, id, parts, cond) })
+	parts = slices.Clone(parts) // a late request outlives the caller's slice
+	return do(b, ctx, OpComplete, key, func(ctx context.Context) (objstore.Info, error) {
+		return b.inner.CompleteMultipart(ctx, key, id, parts, cond)
+	})
 }
 
 // AbortMultipart implements objstore.Backend.
 func (b *Backend) AbortMultipart(ctx context.Context, key, id string) error {
-	_, err := do(b, ctx, OpAbort, key, func() (struct{}, error) { return struct{}{}, b.inner.AbortMultipart(ctx, key, id) })
+	_, err := do(b, ctx, OpAbort, key, func(ctx context.Context) (struct{}, error) { return struct{}{}, b.inner.AbortMultipart(ctx, key, id) })
 	return err
 }
 
@@ -302,5 +377,16 @@ func (b *Backend) MinPartSize() int64 { return b.inner.MinPartSize() }
 
 func (b *Backend) String() string { return "faulty(" + b.inner.String() + ")" }
 
-// Close closes the inner backend.
-func (b *Backend) Close() error { return b.inner.Close() }
+// Close waits for late requests still on their way, then closes the inner
+// backend.
+func (b *Backend) Close() error {
+	b.Wait()
+	return b.inner.Close()
+}
+
+// mayBeLate reports whether a write may get the LateApply fault.
+func (b *Backend) mayBeLate() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.opts.Rule != nil || b.opts.LateApplyRate > 0
+}

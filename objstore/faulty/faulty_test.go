@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,5 +117,66 @@ func TestProbeCatchesIgnoredConditions(t *testing.T) {
 	s2 := objstore.New(liar, nil)
 	if _, err := s2.PutBytes(ctx, "k2", []byte("x"), &objstore.PutOptions{If: objstore.IfAbsent()}); !errors.Is(err, objstore.ErrNotSupported) {
 		t.Fatalf("first conditional put on an unprobed liar: %v, want ErrNotSupported", err)
+	}
+}
+
+// A late request: the caller gets ErrAmbiguous at once, the store applies the
+// write afterwards, with its condition judged when it lands.
+func TestLateApply(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	inner := mem.NewBackend("")
+	late := true
+	var mu sync.Mutex
+	b := faulty.New(inner, &faulty.Options{LateDelay: 50 * time.Millisecond, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if op == faulty.OpPut && late {
+			late = false
+			return faulty.LateApply, 0
+		}
+		return faulty.None, 0
+	}})
+	s := objstore.New(b, nil)
+	direct := objstore.New(inner, nil)
+	first, err := direct.PutBytes(ctx, "k", []byte("v1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Conditional on v1: it is still v1 when the request lands, so it lands.
+	buf := []byte("v2")
+	_, err = s.PutBytes(ctx, "k", buf, &objstore.PutOptions{If: objstore.IfMatch(first.ETag)})
+	if !errors.Is(err, objstore.ErrAmbiguous) {
+		t.Fatalf("late put: %v, want ErrAmbiguous", err)
+	}
+	copy(buf, "xx") // the caller reuses its buffer: the late request kept a copy
+	if got, _, _ := direct.GetBytes(ctx, "k"); string(got) != "v1" {
+		t.Fatalf("before landing: %q, want v1", got)
+	}
+	b.Wait()
+	if got, _, _ := direct.GetBytes(ctx, "k"); string(got) != "v2" {
+		t.Fatalf("after landing: %q, want v2", got)
+	}
+	if st := b.Stats(); st.LateApplied != 1 || st.LateLanded != 1 {
+		t.Errorf("stats %+v, want one late request, landed", st)
+	}
+
+	// Conditional on an ETag that has moved on by the time it lands: refused.
+	mu.Lock()
+	late = true
+	mu.Unlock()
+	cur, _ := direct.Head(ctx, "k")
+	if _, err := s.PutBytes(ctx, "k", []byte("v3"), &objstore.PutOptions{If: objstore.IfMatch(cur.ETag)}); !errors.Is(err, objstore.ErrAmbiguous) {
+		t.Fatalf("late put: %v, want ErrAmbiguous", err)
+	}
+	if _, err := direct.PutBytes(ctx, "k", []byte("v4"), nil); err != nil {
+		t.Fatal(err)
+	}
+	b.Wait()
+	if got, _, _ := direct.GetBytes(ctx, "k"); string(got) != "v4" {
+		t.Fatalf("a late write landed on an ETag it was not conditional on: %q, want v4", got)
+	}
+	if st := b.Stats(); st.LateApplied != 2 || st.LateLanded != 1 {
+		t.Errorf("stats %+v, want two late requests, one landed", st)
 	}
 }
