@@ -25,6 +25,10 @@ const ExitRetry = 75
 // result). Exit 75: retry later. Any other exit: a permanent failure (dead
 // letter; replayable). Killed by a signal or by the timeout: retried. On
 // timeout or cancellation the whole process group is killed.
+//
+// An audit's resubmission has an empty CAIRN_SEQUENCER and a CAIRN_EVENT_NAME
+// beginning "cairn:Audit:" (event.AuditPrefix): S3 never numbered that change,
+// so a handler must not deduplicate it by (key, sequencer).
 type ExecHandler struct {
 	// Argv is the command and its arguments (no shell).
 	Argv []string

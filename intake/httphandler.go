@@ -15,6 +15,8 @@ import (
 // token in the Cairn-Fencing-Token header and the attempt in Cairn-Attempt.
 // 2xx: processed (the first 4 KiB of the body are the result). 429 and 5xx:
 // retry later. Other statuses: a permanent failure. Transport errors: retry.
+// An audit's resubmission has no "sequencer" in the payload's event, format
+// "audit" and a name beginning "cairn:Audit:" (see ExecHandler).
 type HTTPHandler struct {
 	URL string
 	// Client; nil uses a client without a timeout (the pipeline's Timeout and
