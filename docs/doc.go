@@ -16,11 +16,26 @@
 // the content only, so a nonce in user metadata would leave two writes of the
 // same bytes with the same ETag (ABA: a stale compare-and-swap would succeed).
 // In the body it makes every write's ETag unique. The history answers the other
-// hard question: when a write's response is lost (timeout, reset, 5xx after the
-// server applied it), Update reads the document back; if its nonce is in the
-// history the write committed and is not applied again; if the history window
-// proves it absent, the function is re-applied; if the window has moved past it,
-// Update returns objstore.ErrAmbiguous rather than guess.
+// hard question: what became of a write whose outcome the client did not learn.
+//
+// # Writes that land late
+//
+// A write that failed without an answer (a timeout, a reset, a 5xx or a 502/504
+// from a proxy) may have been applied, may never be, or may still be applied
+// later, after the client has given up: milliseconds or seconds after the
+// error. "My nonce is not in the document" therefore proves nothing by itself.
+// What does: a write conditional on ETag X lands only while the document's ETag
+// is X (an If-None-Match create only while it is absent), and because every
+// write carries a fresh nonce an ETag never comes back. So Update keeps every
+// write it has sent without learning its outcome, and on every read checks each
+// of them: its nonce in the document or its history means it landed, and the
+// update's result is that write's (its functions are not applied again); a
+// document whose ETag has moved on without it means it can never land and is
+// forgotten; a document still at its ETag means it may yet land, so Update
+// writes against that same ETag (of the two, at most one can land, and the
+// next read tells which). If the history has moved past a write's revision,
+// or the attempts or ctx run out while a write may still land, Update returns
+// objstore.ErrAmbiguous. Group commit does the same per batch.
 //
 // Plain JSON files written by other tools are read as revision 0; the first
 // Update wraps them in an envelope. Other readers of the object see the envelope.
@@ -45,15 +60,23 @@
 // Last-Modified), never the newest. This gives read-after-update and
 // last-writer-wins, and NO compare-and-swap: concurrent updates can be lost. So
 // Create and Update on a register fail with objstore.ErrNotSupported unless
-// Options.LastWriterWins opts in.
+// Options.LastWriterWins opts in. A register write whose outcome is unknown is
+// sent again to the same version key with the same bytes, never as a new
+// version, so a first request that lands late changes nothing; if it stays
+// unknown, Update returns objstore.ErrAmbiguous.
 //
 // # Guarantees
 //
 //   - On a store that enforces conditional writes, Load and Update are
 //     linearizable (checked with porcupine under injected faults and on MinIO).
-//   - An Update that returns nil was applied exactly once, even if a response
-//     was lost along the way; one that returns an error other than
-//     objstore.ErrAmbiguous was not applied.
+//   - An Update that returns nil was applied exactly once, even if requests or
+//     responses were lost along the way or a request landed late; one that
+//     returns objstore.ErrAmbiguous was applied at most once (it may still
+//     land after the call returns, but never after another write of the
+//     document has succeeded); one that returns any other error was not
+//     applied. Tested with lost requests, lost responses and late-landing
+//     requests mixed (package objstore/faulty, and a network proxy in front of
+//     MinIO that drops the client's connection and forwards the request later).
 //   - Every write changes the ETag, so no ABA.
 //   - Functions passed to Update may run more than once (on redrive) and must
 //     not have side effects beyond computing the new value.

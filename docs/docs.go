@@ -350,18 +350,94 @@ func apply(key string, c current, reqs []*request) (next []byte, raw, any bool) 
 	return state, raw, any
 }
 
+// inflight is a write this commit sent without learning its outcome (the
+// request or its response was lost, or the client gave up while the server
+// may still apply it later). It lands, if ever, only while the document is in
+// the state it was conditional on: the ETag it matched, or absent.
+type inflight struct {
+	env     envelope // what it writes: its revision and nonce
+	etag    string   // If-Match ETag, or "" for If-None-Match
+	body    []byte
+	results []result // each request's outcome had this write been the one
+}
+
+// verdict is what a read of the document says about the writes in flight.
+type verdict int
+
+const (
+	noneLanded  verdict = iota // none has landed; those still possible are kept
+	landed                     // one landed (its nonce is in the document)
+	undecidable                // one may have landed and left the history window
+)
+
+// judge checks every write in flight against c, the document as just read. A
+// write whose nonce c holds (as its own or in its history) landed. One that
+// did not and whose condition no longer holds can never land (an ETag never
+// returns: every write has a fresh nonce) and is dropped. One whose condition
+// still holds may yet land and is kept. One that c's history is too short to
+// rule out makes the commit undecidable.
+func judge(c current, sent []*inflight) (verdict, *inflight, []*inflight) {
+	open := sent[:0:0]
+	for _, w := range sent {
+		if c.exists {
+			found, decisive := c.env.has(w.env.Nonce, w.env.Rev)
+			if found {
+				return landed, w, nil
+			}
+			if c.etag == w.etag {
+				open = append(open, w) // its condition still holds
+				continue
+			}
+			if !decisive {
+				return undecidable, nil, nil
+			}
+			continue // the ETag moved on without it: it can never land
+		}
+		if w.etag == "" {
+			open = append(open, w) // a create, and the document is still absent
+		}
+		// A document that existed when w was sent and is gone now: w's ETag
+		// can never come back, so w can never land.
+	}
+	return noneLanded, nil, open
+}
+
 // commit applies reqs to one read of key and writes the result with one
 // conditional write, redriving on 412. It delivers every request's result.
 // cached, if not nil, is the document as this Store last wrote it: the first
 // attempt compares-and-swaps against it without reading (a stale cache costs
 // one 412 and a read). It returns the document as written, for the next batch.
+//
+// commit reasons about every write it has sent, not only the last: a write
+// whose outcome it did not learn may land at any later time while its
+// condition holds, so every read is checked for every such write's nonce
+// (see judge), a no-op is never taken while one may still land, and the call
+// ends in ErrAmbiguous, not a plain error, if one still might.
 func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached *current) *current {
-	deliver := func(m Meta, err error) { deliver(reqs, m, err) }
+	var sent []*inflight // writes whose outcome is unknown and that may still land
+	finish := func(err error) *current {
+		if len(sent) > 0 {
+			// A request applied in a write that may still land must hear
+			// "ambiguous", not its later error (a cancellation, say).
+			for i, r := range reqs {
+				for _, w := range sent {
+					if w.results[i].err == nil {
+						r.err = nil
+					}
+				}
+			}
+			if !errors.Is(err, objstore.ErrAmbiguous) {
+				err = fmt.Errorf("docs: %q: a write may still land (%w); last error: %w", key, objstore.ErrAmbiguous, err)
+			}
+			d.count(func(s *Stats) { s.Ambiguous++ })
+		}
+		deliver(reqs, Meta{}, err)
+		return nil
+	}
 	var lastErr error
 	for attempt := 0; attempt < d.opts.MaxAttempts; attempt++ {
 		if err := ctx.Err(); err != nil {
-			deliver(Meta{}, err)
-			return nil
+			return finish(err)
 		}
 		var c current
 		var err error
@@ -373,33 +449,53 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 		}
 		if err != nil {
 			if permanent(err) {
-				deliver(Meta{}, err)
-				return nil
+				return finish(err)
 			}
 			lastErr = err
 			if d.backoff(ctx, attempt) != nil {
-				deliver(Meta{}, err)
-				return nil
+				return finish(err)
 			}
 			continue
 		}
+		if len(sent) > 0 {
+			v, w, open := judge(c, sent)
+			switch v {
+			case landed:
+				d.count(func(s *Stats) { s.Resolved++ })
+				for i, r := range reqs {
+					r.value, r.err = w.results[i].value, w.results[i].err
+				}
+				deliver(reqs, Meta{Key: key, ETag: md5hex(w.body), Rev: w.env.Rev, Exists: true}, nil)
+				return nil
+			case undecidable:
+				return finish(fmt.Errorf("docs: %q: a write's response was lost and the document's history no longer shows whether it landed: %w", key, objstore.ErrAmbiguous))
+			}
+			if len(open) < len(sent) {
+				d.count(func(s *Stats) { s.Resolved += len(sent) - len(open) })
+			}
+			sent = open
+		}
 		next, raw, any := apply(key, c, reqs)
 		if !any {
-			deliver(c.meta(key), nil) // every function failed: nothing to write
+			if len(sent) > 0 { // they succeeded before: one of those writes may still land
+				return finish(fmt.Errorf("docs: %q: the update functions now fail where they succeeded before", key))
+			}
+			deliver(reqs, c.meta(key), nil) // every function failed: nothing to write
 			return nil
 		}
 		// Nothing changed: linearize at the read and skip the write. Not for a
 		// cached state, which may be stale: the write's CAS is what proves it.
-		if !fromCache && c.exists && c.env.Rev > 0 && raw == c.env.IsRaw && bytes.Equal(next, c.env.payload()) {
+		// Not while a write of ours may still land either: then a write is what
+		// decides, against it, which one takes effect.
+		if !fromCache && len(sent) == 0 && c.exists && c.env.Rev > 0 && raw == c.env.IsRaw && bytes.Equal(next, c.env.payload()) {
 			d.count(func(s *Stats) { s.NoopWrites++ })
-			deliver(c.meta(key), nil)
+			deliver(reqs, c.meta(key), nil)
 			return nil
 		}
 		env := d.next(c, next, raw)
 		body, err := encode(&env)
 		if err != nil {
-			deliver(Meta{}, err)
-			return nil
+			return finish(err)
 		}
 		cond := objstore.IfAbsent()
 		if c.exists {
@@ -409,52 +505,50 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 		info, err := d.s.PutBytes(ctx, key, body, &objstore.PutOptions{If: cond, ContentType: "application/json"})
 		switch {
 		case err == nil:
-			deliver(Meta{Key: key, ETag: info.ETag, Rev: env.Rev, Exists: true, LastModified: info.LastModified}, nil)
+			// Every other write in flight was conditional on a state that
+			// this one has just replaced: none of them can land now.
+			deliver(reqs, Meta{Key: key, ETag: info.ETag, Rev: env.Rev, Exists: true, LastModified: info.LastModified}, nil)
 			if info.ETag == "" {
 				return nil
 			}
 			return &current{env: env, etag: info.ETag, exists: true, lm: info.LastModified}
 		case errors.Is(err, objstore.ErrPreconditionFailed):
+			// The server refused this write: it will never land. Redrive.
 			d.count(func(s *Stats) { s.Redrives++ })
 			lastErr = err
 			if attempt >= 2 { // the first redrives are immediate; then spread out
 				if d.backoff(ctx, attempt-2) != nil {
-					deliver(Meta{}, ctx.Err())
-					return nil
+					return finish(ctx.Err())
 				}
 			}
 		case errors.Is(err, objstore.ErrAmbiguous):
-			committed, decisive := d.resolveLost(ctx, key, env)
-			switch {
-			case committed:
-				d.count(func(s *Stats) { s.Resolved++ })
-				deliver(Meta{Key: key, ETag: md5hex(body), Rev: env.Rev, Exists: true}, nil)
-				return nil
-			case decisive:
-				d.count(func(s *Stats) { s.Resolved++ })
-				lastErr = err // not applied: redrive
-			default:
-				d.count(func(s *Stats) { s.Ambiguous++ })
-				deliver(Meta{}, err)
-				return nil
+			// Applied, lost, or still on its way: the next read decides, and
+			// so does every read after it until its condition no longer holds.
+			w := &inflight{env: env, body: body, results: make([]result, len(reqs))}
+			if c.exists {
+				w.etag = c.etag
+			}
+			for i, r := range reqs {
+				w.results[i] = result{value: r.value, err: r.err}
+			}
+			sent = append(sent, w)
+			lastErr = err
+			if attempt >= 1 && d.backoff(ctx, attempt-1) != nil {
+				return finish(err)
 			}
 		case permanent(err):
-			deliver(Meta{}, err)
-			return nil
-		default: // 409 or a transient failure: back off and retry
+			return finish(err)
+		default: // 409 or a transient failure before the write was applied: back off and retry
 			lastErr = err
 			if d.backoff(ctx, attempt) != nil {
-				deliver(Meta{}, ctx.Err())
-				return nil
+				return finish(ctx.Err())
 			}
 		}
 	}
 	if errors.Is(lastErr, objstore.ErrPreconditionFailed) || lastErr == nil {
-		deliver(Meta{}, ErrContention)
-		return nil
+		return finish(ErrContention)
 	}
-	deliver(Meta{}, fmt.Errorf("docs: %q: giving up after %d attempts: %w", key, d.opts.MaxAttempts, lastErr))
-	return nil
+	return finish(fmt.Errorf("docs: %q: giving up after %d attempts: %w", key, d.opts.MaxAttempts, lastErr))
 }
 
 // deliver sends every request its result: its own error if its function
@@ -488,24 +582,6 @@ func (d *Store) next(c current, value []byte, raw bool) envelope {
 		env.Recent = env.Recent[:d.opts.HistoryLen-1]
 	}
 	return env
-}
-
-// resolveLost reads the document back after a write whose response was lost
-// and reports whether that write committed, and whether the answer is certain.
-func (d *Store) resolveLost(ctx context.Context, key string, mine envelope) (committed, decisive bool) {
-	for attempt := range 8 {
-		c, err := d.read(ctx, key)
-		if err == nil {
-			if !c.exists {
-				return false, true
-			}
-			return c.env.has(mine.Nonce, mine.Rev)
-		}
-		if permanent(err) || d.backoff(ctx, attempt) != nil {
-			return false, false
-		}
-	}
-	return false, false
 }
 
 func md5hex(b []byte) string {

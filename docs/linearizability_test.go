@@ -189,10 +189,13 @@ func finalRead(rec []porcupine.Operation, client int, v int) []porcupine.Operati
 	return append(rec, porcupine.Operation{ClientId: client, Input: counterIn{Read: true}, Call: last + 1, Output: counterOut{Value: v}, Return: last + 2})
 }
 
-func faultyMem(seed uint64) (*objstore.Store, *objstore.Store) {
+// faultyMem is a memory store behind every write fault: failures, lost
+// responses, lost requests and late-landing requests.
+func faultyMem(seed uint64) (*objstore.Store, *faulty.Backend, *objstore.Store) {
 	inner := mem.NewBackend("")
-	f := faulty.New(inner, &faulty.Options{Seed: seed, FailRate: 0.05, LostResponseRate: 0.1, LostRequestRate: 0.05, Jitter: 300 * time.Microsecond})
-	return objstore.New(f, nil), objstore.New(inner, nil)
+	f := faulty.New(inner, &faulty.Options{Seed: seed, FailRate: 0.05, LostResponseRate: 0.08, LostRequestRate: 0.04,
+		LateApplyRate: 0.08, LateJitter: 3 * time.Millisecond, Jitter: 300 * time.Microsecond})
+	return objstore.New(f, nil), f, objstore.New(inner, nil)
 }
 
 func TestLinearizableUnderFaults(t *testing.T) {
@@ -201,7 +204,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			for seed := uint64(1); seed <= 3; seed++ {
-				s, clean := faultyMem(seed)
+				s, f, clean := faultyMem(seed)
 				var clients []client
 				shared := docs.New(s, nil)
 				for range 8 {
@@ -212,6 +215,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 					clients = append(clients, cairnClient{d})
 				}
 				ops := runHistory(t, clients, 25, seed)
+				f.Wait() // the final read comes after every late request
 				v, err := cairnClient{docs.New(clean, nil)}.read(context.Background())
 				if err != nil {
 					t.Fatal(err)
@@ -221,9 +225,9 @@ func TestLinearizableUnderFaults(t *testing.T) {
 					dump(t, ops)
 					t.Fatalf("seed %d: history of %d operations is %s", seed, len(ops), res)
 				}
-				st := shared.Stats()
-				t.Logf("seed %d: %d ops, final %d; shared store: %d updates, %d writes, %d redrives, %d lost responses resolved, %d unresolved",
-					seed, len(ops), v, st.Updates, st.Writes, st.Redrives, st.Resolved, st.Ambiguous)
+				st, fs := shared.Stats(), f.Stats()
+				t.Logf("seed %d: %d ops, final %d; shared store: %d updates, %d writes, %d redrives, %d unknown outcomes resolved, %d unresolved; injected %d late (%d landed), %d lost responses, %d lost requests, %d failures",
+					seed, len(ops), v, st.Updates, st.Writes, st.Redrives, st.Resolved, st.Ambiguous, fs.LateApplied, fs.LateLanded, fs.LostResponses, fs.LostRequests, fs.Failed)
 			}
 		})
 	}
@@ -305,8 +309,9 @@ func TestLinearizableOnMinIO(t *testing.T) {
 	t.Parallel()
 	ep := testenv.S3(t)
 	b, _ := testenv.NewBucket(t, ep)
-	f := faulty.New(b, &faulty.Options{Seed: 9, LostResponseRate: 0.1, LostRequestRate: 0.05, FailRate: 0.03})
-	s := objstore.New(f, nil)
+	f := faulty.New(b, &faulty.Options{Seed: 9, LostResponseRate: 0.06, LostRequestRate: 0.04, FailRate: 0.03,
+		LateApplyRate: 0.08, LateJitter: 10 * time.Millisecond})
+	s := faultyOver(t, objstore.New(b, nil), f)
 	var clients []client
 	for i := range 8 {
 		d := docs.New(s, nil)
@@ -316,17 +321,21 @@ func TestLinearizableOnMinIO(t *testing.T) {
 		clients = append(clients, cairnClient{d})
 	}
 	ops := runHistory(t, clients, 12, 9)
+	f.Wait()
 	v, err := cairnClient{docs.New(objstore.New(b, nil), nil)}.read(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ops = finalRead(ops, 8, v)
+	if v == 0 {
+		t.Fatalf("no update took effect: the history tests nothing")
+	}
 	if res := check(t, ops); res != porcupine.Ok {
 		dump(t, ops)
 		t.Fatalf("history on MinIO is %s", res)
 	}
 	st := f.Stats()
-	t.Logf("%d ops on MinIO, final %d; injected %d lost responses, %d lost requests, %d failures", len(ops), v, st.LostResponses, st.LostRequests, st.Failed)
+	t.Logf("%d ops on MinIO, final %d; injected %d late (%d landed), %d lost responses, %d lost requests, %d failures", len(ops), v, st.LateApplied, st.LateLanded, st.LostResponses, st.LostRequests, st.Failed)
 }
 
 func dump(t *testing.T, ops []porcupine.Operation) {

@@ -94,21 +94,14 @@ func (d *Store) registerUpdate(ctx context.Context, key string, reqs []*request)
 		}
 		seq := max(c.seq+1, time.Now().UnixNano())
 		vkey := fmt.Sprintf("%s/%0*d-%s", key, seqWidth, seq, d.opts.WriterID)
-		d.count(func(s *Stats) { s.Writes++ })
-		info, err := d.s.PutBytes(ctx, vkey, body, &objstore.PutOptions{ContentType: "application/json"})
-		if errors.Is(err, objstore.ErrAmbiguous) {
-			// The version key is ours alone: it exists iff the write landed.
-			if _, herr := d.s.Head(ctx, vkey); herr == nil {
-				err, info = nil, objstore.Info{ETag: md5hex(body)}
-			}
-		}
+		info, err := d.registerPut(ctx, vkey, body)
 		if err == nil {
 			d.registerCleanup(ctx, key)
 			deliver(Meta{Key: key, ETag: info.ETag, Rev: env.Rev, Exists: true, LastModified: info.LastModified}, nil)
 			return
 		}
-		if permanent(err) {
-			deliver(Meta{}, err)
+		if permanent(err) || errors.Is(err, objstore.ErrAmbiguous) {
+			deliver(Meta{}, err) // ambiguous: the version may land; a new one would apply the update twice
 			return
 		}
 		lastErr = err
@@ -120,6 +113,27 @@ func (d *Store) registerUpdate(ctx context.Context, key string, reqs []*request)
 		lastErr = ctx.Err()
 	}
 	deliver(Meta{}, fmt.Errorf("docs: %q: register write failed: %w", key, lastErr))
+}
+
+// registerPut writes one version. The version key is this update's alone,
+// so after an ambiguous failure it sends the same key and body again instead
+// of a new version: a first request that lands late writes the same bytes to
+// the same key, and the update becomes one version whatever lands when. An
+// error means the version may exist (ErrAmbiguous) or does not.
+func (d *Store) registerPut(ctx context.Context, vkey string, body []byte) (objstore.Info, error) {
+	var err error
+	for attempt := range 8 {
+		var info objstore.Info
+		d.count(func(s *Stats) { s.Writes++ })
+		info, err = d.s.PutBytes(ctx, vkey, body, &objstore.PutOptions{ContentType: "application/json"})
+		if !errors.Is(err, objstore.ErrAmbiguous) {
+			return info, err
+		}
+		if d.backoff(ctx, attempt) != nil {
+			break
+		}
+	}
+	return objstore.Info{}, err
 }
 
 // registerCleanup deletes versions older than the newest by more than the

@@ -1,0 +1,154 @@
+package docs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/objstore"
+	"github.com/cairn-s3/cairn/objstore/faulty"
+	"github.com/cairn-s3/cairn/objstore/mem"
+)
+
+// lateFaults mixes every write fault the guarantee is claimed against: requests
+// lost before the server, responses lost after it applied the write, and
+// requests the client gave up on that the server applies later.
+func lateFaults(seed uint64) *faulty.Options {
+	return &faulty.Options{Seed: seed, FailRate: 0.03, LostRequestRate: 0.05, LostResponseRate: 0.05,
+		LateApplyRate: 0.15, LateJitter: 5 * time.Millisecond, Jitter: 300 * time.Microsecond}
+}
+
+// counterTally is what the writers of a CAS counter were told.
+type counterTally struct {
+	mu                    sync.Mutex
+	ok, ambiguous, failed int
+	otherErrs             []error
+}
+
+func (c *counterTally) add(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err == nil:
+		c.ok++
+	case errors.Is(err, objstore.ErrAmbiguous):
+		c.ambiguous++
+	default:
+		c.failed++
+		if len(c.otherErrs) < 3 {
+			c.otherErrs = append(c.otherErrs, err)
+		}
+	}
+}
+
+// check: every nil was applied exactly once, every ErrAmbiguous at most once,
+// nothing else at all: ok <= final <= ok + ambiguous.
+func (c *counterTally) check(t *testing.T, final int) {
+	t.Helper()
+	t.Logf("final %d: %d updates succeeded, %d ambiguous, %d failed (e.g. %v)", final, c.ok, c.ambiguous, c.failed, c.otherErrs)
+	if final < c.ok || final > c.ok+c.ambiguous {
+		t.Fatalf("counter is %d after %d successful and %d ambiguous increments: an update was applied %s",
+			final, c.ok, c.ambiguous, map[bool]string{true: "more than once", false: "not at all"}[final > c.ok])
+	}
+}
+
+// runCounter has writers increment one counter through their docs.Stores and
+// returns what they were told.
+func runCounter(t *testing.T, stores []*docs.Store, perWriter int) *counterTally {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tally := &counterTally{}
+	var wg sync.WaitGroup
+	for _, d := range stores {
+		for range 2 { // two callers per store, so group commit batches
+			wg.Go(func() {
+				for range perWriter {
+					_, _, err := docs.Typed[int](d).Update(ctx, "counter", func(v *int, _ docs.Meta) error { *v++; return nil })
+					tally.add(err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return tally
+}
+
+// faultyOver is f as a Store with the capabilities probed on clean, the same
+// server without faults: a probe through the faults would fail and leave
+// nothing to test.
+func faultyOver(t *testing.T, clean *objstore.Store, f *faulty.Backend) *objstore.Store {
+	t.Helper()
+	caps, err := clean.Capabilities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !caps.ConditionalWrites() {
+		t.Fatalf("%s does not enforce conditional writes: %+v", clean, caps)
+	}
+	return objstore.New(f, &objstore.Options{Capabilities: &caps})
+}
+
+// mustSucceed fails the test unless most updates succeeded: a history of
+// errors tests nothing.
+func (c *counterTally) mustSucceed(t *testing.T) {
+	t.Helper()
+	if c.ok < (c.ok+c.ambiguous+c.failed)/2 {
+		t.Fatalf("only %d of %d updates succeeded: the faults leave nothing to check", c.ok, c.ok+c.ambiguous+c.failed)
+	}
+}
+
+func readCounter(t *testing.T, s *objstore.Store) int {
+	t.Helper()
+	v, _, err := docs.Typed[int](docs.New(s, nil)).Load(context.Background(), "counter")
+	if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// A write the client gave up on lands later. Updates must still be applied
+// exactly once (nil) or at most once (ErrAmbiguous), never more.
+func TestCounterUnderLateLanding(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"group-commit", "no-group-commit"} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			t.Run(fmt.Sprintf("%s/seed-%d", mode, seed), func(t *testing.T) {
+				t.Parallel()
+				inner := mem.NewBackend("")
+				f := faulty.New(inner, lateFaults(seed))
+				s := objstore.New(f, nil)
+				var stores []*docs.Store
+				for range 3 {
+					stores = append(stores, docs.New(s, &docs.Options{NoGroupCommit: mode == "no-group-commit", BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}))
+				}
+				tally := runCounter(t, stores, 40)
+				f.Wait() // every late request has landed or failed
+				tally.check(t, readCounter(t, objstore.New(inner, nil)))
+				tally.mustSucceed(t)
+				st := f.Stats()
+				t.Logf("injected: %d late (%d landed), %d lost responses, %d lost requests, %d failures", st.LateApplied, st.LateLanded, st.LostResponses, st.LostRequests, st.Failed)
+			})
+		}
+	}
+}
+
+func TestCounterUnderLateLandingOnMinIO(t *testing.T) {
+	t.Parallel()
+	ep := testenv.S3(t)
+	b, _ := testenv.NewBucket(t, ep)
+	f := faulty.New(b, lateFaults(7))
+	s := faultyOver(t, objstore.New(b, nil), f)
+	stores := []*docs.Store{docs.New(s, nil), docs.New(s, nil), docs.New(s, &docs.Options{NoGroupCommit: true})}
+	tally := runCounter(t, stores, 25)
+	f.Wait()
+	tally.check(t, readCounter(t, objstore.New(b, nil)))
+	tally.mustSucceed(t)
+	st := f.Stats()
+	t.Logf("injected: %d late (%d landed), %d lost responses, %d lost requests, %d failures", st.LateApplied, st.LateLanded, st.LostResponses, st.LostRequests, st.Failed)
+}
