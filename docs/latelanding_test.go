@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/internal/faultproxy"
 	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/faulty"
@@ -151,4 +152,36 @@ func TestCounterUnderLateLandingOnMinIO(t *testing.T) {
 	tally.mustSucceed(t)
 	st := f.Stats()
 	t.Logf("injected: %d late (%d landed), %d lost responses, %d lost requests, %d failures", st.LateApplied, st.LateLanded, st.LostResponses, st.LostRequests, st.Failed)
+}
+
+// proxyFaults are the network's faults at the rates the histories use.
+var proxyFaults = faultproxy.Options{Seed: 11, LostRequestRate: 0.04, LostResponseRate: 0.06, LateRate: 0.12, LateJitter: 15 * time.Millisecond}
+
+// The same counter over real HTTP to MinIO through a proxy that drops the
+// client's connection and forwards some PUTs later, as a load balancer or a
+// slow server does: the faults as a real client sees them (connection resets
+// mapped by the S3 backend), not as an in-process wrapper fakes them.
+func TestCounterThroughNetworkFaultsOnMinIO(t *testing.T) {
+	t.Parallel()
+	ep := testenv.S3(t)
+	b, url := testenv.NewBucket(t, ep)
+	u, _ := objstore.ParseURL(url)
+	proxy, pb := testenv.ThroughFaultProxy(t, ep, u.Host)
+	clean := objstore.New(b, nil)
+	caps, err := clean.Capabilities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetOptions(proxyFaults)
+	s := objstore.New(pb, &objstore.Options{Capabilities: &caps})
+	stores := []*docs.Store{docs.New(s, nil), docs.New(s, nil), docs.New(s, &docs.Options{NoGroupCommit: true})}
+	tally := runCounter(t, stores, 25)
+	proxy.Wait()
+	tally.check(t, readCounter(t, clean))
+	tally.mustSucceed(t)
+	st := proxy.Stats()
+	t.Logf("proxy: %d requests, %d late (%d landed), %d lost responses, %d lost requests", st.Requests, st.Late, st.LateLanded, st.LostResponses, st.LostRequests)
+	if st.LateLanded == 0 {
+		t.Errorf("no late request landed: the test did not exercise the fault")
+	}
 }

@@ -343,3 +343,44 @@ func dump(t *testing.T, ops []porcupine.Operation) {
 		t.Logf("client %d [%d, %d] %s", o.ClientId, o.Call, o.Return, counterModel.DescribeOperation(o.Input, o.Output))
 	}
 }
+
+// The history over real HTTP through the network fault proxy: connections
+// dropped before the server, after it, and with the request forwarded later.
+func TestLinearizableThroughNetworkFaultsOnMinIO(t *testing.T) {
+	t.Parallel()
+	ep := testenv.S3(t)
+	b, url := testenv.NewBucket(t, ep)
+	u, _ := objstore.ParseURL(url)
+	proxy, pb := testenv.ThroughFaultProxy(t, ep, u.Host)
+	clean := objstore.New(b, nil)
+	caps, err := clean.Capabilities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetOptions(proxyFaults)
+	s := objstore.New(pb, &objstore.Options{Capabilities: &caps})
+	var clients []client
+	for i := range 8 {
+		d := docs.New(s, nil)
+		if i%2 == 0 {
+			d = docs.New(s, &docs.Options{NoGroupCommit: true})
+		}
+		clients = append(clients, cairnClient{d})
+	}
+	ops := runHistory(t, clients, 12, 13)
+	proxy.Wait()
+	v, err := cairnClient{docs.New(clean, nil)}.read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v == 0 {
+		t.Fatalf("no update took effect: the history tests nothing")
+	}
+	ops = finalRead(ops, 8, v)
+	if res := check(t, ops); res != porcupine.Ok {
+		dump(t, ops)
+		t.Fatalf("history through the fault proxy is %s", res)
+	}
+	st := proxy.Stats()
+	t.Logf("%d ops, final %d; proxy: %d requests, %d late (%d landed), %d lost responses, %d lost requests", len(ops), v, st.Requests, st.Late, st.LateLanded, st.LostResponses, st.LostRequests)
+}

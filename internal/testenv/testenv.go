@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-s3/cairn/internal/faultproxy"
 	"github.com/cairn-s3/cairn/internal/services"
 	"github.com/cairn-s3/cairn/objstore"
 	s3store "github.com/cairn-s3/cairn/objstore/s3"
@@ -239,4 +240,24 @@ func ArtifactDir(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// ThroughFaultProxy starts a faultproxy in front of ep (with no faults until
+// the test sets them) and returns it with a backend on bucket that sends
+// every request through it. Both are closed at the end of the test.
+func ThroughFaultProxy(t testing.TB, ep S3Endpoint, bucket string) (*faultproxy.Proxy, *s3store.Backend) {
+	t.Helper()
+	p, err := faultproxy.New(ep.URL, faultproxy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := s3store.NewBackend(ctx, s3store.Options{Bucket: bucket, Endpoint: p.URL, Region: "us-east-1", PathStyle: true,
+		AccessKeyID: ep.AccessKey, SecretAccessKey: ep.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, b
 }

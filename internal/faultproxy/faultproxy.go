@@ -1,0 +1,203 @@
+// Package faultproxy is an HTTP proxy for tests that puts the network's write
+// faults between a client and a real server (MinIO, versitygw, …): requests
+// lost before the server, responses lost after the server applied the
+// request, and late-landing requests, where the client's connection is
+// dropped (the client sees a reset, as after a timeout or a proxy's 502/504)
+// and the proxy sends the request on to the server afterwards.
+//
+// Why not a TCP fault proxy such as Shopify's toxiproxy: it works on byte
+// streams, one upstream link per client connection, so it cannot tell a PUT
+// from a GET, and once the client's side is gone it has no whole request to
+// deliver later. A late-landing request needs the request held as a unit past
+// the client's disconnect, which only an HTTP-aware proxy can do. It is small:
+// net/http/httputil's ReverseProxy does the forwarding.
+//
+// The proxy listens on 127.0.0.1 and forwards with the client's Host header,
+// so signed requests (AWS SigV4) stay valid.
+package faultproxy
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"time"
+)
+
+// Fault is what happens to one request.
+type Fault int
+
+// The faults, for mutating requests (PUT, POST, DELETE) only.
+const (
+	None         Fault = iota
+	LostRequest        // the connection is dropped; the server never sees it
+	LostResponse       // the server applies it, then the connection is dropped
+	LateApply          // the connection is dropped, then the server gets it
+)
+
+// Options configure the faults: per-request probabilities for mutating
+// requests, and how late a late request lands.
+type Options struct {
+	Seed                                        uint64
+	LostRequestRate, LostResponseRate, LateRate float64
+	// A late request reaches the server LateDelay plus up to LateJitter after
+	// the client's connection was dropped. Default jitter: 60ms.
+	LateDelay, LateJitter time.Duration
+}
+
+// Stats count what the proxy did.
+type Stats struct {
+	Requests, LostRequests, LostResponses, Late, LateLanded int
+}
+
+// Proxy forwards to one server, injecting faults.
+type Proxy struct {
+	URL string // where clients connect: http://127.0.0.1:port
+
+	target *url.URL
+	rp     *httputil.ReverseProxy
+	srv    *httptest.Server
+
+	mu    sync.Mutex
+	opts  Options
+	rnd   *rand.Rand
+	stats Stats
+	late  sync.WaitGroup
+}
+
+// New starts a proxy in front of target (a base URL such as MinIO's).
+func New(target string, opts Options) (*Proxy, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{target: u}
+	p.SetOptions(opts)
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(u)
+			r.Out.Host = r.In.Host // keep the signed Host header
+		},
+		ErrorLog: nil,
+	}
+	p.srv = httptest.NewUnstartedServer(p)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p.srv.Listener = ln
+	p.srv.Start()
+	p.URL = p.srv.URL
+	return p, nil
+}
+
+// SetOptions replaces the faults (e.g. none during a test's setup).
+func (p *Proxy) SetOptions(o Options) {
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if o.LateJitter <= 0 && o.LateDelay <= 0 {
+		o.LateJitter = 60 * time.Millisecond
+	}
+	p.mu.Lock()
+	p.opts, p.rnd = o, rand.New(rand.NewPCG(o.Seed, o.Seed^0x5851f42d4c957f2d))
+	p.mu.Unlock()
+}
+
+// Stats returns what the proxy did so far.
+func (p *Proxy) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stats
+}
+
+// Wait blocks until every late request has reached the server and been
+// answered.
+func (p *Proxy) Wait() { p.late.Wait() }
+
+// Close waits for late requests and stops the proxy.
+func (p *Proxy) Close() {
+	p.Wait()
+	p.srv.CloseClientConnections()
+	p.srv.Close()
+}
+
+func (p *Proxy) decide(r *http.Request) (Fault, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stats.Requests++
+	if r.Method != http.MethodPut && r.Method != http.MethodPost && r.Method != http.MethodDelete {
+		return None, 0
+	}
+	o, x := p.opts, p.rnd.Float64()
+	switch {
+	case x < o.LostRequestRate:
+		p.stats.LostRequests++
+		return LostRequest, 0
+	case x < o.LostRequestRate+o.LostResponseRate:
+		p.stats.LostResponses++
+		return LostResponse, 0
+	case x < o.LostRequestRate+o.LostResponseRate+o.LateRate:
+		p.stats.Late++
+		d := o.LateDelay
+		if o.LateJitter > 0 {
+			d += time.Duration(p.rnd.Int64N(int64(o.LateJitter) + 1))
+		}
+		return LateApply, d
+	}
+	return None, 0
+}
+
+// drop closes the client's connection without an answer.
+func drop(w http.ResponseWriter) {
+	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		_ = conn.Close()
+	}
+}
+
+// ServeHTTP implements http.Handler.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f, delay := p.decide(r)
+	if f == None {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	// The whole request is read first, as a server would before applying it.
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		drop(w)
+		return
+	}
+	out := r.Clone(context.WithoutCancel(r.Context()))
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.ContentLength = int64(len(body))
+	out.TransferEncoding = nil
+	switch f {
+	case LostRequest:
+		drop(w)
+	case LostResponse:
+		rec := httptest.NewRecorder()
+		p.rp.ServeHTTP(rec, out)
+		drop(w)
+	case LateApply:
+		p.late.Add(1)
+		drop(w)
+		go func() {
+			defer p.late.Done()
+			time.Sleep(delay)
+			rec := httptest.NewRecorder()
+			p.rp.ServeHTTP(rec, out)
+			if rec.Code < 300 {
+				p.mu.Lock()
+				p.stats.LateLanded++
+				p.mu.Unlock()
+			}
+		}()
+	}
+}
