@@ -32,6 +32,27 @@
 //   - Cooperative: writers that bypass the lock are not stopped, and a holder
 //     paused past its TTL can act after losing its locks. Check Held.Done
 //     before acting, and fence what you write.
+//
+// # Late-landing writes
+//
+// A write the client gave up on (a reset, a timeout, a 502/504) may still be
+// applied by the store later. Every write here is a compare-and-swap of a
+// document (package docs), so a late one lands only while the ETag it was
+// conditional on is current, and never once the document has moved on:
+//
+//   - A late step (joining a node's holders or queue) could land after the
+//     request gave up and withdrew. So a withdrawal always writes the node —
+//     creating it if absent — which moves the ETag past every earlier write
+//     of the request; one that cannot be confirmed is retried on every
+//     renewal while the session lives (after that, others prune the
+//     session's entries anyway). A step whose write failed ambiguously is
+//     asked again (it finds its own entry if the first landed) a few times
+//     before the request gives up.
+//   - A late session renewal can only make a session look alive for up to
+//     one more TTL (its owner's deadline counts only confirmed renewals), so
+//     it delays others and never lets two conflicting holders act.
+//   - A late session create whose Acquire failed leaves an unused session
+//     document: no entry names it.
 package treelock
 
 import (
@@ -81,6 +102,10 @@ type entry struct {
 type nodeDoc struct {
 	Holders []entry `json:"holders,omitempty"`
 	Queue   []entry `json:"queue,omitempty"`
+	// Seals counts withdrawals: each one writes the node (creating it if
+	// absent) so that its ETag moves on, and a late-landing write of the
+	// withdrawn request, conditional on an earlier ETag, can never land.
+	Seals int64 `json:"seals,omitempty"`
 }
 
 type sessionDoc struct {
@@ -102,6 +127,10 @@ type Manager struct {
 	stop     chan struct{}
 	stopped  chan struct{}
 	watch    map[string]observation
+	// pending are withdrawals not yet confirmed (node key → request ids):
+	// retried on every renewal while the session lives, so an entry of ours
+	// that a late-landing write put in a node is removed.
+	pending map[string]map[string]bool
 }
 
 type observation struct {
@@ -111,7 +140,7 @@ type observation struct {
 
 // New returns a Manager on s.
 func New(s *objstore.Store, opts *Options) *Manager {
-	m := &Manager{watch: map[string]observation{}}
+	m := &Manager{watch: map[string]observation{}, pending: map[string]map[string]bool{}}
 	if opts != nil {
 		m.opts = *opts
 	}
@@ -193,6 +222,34 @@ func (m *Manager) renew(id string, lost, stop, stopped chan struct{}) {
 				m.deadline = start.Add(m.opts.TTL)
 			}
 			m.mu.Unlock()
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), m.opts.TTL/3)
+		m.retryWithdrawals(ctx)
+		cancel()
+	}
+}
+
+// retryWithdrawals retries the withdrawals not yet confirmed.
+func (m *Manager) retryWithdrawals(ctx context.Context) {
+	m.mu.Lock()
+	var keys []string
+	for k := range m.pending {
+		keys = append(keys, k)
+	}
+	m.mu.Unlock()
+	slices.Sort(keys)
+	for _, key := range keys {
+		m.mu.Lock()
+		var reqs []string
+		for r := range m.pending[key] {
+			reqs = append(reqs, r)
+		}
+		m.mu.Unlock()
+		for _, r := range reqs {
+			if ctx.Err() != nil {
+				return
+			}
+			m.withdrawKey(ctx, key, r)
 		}
 	}
 }
@@ -277,10 +334,18 @@ func (m *Manager) acquire(ctx context.Context, r Request, wait bool) (*Held, err
 	h := &Held{m: m, req: randomID(), steps: steps, lost: lost}
 	me := func(mode pathlock.Mode) entry { return entry{Session: sid, Req: h.req, Mode: mode} }
 	for i, st := range steps {
+		ambiguous := 0
 		for {
 			granted, err := m.step(ctx, st, me(st.Mode), wait)
 			if err == nil && granted {
 				break
+			}
+			// A write of ours to the node may still land: asking again is
+			// safe (the step finds our entry if it landed), and better than
+			// giving up on a transient fault.
+			if err != nil && retryable(err) && ctx.Err() == nil && ambiguous < maxAmbiguous {
+				ambiguous++
+				err = nil
 			}
 			if err == nil && !wait {
 				err = fmt.Errorf("%w: %s is locked", ErrNotAcquired, st.Path)
@@ -363,15 +428,46 @@ func (m *Manager) step(ctx context.Context, st pathlock.Step, me entry, wait boo
 
 var errNoChange = errors.New("no change")
 
+// maxAmbiguous bounds how often one step is retried after a failed write.
+const maxAmbiguous = 8
+
+// retryable: the step's write failed in a way that asking again may fix.
+func retryable(err error) bool {
+	return errors.Is(err, objstore.ErrAmbiguous) || errors.Is(err, docs.ErrContention)
+}
+
 func (m *Manager) withdraw(ctx context.Context, st pathlock.Step, req string) {
-	_, _, _ = m.nodes.Update(ctx, m.nodeKey(st.Path), func(n *nodeDoc, meta docs.Meta) error {
-		if !meta.Exists {
-			return errNoChange
-		}
+	m.withdrawKey(ctx, m.nodeKey(st.Path), req)
+}
+
+// withdrawKey removes req's entries from a node. It always writes the node
+// (creating it if absent): a step of req whose write failed ambiguously may
+// still land, but only on the ETag it was conditional on, and a confirmed
+// withdrawal has moved the ETag past it. An unconfirmed withdrawal is kept
+// and retried on every renewal while the session lives; once the session
+// ends, others prune its entries anyway.
+func (m *Manager) withdrawKey(ctx context.Context, key, req string) {
+	_, _, err := m.nodes.Update(ctx, key, func(n *nodeDoc, meta docs.Meta) error {
 		n.Queue = slices.DeleteFunc(n.Queue, func(e entry) bool { return e.Req == req })
 		n.Holders = slices.DeleteFunc(n.Holders, func(e entry) bool { return e.Req == req })
+		n.Seals++
 		return nil
 	})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err == nil {
+		if p := m.pending[key]; p != nil {
+			delete(p, req)
+			if len(p) == 0 {
+				delete(m.pending, key)
+			}
+		}
+		return
+	}
+	if m.pending[key] == nil {
+		m.pending[key] = map[string]bool{}
+	}
+	m.pending[key][req] = true
 }
 
 func (m *Manager) release(ctx context.Context, req string, steps []pathlock.Step) {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,4 +137,122 @@ func TestRandomLoadInvariant(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// A request that gave up while its writes to a node were landing late leaves
+// no entry behind: its withdrawal moves the node's ETag on (creating the node
+// if absent), so the late write cannot land after it, and a withdrawal that
+// could not be confirmed is retried while the session lives. Before, the
+// withdrawal of an absent node did nothing, the late create landed with our
+// entry, and the node stayed locked for as long as the process lived.
+func TestLateLandingStepLeavesNoEntry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var late atomic.Bool
+	fb := faulty.New(mem.NewBackend(""), &faulty.Options{LateDelay: 150 * time.Millisecond, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+		if late.Load() && op == faulty.OpPut && strings.Contains(key, "/nodes/") {
+			return faulty.LateApply, 0
+		}
+		return faulty.None, 0
+	}})
+	s := objstore.New(fb, nil)
+	const ttl = 600 * time.Millisecond
+	a := treelock.New(s, &treelock.Options{TTL: ttl, Poll: 5 * time.Millisecond})
+	defer a.Close()
+	b := treelock.New(s, &treelock.Options{TTL: ttl, Poll: 5 * time.Millisecond})
+	defer b.Close()
+	r := treelock.Request{Write: []string{"/"}} // X on the one node
+	late.Store(true)
+	actx, cancel := context.WithTimeout(ctx, 40*time.Millisecond)
+	_, err := a.Acquire(actx, r)
+	cancel()
+	late.Store(false)
+	if err == nil {
+		t.Fatal("acquired although every node write was late")
+	}
+	fb.Wait() // every late write has landed or failed its condition
+	// a is alive and renewing: only a clean withdrawal frees the node.
+	wctx, cancel := context.WithTimeout(ctx, 3*ttl)
+	defer cancel()
+	h, err := b.Acquire(wctx, r)
+	if err != nil {
+		t.Fatalf("a request that gave up left its entry in the node (a's session is alive): %v", err)
+	}
+	h.Release(ctx)
+	if st := fb.Stats(); st.LateLanded == 0 {
+		t.Logf("no late write landed (stats %+v)", st)
+	}
+}
+
+// Random load with late-landing, lost requests and lost responses: everyone
+// finishes (no orphan entry blocks a node), and conflicting requests are never
+// held together.
+func TestRandomLoadLateLanding(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fb := faulty.New(mem.NewBackend(""), &faulty.Options{Seed: 15, Jitter: 300 * time.Microsecond,
+		LateApplyRate: 0.05, LostRequestRate: 0.05, LostResponseRate: 0.05, LateJitter: 30 * time.Millisecond})
+	s := objstore.New(fb, nil)
+	paths := []string{"/a", "/a/x", "/b", "/b/x"}
+	var mu sync.Mutex
+	active := map[int]treelock.Request{}
+	var wg sync.WaitGroup
+	var failures atomic.Int64
+	for g := range 4 {
+		wg.Go(func() {
+			m := treelock.New(s, &treelock.Options{TTL: 2 * time.Second, Poll: 2 * time.Millisecond})
+			defer m.Close()
+			rng := rand.New(rand.NewPCG(uint64(g), 15))
+			for i := range 12 {
+				var r treelock.Request
+				p := paths[rng.IntN(len(paths))]
+				if rng.IntN(2) == 0 {
+					r.Write = append(r.Write, p)
+				} else {
+					r.Read = append(r.Read, p)
+				}
+				wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				h, err := m.Acquire(wctx, r)
+				cancel()
+				if err != nil {
+					if wctx.Err() != nil {
+						t.Errorf("acquire %+v: %v (an orphan entry?)", r, err)
+						return
+					}
+					failures.Add(1) // a fault the retries did not absorb: allowed
+					continue
+				}
+				id := g*100 + i
+				mu.Lock()
+				for _, o := range active {
+					if conflict(r, o) {
+						t.Errorf("conflicting requests held together: %+v and %+v", r, o)
+					}
+				}
+				active[id] = r
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				delete(active, id)
+				mu.Unlock()
+				h.Release(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	fb.Wait()
+	// Afterwards every path is free again for a fresh session.
+	fb.SetOptions(faulty.Options{})
+	m := treelock.New(s, &treelock.Options{TTL: 2 * time.Second, Poll: 2 * time.Millisecond})
+	defer m.Close()
+	for _, p := range paths {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		h, err := m.Acquire(wctx, treelock.Request{Write: []string{p}})
+		cancel()
+		if err != nil {
+			t.Fatalf("%s still locked after every request finished: %v", p, err)
+		}
+		h.Release(ctx)
+	}
+	t.Logf("faults %+v, acquisitions failed by faults: %d", fb.Stats(), failures.Load())
 }
