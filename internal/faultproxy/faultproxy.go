@@ -62,7 +62,7 @@ type Proxy struct {
 
 	target *url.URL
 	rp     *httputil.ReverseProxy
-	srv    *httptest.Server
+	srv    *http.Server
 
 	mu    sync.Mutex
 	opts  Options
@@ -86,14 +86,13 @@ func New(target string, opts Options) (*Proxy, error) {
 		},
 		ErrorLog: nil,
 	}
-	p.srv = httptest.NewUnstartedServer(p)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p.srv.Listener = ln
-	p.srv.Start()
-	p.URL = p.srv.URL
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	p.URL = "http://" + ln.Addr().String()
+	go func() { _ = p.srv.Serve(ln) }()
 	return p, nil
 }
 
@@ -119,13 +118,19 @@ func (p *Proxy) Stats() Stats {
 
 // Wait blocks until every late request has reached the server and been
 // answered.
-func (p *Proxy) Wait() { p.late.Wait() }
+func (p *Proxy) Wait() {
+	// The client learns of a late request only through a dropped connection,
+	// which orders nothing for the race detector: taking mu orders this Wait
+	// after the Add made under it.
+	p.mu.Lock()
+	p.mu.Unlock() //nolint:staticcheck // an empty critical section, on purpose
+	p.late.Wait()
+}
 
 // Close waits for late requests and stops the proxy.
 func (p *Proxy) Close() {
 	p.Wait()
-	p.srv.CloseClientConnections()
-	p.srv.Close()
+	_ = p.srv.Close()
 }
 
 func (p *Proxy) decide(r *http.Request) (Fault, time.Duration) {
@@ -145,6 +150,7 @@ func (p *Proxy) decide(r *http.Request) (Fault, time.Duration) {
 		return LostResponse, 0
 	case x < o.LostRequestRate+o.LostResponseRate+o.LateRate:
 		p.stats.Late++
+		p.late.Add(1) // under mu, so a Wait that follows sees it (see Wait)
 		d := o.LateDelay
 		if o.LateJitter > 0 {
 			d += time.Duration(p.rnd.Int64N(int64(o.LateJitter) + 1))
@@ -174,10 +180,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		drop(w)
 		return
 	}
-	out := r.Clone(context.WithoutCancel(r.Context()))
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.ContentLength = int64(len(body))
-	out.TransferEncoding = nil
+	// A request of its own, sharing nothing with r, which the server reuses
+	// once this handler returns.
+	out, err := http.NewRequestWithContext(context.Background(), r.Method, r.URL.String(), bytes.NewReader(body))
+	if err != nil {
+		drop(w)
+		return
+	}
+	out.Header = r.Header.Clone()
+	out.Host, out.RemoteAddr, out.RequestURI = r.Host, r.RemoteAddr, r.RequestURI
 	switch f {
 	case LostRequest:
 		drop(w)
@@ -186,7 +197,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(rec, out)
 		drop(w)
 	case LateApply:
-		p.late.Add(1)
 		drop(w)
 		go func() {
 			defer p.late.Done()
