@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cairn-s3/cairn/objstore"
 )
@@ -64,6 +65,7 @@ func (l *Ledger) compact(ctx context.Context, s int) error {
 	}
 	key := fmt.Sprintf("shards/%s/base-%012d-%s.json", shardName(s), h0.Seq, nonce())
 	if _, err := l.s.PutBytes(ctx, key, data, &objstore.PutOptions{If: objstore.IfAbsent(), ContentType: "application/json"}); err != nil {
+		l.addUnsure(s, key) // may land later: an unused base, deleted by the next swap
 		return err
 	}
 	l.mu.Lock()
@@ -80,9 +82,21 @@ func (l *Ledger) compact(ctx context.Context, s int) error {
 			gone[t.Key] = true
 		}
 	}
+	unsure := l.takeUnsure(s)
+	var unused []string
 	_, err = l.update(ctx, s, func(h *head, now int64) error {
 		if h.Base != h0.Base {
 			return errCompacted
+		}
+		// Bases of this process's earlier compactions of the shard whose swap
+		// was not confirmed: one that the head does not name now never will
+		// (a late swap lands only on the ETag it read, and this write moves
+		// the head past it); one it names is in the trash once this swap lands.
+		unused = unused[:0]
+		for _, k := range unsure {
+			if k != h.Base && !slices.Contains(trashKeys(h.Trash), k) {
+				unused = append(unused, k)
+			}
 		}
 		for rid, w0 := range h0.Rows {
 			if w, ok := h.Rows[rid]; ok && w.Ch == w0.Ch {
@@ -102,13 +116,45 @@ func (l *Ledger) compact(ctx context.Context, s int) error {
 		return nil
 	})
 	if err != nil {
-		// Not swapped in (or unknown): delete the new base only when the head
-		// provably does not use it.
-		if cur, verr := l.view(context.WithoutCancel(ctx), s); verr == nil && cur.Base != key {
+		// Not swapped in. Only when the head had moved on (another compaction
+		// won) can no write of this swap land any more; after any other
+		// failure a write of it may still land later, so the new base stays
+		// until the next swap of the shard settles it.
+		l.addUnsure(s, unsure...)
+		if !errors.Is(err, errCompacted) {
+			l.addUnsure(s, key)
+			return err
+		}
+		if cur, verr := l.view(context.WithoutCancel(ctx), s); verr == nil && cur.Base != key && !slices.Contains(trashKeys(cur.Trash), key) {
 			_ = l.s.Delete(context.WithoutCancel(ctx), key, objstore.Condition{})
 			l.forget(key)
 		}
 		return err
 	}
+	for _, k := range unused {
+		if err := l.s.Delete(ctx, k, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			l.addUnsure(s, k) // try again next time
+			continue
+		}
+		l.forget(k)
+	}
 	return nil
+}
+
+func (l *Ledger) addUnsure(s int, keys ...string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, k := range keys {
+		if !slices.Contains(l.unsure[s], k) {
+			l.unsure[s] = append(l.unsure[s], k)
+		}
+	}
+}
+
+func (l *Ledger) takeUnsure(s int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.unsure[s]
+	delete(l.unsure, s)
+	return out
 }

@@ -94,4 +94,24 @@
 //     (it names the check that failed).
 //   - List, Counts, Replay and Purge read every shard (one GET each, bases from
 //     cache): fine for operations, not for a hot path.
+//
+// # Late-landing writes
+//
+// A write the client gave up on (a reset, a timeout, a 502/504) may be applied
+// by the store later. Heads, the index and the descriptor are documents
+// (package docs): a late write of one lands only while the ETag it was
+// conditional on is current, so it can never undo a newer state; a marked
+// shard's entry is raised only by a write conditional on the state that still
+// held the mark. What a late write can still do here:
+//
+//   - A compaction's swap of its new base into the head, after the compaction
+//     gave up: so a base whose swap failed is deleted at once only when the
+//     head had provably moved on (another compaction won); after any other
+//     failure it stays, and the same process's next swap of the shard deletes
+//     it if the head does not name it then (after that swap no earlier one can
+//     land). A process that stops first leaves it behind: storage, not harm.
+//   - A new base's if-absent put, after the compaction gave up: an unused
+//     base (storage only, deleted on a best-effort basis as above).
+//   - A delete of a replaced base past its grace: bases are immutable and
+//     never named again once replaced, so it is harmless whenever it lands.
 package objledger

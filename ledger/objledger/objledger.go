@@ -94,7 +94,11 @@ type Ledger struct {
 	heads      []cachedHead
 	bases      map[string]*segment
 	compacting []bool
-	swept      time.Time
+	// unsure are, per shard, new bases whose put or swap failed ambiguously:
+	// a late swap may still name them. The next swap of the shard by this
+	// process settles them (see compact).
+	unsure map[int][]string
+	swept  time.Time
 }
 
 // cachedHead is a decoded head and the hash of the bytes it was decoded from.
@@ -177,6 +181,7 @@ func New(ctx context.Context, s *objstore.Store, opts *ledger.Options, cfg *Conf
 	l.shards = m.Shards
 	l.heads = make([]cachedHead, l.shards)
 	l.compacting = make([]bool, l.shards)
+	l.unsure = map[int][]string{}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	return l, nil
 }
