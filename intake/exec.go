@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -29,6 +30,13 @@ const ExitRetry = 75
 // An audit's resubmission has an empty CAIRN_SEQUENCER and a CAIRN_EVENT_NAME
 // beginning "cairn:Audit:" (event.AuditPrefix): S3 never numbered that change,
 // so a handler must not deduplicate it by (key, sequencer).
+//
+// Whatever the command leaves running in its process group when it exits
+// (backgrounded work) is killed too: when Handle returns, nothing of the run
+// is left. On Linux a handler does not outlive the process that started it
+// (see "Exec handlers and the daemon's death" in the package doc): set
+// StateDir (and Watchdog in a program whose main calls WatchdogMain), call
+// Reap before claiming work, and Close at the end.
 type ExecHandler struct {
 	// Argv is the command and its arguments (no shell).
 	Argv []string
@@ -36,6 +44,22 @@ type ExecHandler struct {
 	Dir string
 	// Env is added to the environment.
 	Env []string
+	// StateDir (Linux) is where running handlers are recorded (process group,
+	// start time, a CAIRN_HANDLER_RUN marker in their environment), so that
+	// Reap, in the next process using the directory, kills what a process that
+	// died (even by kill -9) left running. One directory per machine serves any
+	// number of processes; "" records nothing.
+	StateDir string
+	// Watchdog (Linux, with StateDir) is an executable whose main calls
+	// WatchdogMain first (os.Executable() in cairn). One is started per
+	// ExecHandler; when this process exits, however it exits, it kills this
+	// process's running handlers at once, without waiting for a restart.
+	Watchdog string
+
+	mu       sync.Mutex
+	prepared bool // reaped and watchdog started
+	reaped   int
+	watchdog *watchdog
 }
 
 // Shell returns an ExecHandler that runs command with /bin/sh -c, so the
@@ -44,10 +68,49 @@ func Shell(command string) *ExecHandler {
 	return &ExecHandler{Argv: []string{"/bin/sh", "-c", command}}
 }
 
+// Reap kills, and waits until they are gone, the handler processes recorded
+// in StateDir by processes that are no longer running (a daemon killed with
+// kill -9 and, if its watchdog died too, what the watchdog would have
+// killed), and starts the Watchdog. It returns how many processes it killed.
+// Handle calls it before its first command if it was not called; call it
+// before claiming work, so that no claim starts beside the previous holder's
+// orphan. It fails, and so does Handle (a retry), if an orphan cannot be
+// killed before ctx is done or the watchdog cannot start.
+func (h *ExecHandler) Reap(ctx context.Context) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.prepared {
+		return h.reaped, nil
+	}
+	n, err := reapDead(ctx, h.StateDir)
+	if err != nil {
+		return n, err
+	}
+	h.reaped += n
+	if h.watchdog, err = startWatchdog(h.Watchdog, h.StateDir); err != nil {
+		return h.reaped, err
+	}
+	h.prepared = true
+	return h.reaped, nil
+}
+
+// Close stops the watchdog, which first kills any handler still running.
+// Call it once no Handle runs.
+func (h *ExecHandler) Close() error {
+	h.mu.Lock()
+	wd := h.watchdog
+	h.watchdog = nil
+	h.mu.Unlock()
+	return wd.close()
+}
+
 // Handle runs the command for w.
 func (h *ExecHandler) Handle(ctx context.Context, w Work) (string, error) {
 	if len(h.Argv) == 0 {
 		return "", Permanent(errors.New("intake: exec handler without a command"))
+	}
+	if _, err := h.Reap(ctx); err != nil {
+		return "", err
 	}
 	in, err := json.Marshal(w.Payload())
 	if err != nil {
@@ -65,9 +128,20 @@ func (h *ExecHandler) Handle(ctx context.Context, w Work) (string, error) {
 	stdout := &capped{n: 4096}
 	stderr := &capped{n: 4096}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	run, marker, err := track(h.StateDir)
+	if err != nil {
+		return "", err
+	}
+	cmd.Env = append(cmd.Env, marker...)
 	processGroup(cmd)
 	cmd.WaitDelay = 5 * time.Second
-	err = cmd.Run()
+	if err = startTied(cmd); err == nil {
+		run.started(cmd.Process.Pid)
+		err = cmd.Wait()
+		run.finish(cmd.Process.Pid)
+	} else {
+		run.finish(0)
+	}
 	if err == nil {
 		return stdout.String(), nil
 	}

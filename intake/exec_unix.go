@@ -13,3 +13,9 @@ func processGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 }
+
+// killGroup kills what is left of the process group pgid once its leader has
+// exited (backgrounded work, grandchildren) and reports whether anything was.
+func killGroup(pgid int) bool {
+	return pgid > 0 && syscall.Kill(-pgid, syscall.SIGKILL) == nil
+}

@@ -9,10 +9,12 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/cairn-s3/cairn/intake"
 	"github.com/cairn-s3/cairn/internal/cli"
 )
 
 func main() {
+	intake.WatchdogMain() // serves as the exec handlers' watchdog when started as one
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := cli.Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

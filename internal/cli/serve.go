@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -50,6 +52,7 @@ type serveFlags struct {
 	auditGrace   time.Duration
 	retention    time.Duration
 	operator     string
+	handlerState string
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
@@ -74,6 +77,7 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.auditEvery, "audit-every", 0, "audit the --store bucket against the ledger this often and resubmit what events never announced (0: never)")
 	fs.DurationVar(&f.auditGrace, "audit-grace", 15*time.Minute, "the audit skips objects modified more recently")
 	fs.StringVar(&f.operator, "operator-token", "", "token the status page's actions (Replay) and POST /api/v1/replay require; none: read-only")
+	fs.StringVar(&f.handlerState, "handler-state", "", "directory where running exec handlers are recorded, so that a restart kills what a killed daemon left running (default: beside a SQLite or file:// ledger, else $XDG_STATE_HOME/cairn/handlers)")
 	fs.DurationVar(&f.retention, "retention", 30*24*time.Hour, "purge processed records older than this, hourly (0: never); the audit's horizon")
 }
 
@@ -111,7 +115,11 @@ Also served: GET /healthz, GET /readyz (ledger reachable), GET /metrics.`,
 			case f.handlerExec != "" && f.handlerHTTP != "":
 				return usagef("give one of --handler-exec and --handler-http")
 			case f.handlerExec != "":
-				h = intake.Shell(f.handlerExec)
+				x := intake.Shell(f.handlerExec)
+				if bin, err := os.Executable(); err == nil && intake.WatchdogServed() {
+					x.Watchdog = bin // kills the handlers the moment cairn dies
+				}
+				h = x
 			case f.handlerHTTP != "":
 				u, err := url.Parse(f.handlerHTTP)
 				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -181,6 +189,12 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		return err
 	}
 	defer led.Close()
+	if x, ok := h.(*intake.ExecHandler); ok {
+		if err := reapHandlers(ctx, log, f, x); err != nil {
+			return err
+		}
+		defer x.Close()
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p, err := intake.New(intake.Options{Ledger: led, Handler: h, Concurrency: f.concurrency, Lease: f.lease, Timeout: f.timeout,
@@ -226,6 +240,61 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	}
 	log.Info("cairn serve stopped")
 	return err
+}
+
+// reapHandlers records x's runs in the handler state directory and, before
+// anything is claimed, kills and waits out whatever a previous daemon on this
+// machine left running there (killed with kill -9, its watchdog too), so that
+// no claim starts beside its previous holder's orphaned handler.
+func reapHandlers(ctx context.Context, log *slog.Logger, f serveFlags, x *intake.ExecHandler) error {
+	if x.StateDir == "" {
+		x.StateDir = f.handlerState
+	}
+	if x.StateDir == "" {
+		x.StateDir = defaultHandlerState(f.ledgerURL)
+	}
+	if err := os.MkdirAll(x.StateDir, 0o700); err != nil {
+		return fmt.Errorf("--handler-state: %w", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	n, err := x.Reap(rctx)
+	if err != nil {
+		return fmt.Errorf("refusing to claim work: %w", err)
+	}
+	if n > 0 {
+		log.Warn("killed exec handler processes a dead daemon left running", "processes", n, "state", x.StateDir)
+	}
+	return nil
+}
+
+// defaultHandlerState is the handler state directory: beside a local ledger
+// (SQLite, file://), else under $XDG_STATE_HOME (or ~/.local/state).
+func defaultHandlerState(ledgerURL string) string {
+	if ledgerURL == "" {
+		ledgerURL = ledger.DefaultURL
+	}
+	scheme, rest, ok := strings.Cut(ledgerURL, "://")
+	switch {
+	case !ok:
+		rest = ledgerURL
+	case scheme == "sqlite" || scheme == "file":
+		rest, _, _ = strings.Cut(rest, "?")
+	default:
+		rest = ""
+	}
+	if rest != "" {
+		if abs, err := filepath.Abs(filepath.FromSlash(rest)); err == nil {
+			return filepath.Clean(abs) + ".handlers"
+		}
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "cairn", "handlers")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "cairn", "handlers")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("cairn-%d", os.Getuid()), "handlers")
 }
 
 // auditLoop audits every interval until ctx is done.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -370,4 +371,222 @@ func TestServeAuditEvery(t *testing.T) {
 	e.serve(t)
 	writeWorkload(t, e.store, 3)
 	waitMatch(t, e.store, e.effects, 60*time.Second)
+}
+
+// overlapScript is an exec handler that proves a key's handlers never
+// overlap. Token 1 holds the key for $HOLD seconds in a grandchild (sleep,
+// waited for) and in backgrounded work that outlives the script; every run
+// first checks that no process of an earlier token is still alive (a zombie
+// runs nothing) and logs "overlap" if one is.
+const overlapScript = `#!/bin/sh
+tok=$CAIRN_FENCING_TOKEN
+while read -r kind t pid; do
+  case $kind in start|child) ;; *) continue ;; esac
+  [ "$t" -lt "$tok" ] || continue
+  if [ -r "/proc/$pid/stat" ] && [ "$(cut -d' ' -f3 "/proc/$pid/stat")" != Z ]; then
+    echo "overlap $tok $pid" >> "$MARKS"
+  fi
+done < "$MARKS"
+echo "start $tok $$" >> "$MARKS"
+if [ "$tok" = 1 ]; then
+  (sleep "$HOLD"; echo "late $tok 0" >> "$MARKS") &
+  echo "child $tok $!" >> "$MARKS"
+  sleep "$HOLD" &
+  echo "child $tok $!" >> "$MARKS"
+  wait $!
+fi
+echo "end $tok $$" >> "$MARKS"
+`
+
+// TestServeKilledHandlerDies: kill -9 of cairn serve during a slow exec
+// handler takes the handler's whole process group with it (grandchildren and
+// backgrounded work included), so when the restarted daemon claims the key
+// again (token 2) nothing of token 1 is running. With the watchdog also
+// killed, the restarted daemon's start-up reap is what guarantees it.
+func TestServeKilledHandlerDies(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs Linux /proc")
+	}
+	for _, tc := range []struct {
+		name         string
+		killWatchdog bool
+	}{{"watchdog", false}, {"startup-reap", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			for i := range overlapIterations {
+				testServeKilledHandlerDies(t, i, tc.killWatchdog)
+			}
+		})
+	}
+}
+
+const overlapIterations = 3
+
+func testServeKilledHandlerDies(t *testing.T, iter int, killWatchdog bool) {
+	dir := t.TempDir()
+	marks := filepath.Join(dir, "marks")
+	if err := os.WriteFile(marks, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "handler.sh")
+	if err := os.WriteFile(script, []byte(overlapScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	port, err := services.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--ledger", filepath.Join(dir, "ledger.db"), "--handler-exec", script, "--lease", "1s", "--concurrency", "2"}
+	env := []string{"MARKS=" + marks, "HOLD=4"}
+	p := startServe(t, port, env, args...)
+	body := fmt.Sprintf(`{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","eventName":"ObjectCreated:Put","eventTime":"2025-01-01T00:00:00Z",`+
+		`"s3":{"bucket":{"name":"b"},"object":{"key":"k%d","size":1,"eTag":"e1","sequencer":"0A"}}}]}`, iter)
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/events", port), "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("webhook: %s", resp.Status)
+	}
+	waitMarks(t, marks, func(m []mark) bool { return countMarks(m, "child", 1) == 2 })
+	var victims []int
+	if killWatchdog {
+		victims = childrenNamed(p.cmd.Process.Pid, "cairn-exec-watchdog")
+	}
+	if killWatchdog && len(victims) != 1 {
+		t.Fatalf("iteration %d: want cairn serve's one watchdog, found %v", iter, victims)
+	}
+	p.kill()
+	for _, pid := range victims {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	var tok1 []int
+	for _, k := range readMarks(t, marks) {
+		if k.tok == 1 && k.pid > 0 {
+			tok1 = append(tok1, k.pid)
+		}
+	}
+	if killWatchdog {
+		// Only the leader dies with the daemon (parent-death signal): the
+		// grandchildren are left for the restarted daemon's reap.
+		time.Sleep(200 * time.Millisecond)
+		if !slices.ContainsFunc(tok1, alive) {
+			t.Fatalf("iteration %d: nothing of token 1 outlived daemon and watchdog: the reap is not tested", iter)
+		}
+	} else {
+		// The watchdog kills the whole group at once, restart or not.
+		deadline := time.Now().Add(5 * time.Second)
+		for slices.ContainsFunc(tok1, alive) {
+			if time.Now().After(deadline) {
+				t.Fatalf("iteration %d: token 1's processes %v outlived the daemon by 5s", iter, tok1)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	startServe(t, port, env, args...)
+	waitMarks(t, marks, func(m []mark) bool { return countMarks(m, "end", 2) == 1 })
+	time.Sleep(4500 * time.Millisecond) // token 1's work would have ended by now
+	for _, k := range readMarks(t, marks) {
+		switch {
+		case k.kind == "overlap":
+			t.Errorf("iteration %d: token %d started while pid %d of an earlier token was alive", iter, k.tok, k.pid)
+		case k.tok == 1 && (k.kind == "end" || k.kind == "late"):
+			t.Errorf("iteration %d: token 1's handler outlived the killed daemon (%s)", iter, k.kind)
+		case k.tok == 1 && alive(k.pid):
+			t.Errorf("iteration %d: pid %d of token 1 (%s) still alive", iter, k.pid, k.kind)
+		}
+	}
+	if t.Failed() {
+		data, _ := os.ReadFile(marks)
+		t.Fatalf("marks:\n%s", data)
+	}
+}
+
+type mark struct {
+	kind     string
+	tok, pid int
+}
+
+func readMarks(t *testing.T, path string) []mark {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms []mark
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var k mark
+		if _, err := fmt.Sscan(line, &k.kind, &k.tok, &k.pid); err == nil {
+			ms = append(ms, k)
+		}
+	}
+	return ms
+}
+
+func countMarks(ms []mark, kind string, tok int) int {
+	n := 0
+	for _, k := range ms {
+		if k.kind == kind && k.tok == tok {
+			n++
+		}
+	}
+	return n
+}
+
+func waitMarks(t *testing.T, path string, ok func([]mark) bool) []mark {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		m := readMarks(t, path)
+		if ok(m) {
+			return m
+		}
+		if time.Now().After(deadline) {
+			data, _ := os.ReadFile(path)
+			t.Fatalf("handler marks not reached in 30s:\n%s", data)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || !strings.HasPrefix(s[i+1:], " Z")
+}
+
+// childrenNamed lists the children of ppid whose argv[0] is name.
+func childrenNamed(ppid int, name string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		i := strings.LastIndexByte(s, ')')
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 || f[1] != strconv.Itoa(ppid) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if arg0, _, _ := strings.Cut(string(cmdline), "\x00"); arg0 == name {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
