@@ -18,21 +18,30 @@
 // and then walks the ledger's records under the same prefix to find objects
 // that are gone without a removal event.
 //
-// Missing, changed and gone objects are resubmitted as events without a
-// sequencer (source "audit", format "audit"), stamped with the state the audit
-// saw and when. The ledger never lets such an event override a newer
-// sequenced one (see ledger.Decide): a real event arriving later for the same
-// state is a duplicate, and an audit resubmission older than an event already
-// accepted is stale.
+// Missing, changed and gone objects (and failed and dead ones, when asked)
+// are resubmitted as events without a sequencer (source "audit", format
+// "audit"), stamped with the state the audit saw and when (the object's
+// Last-Modified), and named for the reason: "cairn:Audit:Missing",
+// "cairn:Audit:Changed", "cairn:Audit:Failed", "cairn:Audit:Dead" (Kind
+// created) and "cairn:Audit:Gone" (Kind removed) — see event.AuditPrefix. The
+// ledger record keeps that name and source, and a handler sees an empty
+// sequencer (CAIRN_SEQUENCER) for such work: S3 never numbered the change, and
+// the sequencer the ledger keeps for ordering the key is an earlier event's. A
+// handler that deduplicates by (key, sequencer) must not drop these.
+//
+// The ledger never lets such an event override a newer sequenced one (see
+// ledger.Decide): a real event arriving later for the same state is a
+// duplicate, and an audit resubmission older than an event already accepted
+// is stale.
 //
 // # The grace period
 //
 // Seed 001 used 12 hours because S3 can deliver an event hours late; a
 // shorter grace resubmits objects whose events are merely slow, which costs a
 // duplicate handler run at worst (the ledger deduplicates the late event by
-// state). 15 minutes is the default; use hours where notifications go through
+// state). DefaultGrace (15 minutes) is the CLI's default; use hours where notifications go through
 // queues that can back up (SQS with a stopped consumer), minutes where they do
-// not.
+// not. A grace of 0 judges every object however young.
 package audit
 
 import (
@@ -65,6 +74,18 @@ const (
 	TooOld   = "too_old"
 )
 
+// DefaultGrace is the grace period Options.Grace < 0 asks for.
+const DefaultGrace = 15 * time.Minute
+
+// EventName is the name of an audit's resubmission for a finding of class
+// (Missing, Changed, Failed, Dead or Gone): "cairn:Audit:Missing" and so on.
+func EventName(class string) string {
+	if class == "" {
+		return event.AuditPrefix + "Resubmitted"
+	}
+	return event.AuditPrefix + strings.ToUpper(class[:1]) + class[1:]
+}
+
 // Options configure an audit.
 type Options struct {
 	Store  *objstore.Store // required: the bucket (or a prefix of it)
@@ -73,12 +94,14 @@ type Options struct {
 	Bucket string
 	// Prefixes to audit; default: everything.
 	Prefixes []string
-	// Grace skips objects modified more recently. Default 15m.
+	// Grace skips objects modified more recently (their events may still be
+	// on their way). 0 skips none; negative: DefaultGrace (15m).
 	Grace time.Duration
 	// Horizon: missing objects older than this are skipped (the ledger's
 	// retention: their records may have been purged). Default 30 days; <0: none.
 	Horizon time.Duration
-	// DryRun reports without resubmitting.
+	// DryRun reports without resubmitting; the report's Resubmitted is what
+	// a real run would have resubmitted.
 	DryRun bool
 	// Resubmit also failed and dead records (an explicit request).
 	ResubmitFailed bool
@@ -112,7 +135,7 @@ type Report struct {
 	Bucket      string         `json:"bucket"`
 	Listed      int64          `json:"listed"`
 	Counts      map[string]int `json:"counts"`
-	Resubmitted int            `json:"resubmitted"`
+	Resubmitted int            `json:"resubmitted"`         // with DryRun: would have been
 	Decisions   map[string]int `json:"decisions,omitempty"` // the ledger's answers to the resubmissions
 	Findings    []Finding      `json:"findings,omitempty"`
 	DryRun      bool           `json:"dry_run,omitempty"`
@@ -132,8 +155,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Store == nil || o.Ledger == nil || o.Bucket == "" {
 		return nil, errors.New("audit: Store, Ledger and Bucket are required")
 	}
-	if o.Grace == 0 {
-		o.Grace = 15 * time.Minute
+	if o.Grace < 0 {
+		o.Grace = DefaultGrace
 	}
 	if o.Horizon == 0 {
 		o.Horizon = 30 * 24 * time.Hour
@@ -422,7 +445,7 @@ func (a *auditor) judgeWith(ctx context.Context, page []objstore.Info, recs map[
 		}
 		if f.Class == Missing || f.Class == Changed || (a.o.ResubmitFailed && (f.Class == Failed || f.Class == Dead)) {
 			resubmit = append(resubmit, event.Event{Bucket: a.o.Bucket, Key: info.Key, ETag: info.ETag, Size: info.Size,
-				VersionID: info.VersionID, Kind: event.Created, Name: "ObjectCreated:Audit", Time: info.LastModified, Format: event.FormatAudit})
+				VersionID: info.VersionID, Kind: event.Created, Name: EventName(f.Class), Time: info.LastModified, Format: event.FormatAudit})
 		}
 		if f.Class != Current {
 			findings = append(findings, f)
@@ -449,9 +472,7 @@ func (a *auditor) record(ctx context.Context, listed int64, resubmit []event.Eve
 			a.rep.Findings = append(a.rep.Findings, f)
 		}
 	}
-	if !a.o.DryRun {
-		a.rep.Resubmitted += len(resubmit)
-	}
+	a.rep.Resubmitted += len(resubmit)
 	for _, d := range ds {
 		a.rep.Decisions[string(d.Outcome)]++
 	}
@@ -537,7 +558,7 @@ func (a *auditor) confirmGone(ctx context.Context, cs []ledger.Claim) error {
 		}
 		findings = append(findings, Finding{Key: c.Key, Class: Gone, LedgerETag: c.ETag, Status: string(c.Status)})
 		resubmit = append(resubmit, event.Event{Bucket: a.o.Bucket, Key: c.Key, VersionID: c.VersionID, Kind: event.Removed,
-			Name: "ObjectRemoved:Audit", Time: listedAt, Format: event.FormatAudit})
+			Name: EventName(Gone), Time: listedAt, Format: event.FormatAudit})
 	}
 	return a.record(ctx, 0, resubmit, findings)
 }

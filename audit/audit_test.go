@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"database/sql"
 	"encoding/csv"
 	"errors"
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +19,8 @@ import (
 	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/internal/testmain"
 	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/objledger"
+	"github.com/cairn-s3/cairn/ledger/postgres"
 	"github.com/cairn-s3/cairn/ledger/sqlite"
 	"github.com/cairn-s3/cairn/objstore"
 	fsstore "github.com/cairn-s3/cairn/objstore/fs"
@@ -103,7 +107,7 @@ func TestAudit(t *testing.T) {
 				}
 				want[evs[i].Key] = ""
 			}
-			base := audit.Options{Store: s, Ledger: l, Bucket: "bkt"}
+			base := audit.Options{Store: s, Ledger: l, Bucket: "bkt", Grace: -1} // -1: the default grace
 			run := func(mod func(*audit.Options)) *audit.Report {
 				o := base
 				mod(&o)
@@ -120,10 +124,14 @@ func TestAudit(t *testing.T) {
 			if rep.Resubmitted != 0 || rep.Counts[audit.Missing]+rep.Counts[audit.Changed]+rep.Counts[audit.Gone] != 0 {
 				t.Fatalf("young objects judged: %+v", rep.Counts)
 			}
-			// An hour later, dry run: exactly the lost ones, nothing recorded.
+			// An hour later, dry run: exactly the lost ones, nothing recorded; it
+			// counts what the real run below resubmits.
 			rep = run(func(o *audit.Options) { o.Now, o.DryRun = later, true })
-			if rep.Counts[audit.Missing] != 5 || rep.Counts[audit.Changed] != 3 || rep.Counts[audit.Gone] != 2 || rep.Resubmitted != 0 || rep.Listed != 43 {
-				t.Fatalf("dry run: %+v (listed %d)", rep.Counts, rep.Listed)
+			if rep.Counts[audit.Missing] != 5 || rep.Counts[audit.Changed] != 3 || rep.Counts[audit.Gone] != 2 || rep.Resubmitted != 10 || rep.Listed != 43 {
+				t.Fatalf("dry run: %+v (listed %d, would resubmit %d, want 10)", rep.Counts, rep.Listed, rep.Resubmitted)
+			}
+			if len(rep.Decisions) != 0 {
+				t.Fatalf("dry run has ledger decisions: %v", rep.Decisions)
 			}
 			if c, _ := l.Counts(ctx); c[ledger.Pending] != 0 {
 				t.Fatalf("a dry run recorded work: %v", c)
@@ -152,6 +160,19 @@ func TestAudit(t *testing.T) {
 					t.Errorf("%s: deleted, resubmitted as %s", k, c.Kind)
 				case etag != "" && (c.ETag != etag || c.Kind != event.Created):
 					t.Errorf("%s: resubmitted %s %s, want created %s", k, c.Kind, c.ETag, etag)
+				}
+				// What the handler sees: no sequencer (the record's belongs to
+				// the earlier event), the reason in the name.
+				wantName := "cairn:Audit:Missing"
+				switch {
+				case etag == "":
+					wantName = "cairn:Audit:Gone"
+				case !strings.HasPrefix(k, "d9/"):
+					wantName = "cairn:Audit:Changed"
+				}
+				if ev := c.Event(); ev.Sequencer != "" || ev.Name != wantName || c.Source != "audit" || ev.Format != event.FormatAudit {
+					t.Errorf("%s: handler sees sequencer %q, name %q, format %q, source %q; want none, %s, audit, audit",
+						k, ev.Sequencer, ev.Name, ev.Format, c.Source, wantName)
 				}
 			}
 			// Reconciled: a second audit finds nothing.
@@ -227,6 +248,178 @@ func TestInventory(t *testing.T) {
 		}
 		if !errors.Is(err, audit.ErrInventory) {
 			t.Errorf("%s: %v, want ErrInventory", name, err)
+		}
+	}
+}
+
+func execSQL(ctx context.Context, url, q string) error {
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, q)
+	return err
+}
+
+// ledgers opens a fresh ledger of each backend.
+var ledgers = map[string]func(t *testing.T) ledger.Ledger{
+	"sqlite": func(t *testing.T) ledger.Ledger {
+		l, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "l.db"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	},
+	"postgres": func(t *testing.T) ledger.Ledger {
+		l, err := postgres.Open(context.Background(), testenv.PostgresSchema(t, execSQL), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	},
+	"objstore": func(t *testing.T) ledger.Ledger {
+		l, err := objledger.New(context.Background(), mem.New(), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	},
+}
+
+// TestResubmissionRecord: on every ledger backend, an audit resubmission of
+// a change whose event was lost reaches the handler without the earlier
+// event's sequencer and with its own name, the record keeps what was
+// accepted and why, the ledger still orders the key by the real sequencers,
+// and a late real event of the same state is a duplicate. A dead record of an
+// unchanged object runs again when the audit is asked to resubmit it.
+func TestResubmissionRecord(t *testing.T) {
+	for name, open := range ledgers {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			l := open(t)
+			s := mem.New()
+			past := time.Now().Add(-time.Hour).UTC()
+			changed, err := s.PutBytes(ctx, "k", []byte("written without its event"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dead, err := s.PutBytes(ctx, "dead", []byte("dead"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			missing, err := s.PutBytes(ctx, "missing", []byte("lost"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			real := []event.Event{
+				{Bucket: "bkt", Key: "k", ETag: "earlier", Sequencer: "0A", Kind: event.Created, Name: "ObjectCreated:Put", Time: past, Format: event.FormatS3},
+				{Bucket: "bkt", Key: "dead", ETag: dead.ETag, Size: dead.Size, Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put", Time: past, Format: event.FormatS3},
+			}
+			must(t)(l.Record(ctx, "webhook", real))
+			cs, err := l.Claim(ctx, 10, time.Minute)
+			if err != nil || len(cs) != 2 {
+				t.Fatalf("claim: %v %v", cs, err)
+			}
+			for _, c := range cs {
+				if c.Key == "dead" {
+					err = l.Fail(ctx, c, "boom", false)
+				} else {
+					err = l.Complete(ctx, c, "")
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			rep, err := audit.Run(ctx, audit.Options{Store: s, Ledger: l, Bucket: "bkt", Grace: 0, ResubmitFailed: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Resubmitted != 3 || rep.Counts[audit.Changed] != 1 || rep.Counts[audit.Dead] != 1 || rep.Counts[audit.Missing] != 1 {
+				t.Fatalf("audit: %+v, resubmitted %d, decisions %v", rep.Counts, rep.Resubmitted, rep.Decisions)
+			}
+			want := map[string]struct{ name, etag, seq string }{
+				"k":       {"cairn:Audit:Changed", changed.ETag, "0A"},
+				"dead":    {"cairn:Audit:Dead", dead.ETag, "01"},
+				"missing": {"cairn:Audit:Missing", missing.ETag, ""},
+			}
+			cs, err = l.Claim(ctx, 10, time.Minute)
+			if err != nil || len(cs) != 3 {
+				t.Fatalf("claim after the audit: %d claims (%v), want 3: %+v", len(cs), err, cs)
+			}
+			for _, c := range cs {
+				w := want[c.Key]
+				ev := c.Event()
+				if ev.Sequencer != "" || ev.Name != w.name || ev.Format != event.FormatAudit || ev.Kind != event.Created || ev.ETag != w.etag {
+					t.Errorf("%s: the handler sees %+v; want no sequencer, %s, created %s", c.Key, ev, w.name, w.etag)
+				}
+				// Kept for ordering only.
+				if c.Seq != w.seq || c.Source != "audit" {
+					t.Errorf("%s: record seq %q source %q; want %q audit", c.Key, c.Seq, c.Source, w.seq)
+				}
+				if err := l.Complete(ctx, c, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The record survives the backend's round trip with the reason.
+			for k, w := range want {
+				rs, err := l.Get(ctx, "bkt", k)
+				if err != nil || len(rs) != 1 {
+					t.Fatalf("%s: %v %v", k, rs, err)
+				}
+				if r := rs[0]; r.Name != w.name || r.Source != "audit" || r.ETag != w.etag || r.Status != ledger.Processed || r.EventTime.IsZero() {
+					t.Errorf("%s: stored %+v", k, r)
+				}
+			}
+			// An event older than the one accepted before the audit is stale;
+			// the late real events of the states the audit resubmitted are
+			// duplicates (no second run), their sequencers adopted.
+			late := []event.Event{
+				{Bucket: "bkt", Key: "k", ETag: "older", Sequencer: "09", Kind: event.Created, Name: "ObjectCreated:Put", Format: event.FormatS3},
+				{Bucket: "bkt", Key: "k", ETag: changed.ETag, Sequencer: "0B", Kind: event.Created, Name: "ObjectCreated:Put", Format: event.FormatS3},
+				{Bucket: "bkt", Key: "missing", ETag: missing.ETag, Sequencer: "05", Kind: event.Created, Name: "ObjectCreated:Put", Format: event.FormatS3},
+			}
+			ds := must(t)(l.Record(ctx, "webhook", late))
+			if ds[0].Outcome != ledger.Stale || ds[1].Outcome != ledger.Duplicate || ds[2].Outcome != ledger.Duplicate {
+				t.Fatalf("late events: %+v, want stale, duplicate, duplicate", ds)
+			}
+			if cs, err := l.Claim(ctx, 10, time.Minute); err != nil || len(cs) != 0 {
+				t.Fatalf("late real events made work: %+v %v", cs, err)
+			}
+		})
+	}
+}
+
+func must(t *testing.T) func([]ledger.Decision, error) []ledger.Decision {
+	return func(ds []ledger.Decision, err error) []ledger.Decision {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+}
+
+// TestGrace: a zero grace is zero (every object is judged, however young); a
+// negative one is the default.
+func TestGrace(t *testing.T) {
+	ctx := context.Background()
+	s := mem.New()
+	if _, err := s.PutBytes(ctx, "fresh", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	l := ledgers["sqlite"](t)
+	for grace, class := range map[time.Duration]string{0: audit.Missing, -1: audit.TooYoung, time.Hour: audit.TooYoung} {
+		rep, err := audit.Run(ctx, audit.Options{Store: s, Ledger: l, Bucket: "b", Grace: grace, DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Counts[class] != 1 {
+			t.Errorf("grace %v: %v, want %s", grace, rep.Counts, class)
 		}
 	}
 }

@@ -87,6 +87,18 @@ type Event struct {
 	Format    Format    `json:"format"`
 }
 
+// AuditPrefix begins the name of every event an audit resubmits (package
+// audit): "cairn:Audit:" and the reason, one of Missing (no record: the event
+// was lost), Changed (the object differs from the accepted state), Failed and
+// Dead (resubmitted on request) and Gone (deleted without a removal event).
+// Such events carry no sequencer — S3 never numbered the change they announce —
+// and a handler must not deduplicate them by (key, sequencer) against earlier
+// events; their Kind is still Created or Removed.
+const AuditPrefix = "cairn:Audit:"
+
+// IsAudit reports an audit resubmission's event name (see AuditPrefix).
+func IsAudit(name string) bool { return strings.HasPrefix(name, AuditPrefix) }
+
 // Ignorable reports events that carry no work: test events and the rest of
 // the Other kind (e.g. MinIO's ObjectRemoved:NoOP for a key that never existed).
 func (e Event) Ignorable() bool { return e.Kind == Test || e.Kind == Other }

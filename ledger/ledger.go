@@ -9,7 +9,8 @@
 // than what was accepted for the key), or Ignored (test events, NoOP
 // removals). Events without a sequencer (an audit's resubmissions) never
 // override a sequenced decision: they only ask for the key to be processed
-// again when the state they saw differs from the accepted one. Work is one
+// again when the state they saw differs from the accepted one (or its work
+// failed), and the handler sees them without a sequencer. Work is one
 // row per key (the default "latest state" policy: a newer event coalesces older
 // pending work, since the object only holds its newest bytes) or per key and
 // version (Options.EveryVersion). Claim hands out work with a lease and a
@@ -97,6 +98,13 @@ type Decision struct {
 }
 
 // Record is the ledger's row for one key (or key and version).
+//
+// Seq is the newest accepted sequencer: what later events of the key are
+// ordered against. Work accepted from an event without one (an audit
+// resubmission) keeps the previous Seq for that ordering only; the record
+// says what was accepted (ETag, Size, Kind, EventTime: the object's
+// Last-Modified as the audit saw it) and why (Source "audit", Name
+// "cairn:Audit:<reason>"), and Event hands the handler no sequencer for it.
 type Record struct {
 	Bucket      string     `json:"bucket"`
 	Key         string     `json:"key"`
@@ -106,7 +114,7 @@ type Record struct {
 	Kind        event.Kind `json:"kind"`
 	Name        string     `json:"event_name,omitempty"`
 	EventTime   time.Time  `json:"event_time,omitzero"`
-	Seq         string     `json:"sequencer,omitempty"` // accepted sequencer, as sent
+	Seq         string     `json:"sequencer,omitempty"` // the key's ordering sequencer, as sent (see Event)
 	Status      Status     `json:"status"`
 	Attempts    int        `json:"attempts"`
 	Token       int64      `json:"token"`
@@ -130,9 +138,17 @@ type Record struct {
 }
 
 // Event returns the normalised event the record's accepted work is about.
+// For an audit resubmission (event.IsAudit(r.Name)) it has no sequencer and
+// format "audit": the ordering sequencer the record keeps belongs to an
+// earlier event, and a handler that deduplicates by (key, sequencer) would
+// drop the change.
 func (r Record) Event() event.Event {
-	return event.Event{Bucket: r.Bucket, Key: r.Key, VersionID: r.VersionID, ETag: r.ETag, Size: r.Size,
+	ev := event.Event{Bucket: r.Bucket, Key: r.Key, VersionID: r.VersionID, ETag: r.ETag, Size: r.Size,
 		Sequencer: r.Seq, Kind: r.Kind, Name: r.Name, Time: r.EventTime}
+	if event.IsAudit(r.Name) {
+		ev.Sequencer, ev.Format = "", event.FormatAudit
+	}
+	return ev
 }
 
 // Claim is a leased piece of work.
@@ -294,8 +310,9 @@ func Decide(row *Record, ev event.Event, source string, now time.Time) (Outcome,
 	case ev.Unordered():
 		// No sequencer (e.g. an audit resubmission): never overrides a sequenced
 		// decision; it only asks for the key to be processed again if what it
-		// saw differs from what the ledger accepted.
-		if ev.ETag != "" && ev.ETag == r.ETag && ev.Kind == r.Kind {
+		// saw differs from what the ledger accepted, or if the accepted work
+		// failed (an explicit resubmission of failed or dead work).
+		if ev.ETag != "" && ev.ETag == r.ETag && ev.Kind == r.Kind && r.Status != Failed && r.Status != Dead {
 			return Duplicate, &r
 		}
 		// What it saw is older than the accepted event (the store's own clock
@@ -312,6 +329,11 @@ func Decide(row *Record, ev event.Event, source string, now time.Time) (Outcome,
 		return out, &r
 	case r.Seq == "":
 		r.Seq = ev.Sequencer
+		if ev.ETag != "" && ev.ETag == r.ETag && ev.Kind == r.Kind && ev.VersionID == r.VersionID {
+			// The late real event of a change an audit resubmitted first: the
+			// state already accepted. Its sequencer orders the key from now on.
+			return Duplicate, &r
+		}
 		return accept(), &r
 	}
 	switch c := event.CompareSequencer(ev.Sequencer, r.Seq); {

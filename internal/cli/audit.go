@@ -33,14 +33,24 @@ reads the objects from an S3 Inventory report (CSV) instead; gone objects are
 then not looked for.
 
 Missing, changed and gone objects are resubmitted into the ledger as events
-without a sequencer (source "audit"); a running 'cairn serve' on the same ledger
-processes them. The ledger never lets such an event override a newer real one,
-and a late real event for the same state is a duplicate.
+without a sequencer (source "audit"), named for the reason: cairn:Audit:Missing,
+cairn:Audit:Changed, cairn:Audit:Gone (and cairn:Audit:Failed, cairn:Audit:Dead
+with --resubmit-failed). A running 'cairn serve' on the same ledger processes
+them: its handler sees CAIRN_EVENT created (removed for Gone), that
+CAIRN_EVENT_NAME, and an empty CAIRN_SEQUENCER. The ledger never lets such an
+event override a newer real one, and a late real event for the same state is a
+duplicate.
+
+--grace 0 judges every object however young. A dry run reports as
+"would resubmit" exactly what a real run would resubmit.
 
 Exit status 0 whether or not something was found (the report says); 1 on error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if o.Grace < 0 {
+				return usagef("--grace must not be negative (0: judge every object however young)")
+			}
 			if inventory != "" {
 				if storeURL != "" {
 					return usagef("give --store or --inventory, not both")
@@ -139,7 +149,7 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 	fs.StringVar(&inventory, "inventory", "", "read the objects from an S3 Inventory report (CSV) instead of LISTing: the URL of its manifest.json")
 	fs.StringVar(&bucket, "bucket", "", "bucket name the events carry (default: the s3:// URL's bucket)")
 	fs.StringArrayVar(&o.Prefixes, "prefix", nil, "audit only keys under this prefix (repeatable)")
-	fs.DurationVar(&o.Grace, "grace", 15*time.Minute, "skip objects modified more recently (their events may still be coming)")
+	fs.DurationVar(&o.Grace, "grace", audit.DefaultGrace, "skip objects modified more recently (their events may still be coming); 0: none")
 	fs.DurationVar(&o.Horizon, "horizon", 30*24*time.Hour, "skip missing objects older than this (the ledger's retention)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "report only; resubmit nothing")
 	fs.BoolVar(&o.ResubmitFailed, "resubmit-failed", false, "also resubmit failed and dead records")
