@@ -7,7 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"mime"
+	"net"
 	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,6 +32,76 @@ type WebhookOptions struct {
 	Source string
 	// Timeout bounds the wait for the ledger. Default 30s.
 	Timeout time.Duration
+	// AllowedOrigins lists the browser origins ("https://ops.example.com",
+	// scheme, host and port) whose requests are accepted. Senders of events
+	// are servers, which send no Origin header; a request that carries one
+	// comes from a web page and is refused (403) unless listed here. Default:
+	// none.
+	AllowedOrigins []string
+}
+
+// jsonType reports whether a Content-Type is one the webhook accepts: JSON
+// (application/json or any +json type). Amazon SNS posts its notifications as
+// text/plain unless told otherwise, and marks them with an
+// x-amz-sns-message-type header, which no web page can send without a CORS
+// preflight; so text/plain is accepted with that header only.
+func jsonType(r *http.Request) bool {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		return false
+	}
+	switch {
+	case mt == "application/json", strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"):
+		return true
+	case mt == "text/plain":
+		return r.Header.Get("X-Amz-Sns-Message-Type") != ""
+	}
+	return false
+}
+
+// loopbackHost reports whether a Host header names this machine: localhost,
+// a name under .localhost, or a loopback address, with any port.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSuffix(host, "."), "["), "]")
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// onLoopback reports whether r came in on a loopback address.
+func onLoopback(r *http.Request) bool {
+	a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return false
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	return err == nil && ap.Addr().Unmap().IsLoopback()
+}
+
+// browserGuard refuses what only a web page would send: it keeps pages the
+// operator has open in a browser from injecting events into a webhook they can
+// reach (a "simple" cross-origin POST needs no preflight), including by DNS
+// rebinding when the webhook has no token.
+func browserGuard(o WebhookOptions, w http.ResponseWriter, r *http.Request) bool {
+	if origin := r.Header.Get("Origin"); origin != "" && !slices.Contains(o.AllowedOrigins, origin) {
+		reply(w, http.StatusForbidden, WebhookResponse{Error: "requests from web pages (Origin " + strconv.Quote(origin) + ") are refused; event senders send no Origin header (see WebhookOptions.AllowedOrigins / --webhook-allow-origin)"})
+		return false
+	}
+	if o.Token == "" && onLoopback(r) && !loopbackHost(r.Host) {
+		reply(w, http.StatusMisdirectedRequest, WebhookResponse{Error: "a webhook on loopback without a token answers only to loopback host names, not " + strconv.Quote(r.Host) + "; set a token to serve other names"})
+		return false
+	}
+	if !jsonType(r) {
+		w.Header().Set("Accept-Post", "application/json")
+		reply(w, http.StatusUnsupportedMediaType, WebhookResponse{Error: "Content-Type must be application/json (got " + strconv.Quote(r.Header.Get("Content-Type")) + "); with curl add -H 'Content-Type: application/json'", Field: "Content-Type"})
+		return false
+	}
+	return true
 }
 
 // WebhookResponse is the JSON body of a webhook reply.
@@ -40,10 +115,13 @@ type WebhookResponse struct {
 // Webhook returns the handler for POST /v1/events: it accepts every body the
 // event package parses (MinIO's webhook target posts here as-is; S3 Records,
 // SNS, EventBridge) and answers 200 only after the events are durable in the
-// ledger. Errors: 400 malformed body, 401 missing or wrong token, 405 not a
-// POST, 413 body too large, 422 unknown format or event type, 503 ledger
-// unavailable (with Retry-After; the sender should retry). A rejected request
-// records nothing.
+// ledger. Errors: 400 malformed body, 401 missing or wrong token, 403 a request
+// from a web page (an Origin header not in AllowedOrigins), 405 not a POST,
+// 413 body too large, 415 not JSON (Content-Type must be application/json or
+// +json; SNS's text/plain with its x-amz-sns-message-type header), 421 a
+// loopback webhook without a token asked for a non-loopback Host (DNS
+// rebinding), 422 unknown format or event type, 503 ledger unavailable (with
+// Retry-After; the sender should retry). A rejected request records nothing.
 func (p *Pipeline) Webhook(o WebhookOptions) http.Handler {
 	if o.MaxBody <= 0 {
 		o.MaxBody = 4 << 20
@@ -62,6 +140,10 @@ func (p *Pipeline) Webhook(o WebhookOptions) http.Handler {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			reply(w, http.StatusMethodNotAllowed, WebhookResponse{Error: "use POST"})
+			return
+		}
+		if !browserGuard(o, w, r) {
+			p.m.rejected.WithLabelValues(o.Source, "refused").Inc()
 			return
 		}
 		if o.Token != "" {

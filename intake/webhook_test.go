@@ -37,6 +37,7 @@ func webhookServer(t *testing.T, l ledger.Ledger, h intake.Handler) (*httptest.S
 func post(t *testing.T, url, token string, body []byte) (int, intake.WebhookResponse) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
