@@ -32,6 +32,55 @@
 //     attempt. A process killed outright leaves claims whose leases expire; the
 //     work is then claimed again with a higher token.
 //
+// # Exec handlers and the daemon's death
+//
+// An exec handler does not outlive the daemon that started it, nor its own
+// claim, so a restarted daemon never claims work beside its previous holder's
+// orphan. (A lease lost while the daemon lives, a stall or a partition, can
+// still let the next holder start before the handler is killed: the fencing
+// token is the defence there.) An ExecHandler's command runs in its own
+// process group, and
+//
+//   - when the command exits, whatever it left in its group (backgrounded
+//     work, grandchildren) is killed before Handle returns;
+//   - on Linux, with ExecHandler.StateDir set, every run is recorded there
+//     (process group, the leader's start time, the boot id, and a
+//     CAIRN_HANDLER_RUN marker in the environment its descendants inherit)
+//     before it starts, and ExecHandler.Reap, called before the first claim,
+//     kills and waits out every run recorded by a process that is gone (a
+//     daemon killed with kill -9): the next claim of a key cannot start beside
+//     its previous holder's orphan. The start time keeps a reused pid from
+//     being mistaken for an orphan; runs of live processes sharing the
+//     directory are left alone;
+//   - with ExecHandler.Watchdog set (cairn serve sets it), a watchdog process
+//     kills the runs the moment the daemon exits, however it exits, without
+//     waiting for a restart (that matters when another machine may claim the
+//     work once the lease expires); the command itself also gets SIGKILL on
+//     the daemon's death (Linux's parent-death signal, sent when the forking
+//     thread exits: the fork happens on a locked thread, but a goroutine
+//     that exits while locked to a thread that forked a handler earlier would
+//     kill that handler, which is then retried).
+//
+// Limits: a process that leaves the handler's process group (setsid,
+// setpgid) and clears CAIRN_HANDLER_RUN from its environment escapes all of
+// this (run such handlers under systemd or in a cgroup, which kill whole
+// trees); a process stuck in the kernel (D state) cannot be killed until it
+// returns, and Reap fails rather than claim beside it. If the daemon and its
+// watchdog are both killed and the daemon does not come back, orphans run to
+// their end, and another machine may claim their work once the lease
+// expires. On systems other than Linux there is no /proc to record and find
+// processes by: the process group is killed on cancellation and when the
+// command exits, but a daemon killed outright leaves its handlers running.
+//
+// An HTTP handler (HTTPHandler) cannot be killed: cancellation closes the
+// connection, and the endpoint may go on with the request. A lost lease, a
+// timeout, a shutdown past its grace period or a daemon killed outright can
+// therefore leave the previous holder's request running while the next
+// claim's request (with a higher token) starts. The fencing token
+// (Cairn-Fencing-Token, Work.Token; CAIRN_FENCING_TOKEN for exec handlers) is
+// the defence: commit effects conditionally on it and refuse a lower token
+// than the highest seen for the key.
+//
 // # Handler results
 //
 // nil: processed. An error wrapped with Permanent: the record is dead at once

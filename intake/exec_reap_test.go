@@ -1,0 +1,238 @@
+//go:build linux
+
+package intake
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cairn-s3/cairn/event"
+)
+
+// The test binary serves as its own exec handler watchdog.
+func init() { WatchdogMain() }
+
+// alive reports whether pid runs (a zombie runs nothing).
+func alive(pid int) bool {
+	p, err := readStat(pid)
+	return err == nil && !p.zombie
+}
+
+// startGroup starts a shell leading its own process group with a grandchild
+// sleep, and returns the leader and the grandchild.
+func startGroup(t *testing.T, env ...string) (*exec.Cmd, int) {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", "sleep 60 & echo $!; wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, child
+}
+
+// writeRecord writes a run record as a process would have.
+func writeRecord(t *testing.T, dir string, rec runRecord) string {
+	t.Helper()
+	data, _ := json.Marshal(rec)
+	path := filepath.Join(dir, fmt.Sprintf("%d-%d-%s.run", rec.Owner, rec.OwnerStart, rec.Marker))
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// deadOwner names this process with a start time it does not have: an owner
+// that is gone (its pid reused by this test).
+func deadOwner() runRecord {
+	me := self()
+	return runRecord{Owner: me.pid, OwnerStart: me.start + 1, Boot: bootID()}
+}
+
+func startOf(t *testing.T, pid int) uint64 {
+	t.Helper()
+	p, err := readStat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.start
+}
+
+// A run recorded by a dead owner whose group is still alive is killed, the
+// grandchild with the leader, and its record removed; the reap returns only
+// once they are gone.
+func TestReapKillsGroupOfDeadOwner(t *testing.T) {
+	dir := t.TempDir()
+	leader, child := startGroup(t)
+	rec := deadOwner()
+	rec.Marker, rec.PGID, rec.Start = "m1", leader.Process.Pid, startOf(t, leader.Process.Pid)
+	path := writeRecord(t, dir, rec)
+	n, err := reapDead(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 2 {
+		t.Errorf("killed %d processes, want the shell and its sleep", n)
+	}
+	if alive(child) {
+		t.Errorf("grandchild %d survived the reap", child)
+	}
+	if err := leader.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("leader: %v, want killed", err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("record left behind: %v", err)
+	}
+}
+
+// A recorded group whose leader's pid now belongs to another process (a
+// different start time) is not killed: that process is a stranger.
+func TestReapSparesReusedPID(t *testing.T) {
+	dir := t.TempDir()
+	leader, child := startGroup(t)
+	rec := deadOwner()
+	rec.Marker, rec.PGID, rec.Start = "m2", leader.Process.Pid, startOf(t, leader.Process.Pid)-1
+	writeRecord(t, dir, rec)
+	n, err := reapDead(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 || !alive(leader.Process.Pid) || !alive(child) {
+		t.Errorf("killed %d: a reused pid's process (and its group) must be spared", n)
+	}
+}
+
+// Runs of a live owner are not reaped (another daemon sharing the directory,
+// or this process).
+func TestReapSparesLiveOwner(t *testing.T) {
+	dir := t.TempDir()
+	leader, child := startGroup(t)
+	me := self()
+	writeRecord(t, dir, runRecord{Owner: me.pid, OwnerStart: me.start, Boot: bootID(), Marker: "m3",
+		PGID: leader.Process.Pid, Start: startOf(t, leader.Process.Pid)})
+	other, _ := startGroup(t)
+	writeRecord(t, dir, runRecord{Owner: other.Process.Pid, OwnerStart: startOf(t, other.Process.Pid), Boot: bootID(), Marker: "m4",
+		PGID: leader.Process.Pid, Start: startOf(t, leader.Process.Pid)})
+	if n, err := reapDead(context.Background(), dir); err != nil || n != 0 || !alive(child) {
+		t.Errorf("reap of live owners' runs: killed %d, %v", n, err)
+	}
+}
+
+// A process that left the handler's group but carries its marker is found
+// by the marker, also when the owner died before recording the group (the
+// record written before the start).
+func TestReapFindsMarker(t *testing.T) {
+	dir := t.TempDir()
+	leader, child := startGroup(t, markerEnv+"=m5")
+	rec := deadOwner()
+	rec.Marker = "m5"
+	writeRecord(t, dir, rec)
+	writeRecord(t, dir, runRecord{Owner: rec.Owner, OwnerStart: rec.OwnerStart, Boot: "another boot", Marker: "m6"})
+	n, err := reapDead(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 2 || alive(child) || leader.Wait() == nil {
+		t.Errorf("killed %d; grandchild alive %v", n, alive(child))
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("records left: %v", ents)
+	}
+}
+
+func handle(t *testing.T, h *ExecHandler) chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.Handle(context.Background(), Work{Event: event.Event{Bucket: "b", Key: "k", Kind: event.Created}, Token: 1, Attempt: 1})
+		done <- err
+	}()
+	return done
+}
+
+// waitPID waits for a handler to write a pid to path.
+func waitPID(t *testing.T, path string) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, _ := os.ReadFile(path)
+		if s := strings.TrimSpace(string(data)); strings.HasSuffix(string(data), "\n") {
+			pid, err := strconv.Atoi(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("handler did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// What a handler leaves running in its group when it exits (backgrounded
+// work) is killed before Handle returns, and its record removed.
+func TestExecKillsLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	h := Shell(`sleep 60 >/dev/null 2>&1 & echo $! > "$PIDFILE"`)
+	h.Env, h.StateDir = []string{"PIDFILE=" + pidFile}, dir
+	if err := <-handle(t, h); err != nil {
+		t.Fatal(err)
+	}
+	if pid := waitPID(t, pidFile); alive(pid) {
+		t.Errorf("backgrounded %d outlived its handler", pid)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("records left: %v", ents)
+	}
+}
+
+// The watchdog kills a running handler's whole group when the process that
+// started it lets go of it (its exit; here Close).
+func TestExecWatchdog(t *testing.T) {
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	h := Shell(`sleep 60 & echo $! > "$PIDFILE"; wait`)
+	h.Env, h.StateDir, h.Watchdog = []string{"PIDFILE=" + pidFile}, dir, bin
+	done := handle(t, h)
+	pid := waitPID(t, pidFile)
+	if err := h.Close(); err != nil {
+		t.Fatalf("watchdog: %v", err)
+	}
+	if alive(pid) {
+		t.Errorf("grandchild %d outlived the watchdog", pid)
+	}
+	if err := <-done; err == nil {
+		t.Error("a handler killed by the watchdog reported success")
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("records left: %v", ents)
+	}
+}
