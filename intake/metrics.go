@@ -20,6 +20,8 @@ type metrics struct {
 	recordSeconds  prometheus.Histogram
 	leaseLosses    prometheus.Counter
 	rejected       *prometheus.CounterVec
+	settleRetries  *prometheus.CounterVec
+	settleGivenUp  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, l ledger.Ledger) (*metrics, error) {
@@ -42,12 +44,16 @@ func newMetrics(reg prometheus.Registerer, l ledger.Ledger) (*metrics, error) {
 			Help: "Claims whose lease was lost before the handler's outcome was recorded."}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "intake", Name: "rejected_total",
 			Help: "Deliveries rejected, by source and reason (malformed, unknown, unavailable)."}, []string{"source", "reason"}),
+		settleRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "intake", Name: "settle_retries_total",
+			Help: "Ledger writes of a handler's outcome (complete, fail, release) that failed for a transient reason and were retried."}, []string{"op"}),
+		settleGivenUp: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "intake", Name: "settle_given_up_total",
+			Help: "Handler outcomes (complete, fail, release) the ledger could not record before the claim's lease ran out: the work runs again."}, []string{"op"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.received, m.decisions, m.claims, m.running, m.outcomes, m.handlerSeconds,
-		m.recordSeconds, m.leaseLosses, m.rejected, &ledgerCollector{l: l}} {
+		m.recordSeconds, m.leaseLosses, m.rejected, m.settleRetries, m.settleGivenUp, &ledgerCollector{l: l}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,10 @@ type Options struct {
 	// Concurrency is how many handlers run at once. Default 16.
 	Concurrency int
 	// Lease is each claim's lease, renewed every third of it while the handler
-	// runs. Default 30s.
+	// runs. Default 30s. It also bounds settling: a handler's outcome that the
+	// ledger cannot record for a transient reason is retried, with backoff,
+	// until the lease would expire (counted in
+	// cairn_intake_settle_given_up_total when it does).
 	Lease time.Duration
 	// Timeout bounds one handler attempt (its context is cancelled and the
 	// attempt retried). Default 0: no timeout; the lease is renewed meanwhile.
@@ -271,6 +275,7 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 		var cs []ledger.Claim
 		var err error
 		if n := p.reserveIfIdle(len(evs)); n > 0 {
+			// The claims' leases run from (no earlier than) the call's start.
 			ds, cs, err = p.o.Ledger.RecordAndClaim(rctx, src, evs, n, p.o.Lease)
 			p.unreserve(n - len(cs))
 		} else {
@@ -286,7 +291,7 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 		}
 		p.m.claims.Add(float64(len(cs)))
 		for _, c := range cs {
-			p.launch(c)
+			p.launch(c, start)
 		}
 		unclaimed -= len(cs)
 		off := 0
@@ -350,21 +355,25 @@ func (p *Pipeline) unreserve(n int) {
 }
 
 // launch runs a claim's handler in a reserved slot; while draining, the work
-// is released instead.
-func (p *Pipeline) launch(c ledger.Claim) {
+// is released instead. claimedAt is when the claiming call started: the
+// claim's lease runs until claimedAt + Lease at the earliest.
+func (p *Pipeline) launch(c ledger.Claim, claimedAt time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.draining {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := p.o.Ledger.Release(ctx, c); err != nil {
+		deadline := claimedAt.Add(p.o.Lease)
+		if limit := time.Now().Add(10 * time.Second); limit.Before(deadline) {
+			deadline = limit // p.mu is held
+		}
+		err := p.settle(c, deadline, "release", func(ctx context.Context) error { return p.o.Ledger.Release(ctx, c) })
+		if err != nil {
 			p.log.Warn("releasing a claim at shutdown failed; its lease will expire", "bucket", c.Bucket, "key", c.Key, "err", err)
 		}
 		p.unreserve(1)
 		return
 	}
 	p.m.running.Inc()
-	p.handlers.Go(func() { p.run(p.hctx, c) })
+	p.handlers.Go(func() { p.run(p.hctx, c, claimedAt) })
 }
 
 // dispatch claims work while slots are free and runs handlers.
@@ -380,6 +389,7 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		claimedAt := time.Now()
 		cs, err := p.o.Ledger.Claim(cctx, free, p.o.Lease)
 		cancel()
 		p.unreserve(free - len(cs))
@@ -395,7 +405,7 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 		backoff = 50 * time.Millisecond
 		p.m.claims.Add(float64(len(cs)))
 		for _, c := range cs {
-			p.launch(c)
+			p.launch(c, claimedAt)
 		}
 		p.idle.Store(len(cs) < free)
 		if len(cs) < free {
@@ -426,7 +436,7 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 }
 
 // run runs one claim's handler, renewing its lease, and settles the outcome.
-func (p *Pipeline) run(hctx context.Context, c ledger.Claim) {
+func (p *Pipeline) run(hctx context.Context, c ledger.Claim, claimedAt time.Time) {
 	// The handler's slot frees as soon as it returns: settling the outcome
 	// (a batched ledger write) needs no slot, and the record stays claimed
 	// until it is settled, so the key cannot run twice meanwhile.
@@ -447,32 +457,37 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim) {
 		ctx, cancelT = context.WithTimeoutCause(ctx, p.o.Timeout, errTimeout)
 		defer cancelT()
 	}
-	r := p.startRenewal(c, cancel)
+	r := p.startRenewal(c, claimedAt, cancel)
 	start := time.Now()
 	result, err := p.call(ctx, w)
-	lost := r.stop()
+	lost, renewedAt := r.stop()
 	elapsed := time.Since(start)
 	freeSlot()
 
+	// Settle the outcome while the lease holds: a transient ledger error
+	// (a conflict, a lost connection) is retried until then, never a reason
+	// to throw the handler's work away.
+	deadline := renewedAt.Add(p.o.Lease)
 	var outcome string
 	var serr error
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(hctx), 30*time.Second)
-	defer scancel()
 	switch {
 	case lost != nil:
 		outcome, serr = OutcomeLeaseLost, lost
 	case err == nil:
-		serr = p.complete(sctx, c, result)
+		if len(result) > 4096 {
+			result = result[:4096]
+		}
+		serr = p.settle(c, deadline, "complete", func(ctx context.Context) error { return p.complete(ctx, c, result, deadline) })
 		outcome = OutcomeProcessed
 	case hctx.Err() != nil && !IsPermanent(err):
 		// Shutdown cut the handler short: give the work back uncounted.
-		serr = p.o.Ledger.Release(sctx, c)
+		serr = p.settle(c, deadline, "release", func(ctx context.Context) error { return p.o.Ledger.Release(ctx, c) })
 		outcome = OutcomeReleased
 	case IsPermanent(err):
-		serr = p.o.Ledger.Fail(sctx, c, err.Error(), false)
+		serr = p.settle(c, deadline, "fail", func(ctx context.Context) error { return p.o.Ledger.Fail(ctx, c, err.Error(), false) })
 		outcome = OutcomeDead
 	default:
-		serr = p.o.Ledger.Fail(sctx, c, err.Error(), true)
+		serr = p.settle(c, deadline, "fail", func(ctx context.Context) error { return p.o.Ledger.Fail(ctx, c, err.Error(), true) })
 		outcome = OutcomeRetry
 	}
 	if errors.Is(serr, ledger.ErrLeaseLost) || errors.Is(serr, ledger.ErrSuperseded) {
@@ -490,7 +505,7 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim) {
 	if outcome != OutcomeProcessed || serr != nil {
 		lvl = slog.LevelWarn
 	}
-	p.log.Log(sctx, lvl, "handled", "bucket", c.Bucket, "key", c.Key, "sequencer", c.Seq, "token", c.Token,
+	p.log.Log(context.Background(), lvl, "handled", "bucket", c.Bucket, "key", c.Key, "sequencer", c.Seq, "token", c.Token,
 		"attempt", c.Attempts, "outcome", outcome, "seconds", elapsed.Seconds(), "err", errString(err), "settle_err", errString(serr))
 	if p.o.OnOutcome != nil {
 		p.o.OnOutcome(w, outcome, err)
@@ -498,6 +513,51 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim) {
 }
 
 var errTimeout = errors.New("intake: handler timed out")
+
+// refusal tells the ledger's answers that settling again cannot change: the
+// claim's lease was lost, a newer claim superseded it, the record is gone.
+func refusal(err error) bool {
+	return errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrSuperseded) || errors.Is(err, ledger.ErrNotFound)
+}
+
+// Backoff between attempts to settle an outcome.
+const (
+	settleRetryMin = 20 * time.Millisecond
+	settleRetryMax = 2 * time.Second
+)
+
+// settle runs call, which records a claim's outcome in the ledger (op names
+// it: complete, fail, release), again after a jittered backoff while it fails
+// for any reason but a refusal, until deadline, when the claim's lease would
+// expire: the ledger refuses the claim after that anyway, and the work runs
+// again once it is claimed again. Giving up is counted and logged.
+func (p *Pipeline) settle(c ledger.Claim, deadline time.Time, op string, call func(ctx context.Context) error) error {
+	backoff := settleRetryMin
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := call(ctx)
+		cancel()
+		if err == nil || refusal(err) {
+			return err
+		}
+		wait := backoff/2 + rand.N(backoff)
+		// The last attempt comes just before the lease runs out.
+		if left := time.Until(deadline) - settleRetryMin/2; left < wait {
+			wait = left
+		}
+		if wait <= 0 {
+			p.m.settleGivenUp.WithLabelValues(op).Inc()
+			p.log.Warn("recording a handler's outcome failed until the claim's lease ran out; giving up (the work runs again when it is claimed again)",
+				"op", op, "bucket", c.Bucket, "key", c.Key, "sequencer", c.Seq, "token", c.Token, "attempts", attempt, "err", err)
+			return err
+		}
+		p.m.settleRetries.WithLabelValues(op).Inc()
+		p.log.Info("recording a handler's outcome failed; retrying", "op", op, "bucket", c.Bucket, "key", c.Key,
+			"token", c.Token, "attempt", attempt, "retry_in", wait, "err", err)
+		time.Sleep(wait)
+		backoff = min(2*backoff, settleRetryMax)
+	}
+}
 
 func errString(err error) string {
 	if err == nil {
@@ -528,17 +588,24 @@ type renewal struct {
 	stopped bool
 	lost    error
 	timer   *time.Timer
+	// renewedAt is when the last successful renewal (or the claim) started:
+	// the lease runs until renewedAt + Lease at the earliest.
+	renewedAt time.Time
 }
 
-func (p *Pipeline) startRenewal(c ledger.Claim, cancel context.CancelCauseFunc) *renewal {
-	r := &renewal{}
+func (p *Pipeline) startRenewal(c ledger.Claim, claimedAt time.Time, cancel context.CancelCauseFunc) *renewal {
+	r := &renewal{renewedAt: claimedAt}
 	every := p.o.Lease / 3
 	tick := func() {
 		ctx, done := context.WithTimeout(context.Background(), every)
+		at := time.Now()
 		_, err := p.o.Ledger.Renew(ctx, c, p.o.Lease)
 		done()
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		if err == nil && at.After(r.renewedAt) {
+			r.renewedAt = at
+		}
 		if r.stopped {
 			return
 		}
@@ -559,27 +626,28 @@ func (p *Pipeline) startRenewal(c ledger.Claim, cancel context.CancelCauseFunc) 
 	return r
 }
 
-// stop ends renewal and reports whether the lease was lost meanwhile.
-func (r *renewal) stop() error {
+// stop ends renewal and reports whether the lease was lost meanwhile, and
+// when the last successful renewal started. A renewal still in flight may
+// yet extend the lease; renewedAt does not count on it.
+func (r *renewal) stop() (lost error, renewedAt time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stopped = true
 	r.timer.Stop()
-	return r.lost
+	return r.lost, r.renewedAt
 }
 
 type completion struct {
-	c      ledger.Claim
-	result string
-	done   chan error
+	c        ledger.Claim
+	result   string
+	deadline time.Time // the claim's lease runs out
+	done     chan error
 }
 
-// complete hands a completion to the group-commit loop.
-func (p *Pipeline) complete(ctx context.Context, c ledger.Claim, result string) error {
-	if len(result) > 4096 {
-		result = result[:4096]
-	}
-	cp := &completion{c: c, result: result, done: make(chan error, 1)}
+// complete hands a completion to the group-commit loop and waits for its
+// batch's answer.
+func (p *Pipeline) complete(ctx context.Context, c ledger.Claim, result string, deadline time.Time) error {
+	cp := &completion{c: c, result: result, deadline: deadline, done: make(chan error, 1)}
 	select {
 	case p.completes <- cp:
 	case <-ctx.Done():
@@ -615,10 +683,19 @@ func (p *Pipeline) completeLoop(ctx context.Context) {
 		}
 		cs := make([]ledger.Claim, len(batch))
 		results := make([]string, len(batch))
+		var deadline time.Time
 		for i, b := range batch {
 			cs[i], results[i] = b.c, b.result
+			if b.deadline.After(deadline) {
+				deadline = b.deadline
+			}
 		}
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		if limit := time.Now().Add(30 * time.Second); limit.Before(deadline) {
+			deadline = limit
+		}
+		// Until the last of the batch's leases runs out (its waiter retries a
+		// failed batch until then; the others have given up by then).
+		bctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		errs, err := p.o.Ledger.CompleteBatch(bctx, cs, results)
 		cancel()
 		for i, b := range batch {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/intake"
 	"github.com/cairn-s3/cairn/ledger"
@@ -310,4 +312,183 @@ func TestShutdownReleases(t *testing.T) {
 	})})
 	start(t, p2)
 	<-done
+}
+
+// flakySettle is a real ledger whose settling calls (CompleteBatch, Fail,
+// Release) fail with a transient error while failing > 0, counting down, or
+// with refuse (e.g. ErrLeaseLost) if set: fault injection for a ledger that
+// deadlocks or drops connections under load (issue 15).
+type flakySettle struct {
+	ledger.Ledger
+	failing atomic.Int64
+	refuse  error
+	calls   atomic.Int64
+}
+
+var errTransient = errors.New("injected: deadlock detected (SQLSTATE 40P01)")
+
+func (f *flakySettle) fault() error {
+	f.calls.Add(1)
+	if f.refuse != nil {
+		return f.refuse
+	}
+	if f.failing.Add(-1) >= 0 {
+		return errTransient
+	}
+	return nil
+}
+
+func (f *flakySettle) CompleteBatch(ctx context.Context, cs []ledger.Claim, results []string) ([]error, error) {
+	if err := f.fault(); err != nil {
+		return nil, err
+	}
+	return f.Ledger.CompleteBatch(ctx, cs, results)
+}
+
+func (f *flakySettle) Fail(ctx context.Context, c ledger.Claim, cause string, retryable bool) error {
+	if err := f.fault(); err != nil {
+		return err
+	}
+	return f.Ledger.Fail(ctx, c, cause, retryable)
+}
+
+// TestSettleRetried: a handler's outcome the ledger fails to record for a
+// transient reason is recorded by a later attempt, within the lease: the
+// handler runs once, nothing is given up.
+func TestSettleRetried(t *testing.T) {
+	t.Parallel()
+	for _, key := range []string{"ok", "fails"} {
+		t.Run(key, func(t *testing.T) {
+			t.Parallel()
+			l := &flakySettle{Ledger: newLedger(t, &ledger.Options{RetryBase: time.Hour})}
+			l.failing.Store(5)
+			var runs atomic.Int64
+			reg := prometheus.NewRegistry()
+			outcomes := make(chan string, 4)
+			p, err := intake.New(intake.Options{Ledger: l, Poll: 10 * time.Millisecond, Registerer: reg,
+				Handler: intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+					runs.Add(1)
+					if w.Event.Key == "fails" {
+						return "", errors.New("try later")
+					}
+					return "done", nil
+				}),
+				OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- outcome },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start(t, p)
+			if _, err := p.Submit(context.Background(), "test", []event.Event{ev(key, 1)}); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{"ok": intake.OutcomeProcessed, "fails": intake.OutcomeRetry}[key]
+			if got := <-outcomes; got != want {
+				t.Fatalf("outcome %s, want %s", got, want)
+			}
+			rs, err := l.Get(context.Background(), "b", key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantStatus := map[string]ledger.Status{"ok": ledger.Processed, "fails": ledger.Failed}[key]
+			if rs[0].Status != wantStatus || runs.Load() != 1 || l.calls.Load() != 6 {
+				t.Fatalf("record %s after %d handler runs and %d settle calls; want %s, 1 run, 6 calls (5 transient failures)",
+					rs[0].Status, runs.Load(), l.calls.Load(), wantStatus)
+			}
+			if n := gathered(t, reg, "cairn_intake_settle_given_up_total"); n != 0 {
+				t.Fatalf("%v settles given up", n)
+			}
+			if n := gathered(t, reg, "cairn_intake_settle_retries_total"); n != 5 {
+				t.Fatalf("%v settle retries, want 5", n)
+			}
+		})
+	}
+}
+
+// TestSettleGivenUp: a ledger that cannot record an outcome until the lease
+// ran out: settling stops then, counted; the work is claimed again (token 2)
+// and processed. A refusal (lease lost) is never retried.
+func TestSettleGivenUp(t *testing.T) {
+	t.Parallel()
+	t.Run("transient", func(t *testing.T) {
+		t.Parallel()
+		l := &flakySettle{Ledger: newLedger(t, nil)}
+		l.failing.Store(1 << 40)
+		reg := prometheus.NewRegistry()
+		outcomes := make(chan string, 4)
+		p, err := intake.New(intake.Options{Ledger: l, Lease: 400 * time.Millisecond, Poll: 10 * time.Millisecond, Registerer: reg,
+			Handler:   intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "done", nil }),
+			OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- fmt.Sprint(w.Token, " ", outcome) },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start(t, p)
+		began := time.Now()
+		if _, err := p.Submit(context.Background(), "test", []event.Event{ev("k", 1)}); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-outcomes; got != "1 processed" {
+			t.Fatalf("outcome %q", got)
+		}
+		if d := time.Since(began); d < 300*time.Millisecond {
+			t.Fatalf("gave up after %v, before the lease (400ms) ran out", d)
+		}
+		if n := gathered(t, reg, "cairn_intake_settle_given_up_total"); n != 1 {
+			t.Fatalf("%v settles given up, want 1", n)
+		}
+		l.failing.Store(0) // the ledger recovers: the work runs again and is recorded
+		if got := <-outcomes; got != "2 processed" {
+			t.Fatalf("outcome %q, want token 2 processed", got)
+		}
+		waitFor(t, func() bool {
+			rs, err := l.Get(context.Background(), "b", "k")
+			return err == nil && rs[0].Status == ledger.Processed && rs[0].Token == 2
+		})
+	})
+	t.Run("refused", func(t *testing.T) {
+		t.Parallel()
+		l := &flakySettle{Ledger: newLedger(t, nil), refuse: fmt.Errorf("fail: %w", ledger.ErrLeaseLost)}
+		reg := prometheus.NewRegistry()
+		outcomes := make(chan string, 4)
+		p, err := intake.New(intake.Options{Ledger: l, Poll: 10 * time.Millisecond, Registerer: reg,
+			Handler:   intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "", errors.New("try later") }),
+			OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- outcome },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start(t, p)
+		if _, err := p.Submit(context.Background(), "test", []event.Event{ev("k", 1)}); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-outcomes; got != intake.OutcomeLeaseLost {
+			t.Fatalf("outcome %q, want lease_lost", got)
+		}
+		if n := l.calls.Load(); n != 1 {
+			t.Fatalf("a refused settle was tried %d times, want 1", n)
+		}
+		if n := gathered(t, reg, "cairn_intake_settle_given_up_total") + gathered(t, reg, "cairn_intake_settle_retries_total"); n != 0 {
+			t.Fatalf("a refusal counted as %v retries or give-ups", n)
+		}
+	})
+}
+
+// gathered sums a metric family's values in reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }

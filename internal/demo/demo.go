@@ -417,6 +417,7 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) error {
 		if err != nil {
 			return err
 		}
+		req.Header.Set("Content-Type", "application/json") // as MinIO sends
 		resp, err := c.Do(req)
 		if err != nil {
 			return fmt.Errorf("demo: posting to the webhook: %w", err)

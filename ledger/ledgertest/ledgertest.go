@@ -52,6 +52,7 @@ func Run(t *testing.T, h Harness) {
 		{"ListAndCounts", testList},
 		{"DuplicateStormGoroutines", testStorm},
 		{"NoLostUpdates", testNoLostUpdates},
+		{"NoDeadlocks", testNoDeadlocks},
 		{"DuplicateStormProcesses", testStormProcesses},
 		{"KilledWorker", testKilledWorker},
 	}
@@ -820,6 +821,139 @@ func testNoLostUpdates(t *testing.T, h Harness) {
 			t.Errorf("%s: seen %d, stale %d, sequencer %s; want %d, %d, %s (an update was lost)", k, r.Seen, r.Stale, r.Seq, n, stale[k], newest[k])
 		}
 	}
+}
+
+// testNoDeadlocks has 8 workers record batches (Record and RecordAndClaim),
+// claim, and settle (CompleteBatch, Complete, Fail) over the same keys at once
+// for a few seconds: the multi-row statements of one worker lock rows another
+// is about to lock, so a backend that locks them in different orders deadlocks
+// (PostgreSQL 40P01). No call may fail (a transient conflict is the backend's
+// to retry), no settle may be refused (every claim holds a long lease), and
+// at the end every key is processed at its newest sequencer.
+func testNoDeadlocks(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	l, _ := h.New(t, &ledger.Options{RetryBase: time.Millisecond, RetryMax: 2 * time.Millisecond, MaxAttempts: 1 << 20})
+	const keys, workers, batch = 48, 8, 24
+	duration := 3 * time.Second
+	if testing.Short() {
+		duration = time.Second
+	}
+	var mu sync.Mutex
+	newest := map[string]string{}
+	var calls, settled, failed int
+	settle := func(rng *rand.Rand, cs []ledger.Claim) error {
+		var batchCs []ledger.Claim
+		for _, c := range cs {
+			switch rng.IntN(8) {
+			case 0:
+				if err := l.Fail(ctx, c, "injected", true); err != nil {
+					return fmt.Errorf("Fail %s token %d: %w", c.Key, c.Token, err)
+				}
+				mu.Lock()
+				failed++
+				mu.Unlock()
+			case 1:
+				if err := l.Complete(ctx, c, "one"); err != nil {
+					return fmt.Errorf("Complete %s token %d: %w", c.Key, c.Token, err)
+				}
+			default:
+				batchCs = append(batchCs, c)
+			}
+		}
+		// Settle in an order of the worker's own, as a pipeline does.
+		rng.Shuffle(len(batchCs), func(i, j int) { batchCs[i], batchCs[j] = batchCs[j], batchCs[i] })
+		results := make([]string, len(batchCs))
+		errs, err := l.CompleteBatch(ctx, batchCs, results)
+		if err != nil {
+			return fmt.Errorf("CompleteBatch of %d: %w", len(batchCs), err)
+		}
+		for i, err := range errs {
+			if err != nil {
+				return fmt.Errorf("CompleteBatch refused %s token %d: %w", batchCs[i].Key, batchCs[i].Token, err)
+			}
+		}
+		mu.Lock()
+		settled += len(cs)
+		mu.Unlock()
+		return nil
+	}
+	stop := time.Now().Add(duration)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for g := range workers {
+		wg.Go(func() {
+			errs <- func() error {
+				rng := rand.New(rand.NewPCG(uint64(g), 42))
+				for r := 0; time.Now().Before(stop); r++ {
+					evs := make([]event.Event, batch)
+					for i := range evs {
+						evs[i] = ev(fmt.Sprintf("dl/%02d", rng.IntN(keys)), fmt.Sprintf("%06X%02X%02X", r, g, i))
+					}
+					var cs []ledger.Claim
+					var err error
+					if r%2 == 0 {
+						_, cs, err = l.RecordAndClaim(ctx, "deadlock", evs, batch/2, time.Hour)
+					} else {
+						_, err = l.Record(ctx, "deadlock", evs)
+					}
+					if err != nil {
+						return fmt.Errorf("round %d: Record: %w", r, err)
+					}
+					mu.Lock()
+					for _, e := range evs {
+						if event.CompareSequencer(e.Sequencer, newest[e.Key]) > 0 {
+							newest[e.Key] = e.Sequencer
+						}
+					}
+					calls++
+					mu.Unlock()
+					more, err := l.Claim(ctx, batch, time.Hour)
+					if err != nil {
+						return fmt.Errorf("round %d: Claim: %w", r, err)
+					}
+					if err := settle(rng, append(cs, more...)); err != nil {
+						return fmt.Errorf("round %d: %w", r, err)
+					}
+				}
+				return nil
+			}()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Drain what is left, then every key must be processed at its newest event.
+	rng := rand.New(rand.NewPCG(99, 42))
+	for deadline := time.Now().Add(time.Minute); ; {
+		cs := must(l.Claim(ctx, 64, time.Hour))
+		if len(cs) == 0 {
+			c := must(l.Counts(ctx))
+			if c[ledger.Pending]+c[ledger.Failed]+c[ledger.Claimed] == 0 {
+				break
+			}
+		}
+		if err := settle(rng, cs); err != nil {
+			t.Fatalf("draining: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("work left after a minute of draining: %v", must(l.Counts(ctx)))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	c := must(l.Counts(ctx))
+	if c[ledger.Processed] != len(newest) || c[ledger.Dead] != 0 {
+		t.Fatalf("counts %v, want %d processed and nothing else", c, len(newest))
+	}
+	for k, seq := range newest {
+		if r := must(l.Get(ctx, "b", k))[0]; r.Status != ledger.Processed || r.Seq != seq {
+			t.Errorf("%s: %s at %s, want processed at %s", k, r.Status, r.Seq, seq)
+		}
+	}
+	t.Logf("%d record calls, %d claims settled (%d failed on purpose) by %d workers in %v", calls, settled, failed, workers, duration)
 }
 
 func testStorm(t *testing.T, h Harness) {

@@ -3,8 +3,11 @@
 // without locks, decides, and writes each row only if the row's revision is
 // unchanged (a key another worker changed meanwhile is decided again), so
 // recorders do not wait on each other's row locks; Claim uses FOR UPDATE SKIP
-// LOCKED so workers never block each other or need application locks; lease
-// expiry is judged by the database server's clock. Open it as postgres://user@host/db
+// LOCKED so workers never block each other or need application locks; every
+// statement that locks several rows locks them in key order, and a deadlock or
+// serialization failure all the same is retried inside the ledger until the
+// caller's ctx ends (see package sqlledger); lease expiry is judged by the
+// database server's clock. Open it as postgres://user@host/db
 // (pgx connection URLs; search_path=SCHEMA selects a schema).
 package postgres
 
@@ -77,6 +80,14 @@ func classify(err error) error {
 	return err
 }
 
+// transient tells the errors after which a transaction may simply run again:
+// deadlock_detected (40P01) and serialization_failure (40001). sqlledger
+// retries those itself, so callers never see them for a transient conflict.
+func transient(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
 // unnestRows passes a batch as one array per column, read with unnest.
 func unnestRows(rows [][]any, types []string) (string, []any) {
 	cols := make([][]any, len(types))
@@ -147,6 +158,7 @@ func Open(ctx context.Context, url string, opts *ledger.Options) (*sqlledger.Led
 		Name: "postgres", Rebind: rebind, SkipLocked: "FOR UPDATE SKIP LOCKED",
 		ServerNow: `SELECT floor(extract(epoch from clock_timestamp()) * 1000)::bigint`,
 		Rows:      unnestRows, BatchUpsert: true, Migrations: migrations, Classify: classify,
+		LockRows: "FOR UPDATE", Transient: transient,
 	}, opts)
 	if err != nil {
 		db.Close()

@@ -1,20 +1,22 @@
 // Package sqlite is the embedded intake ledger: one SQLite file in WAL mode with
 // synchronous=FULL (a Record that returned is on disk), pure Go (modernc.org/sqlite,
 // no cgo). Writers are serialised by BEGIN IMMEDIATE; several processes may share
-// the file on one machine. Open it as sqlite:///abs/path.db or a plain path.
+// the file on one machine (a writer waits up to 30 s for another process's
+// transaction, then its transaction is run again until its ctx ends). Open it as sqlite:///abs/path.db or a plain path.
 package sqlite
 
 import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 
-	_ "modernc.org/sqlite" // the driver
+	"modernc.org/sqlite" // the driver
 
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/sqlledger"
@@ -61,6 +63,14 @@ func jsonRows(rows [][]any, types []string) (string, []any) {
 	return sb.String(), []any{string(data)}
 }
 
+// busy tells SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their extended
+// codes: another process held the database past busy_timeout (30 s). sqlledger
+// runs the transaction again until the caller's ctx ends.
+func busy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && (se.Code()&0xff == 5 || se.Code()&0xff == 6)
+}
+
 // Open opens (creating if needed) the ledger file at path.
 func Open(ctx context.Context, path string, opts *ledger.Options) (*sqlledger.Ledger, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -83,7 +93,7 @@ func Open(ctx context.Context, path string, opts *ledger.Options) (*sqlledger.Le
 	// busy_timeout.
 	db.SetMaxOpenConns(1)
 	l, err := sqlledger.New(ctx, db, sqlledger.Dialect{Name: "sqlite", Rebind: func(s string) string { return s },
-		KeyIndexHint: "INDEXED BY cairn_ledger_key", Rows: jsonRows, Migrations: migrations}, opts)
+		KeyIndexHint: "INDEXED BY cairn_ledger_key", Rows: jsonRows, Migrations: migrations, Transient: busy}, opts)
 	if err != nil {
 		db.Close()
 		if strings.Contains(err.Error(), "unable to open") || strings.Contains(err.Error(), "not a database") {

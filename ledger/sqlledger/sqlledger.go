@@ -6,13 +6,39 @@
 // Concurrency: every row has a revision (rev) that every write bumps. Record
 // is optimistic: it reads the rows of its keys without locking them, decides in
 // Go, and writes each row only if its revision is still the one it read (one
-// guarded upsert, rows in key order, so concurrent batches cannot deadlock); a
-// key another worker changed in between is read again and decided again, in
-// the same transaction. On SQLite every writing transaction is also BEGIN
-// IMMEDIATE (one writer at a time, durable at commit in WAL mode), so the guard
-// never fails there; on PostgreSQL it lets many workers record at once without
-// row locks, and Claim picks rows FOR UPDATE SKIP LOCKED so workers on many
-// machines claim disjoint work without application locks.
+// guarded upsert); a key another worker changed in between is read again and
+// decided again, in the same transaction. On SQLite every writing transaction
+// is also BEGIN IMMEDIATE (one writer at a time, durable at commit in WAL
+// mode), so the guard never fails there; on PostgreSQL it lets many workers
+// record at once without row locks, and Claim picks rows FOR UPDATE SKIP LOCKED
+// so workers on many machines claim disjoint work without application locks.
+//
+// # Lock order
+//
+// Every statement that locks several rows locks them in one global order, the
+// primary key (bucket, ident), byte-wise (COLLATE "C" on PostgreSQL, as Go
+// compares strings), so concurrent transactions cannot deadlock on row locks:
+//
+//   - Record and RecordAndClaim write their rows with one upsert over a row
+//     source sorted by (bucket, ident), which inserts and locks in that order.
+//   - CompleteBatch first locks its rows with SELECT … ORDER BY bucket, ident
+//     FOR UPDATE, then updates them (an UPDATE … FROM joins in whatever order
+//     the planner picks, which is not the order of the list).
+//   - Replay and Purge select their rows ORDER BY bucket, ident FOR UPDATE in a
+//     materialised CTE and change only those; Purge deletes in batches of
+//     purgeBatch rows, each its own transaction.
+//   - Claim locks FOR UPDATE SKIP LOCKED: it never waits for a lock, so it is
+//     never part of a cycle. Complete, Fail, Release and Renew change one row.
+//
+// # Transient conflicts
+//
+// A transaction that fails with a transient conflict all the same (PostgreSQL
+// deadlock_detected 40P01 or serialization_failure 40001, e.g. against a
+// foreign writer; SQLite SQLITE_BUSY / SQLITE_LOCKED) is rolled back and run
+// again from the start, after a jittered backoff (1 ms doubling to 250 ms),
+// for as long as the caller's ctx allows: the bound is ctx alone (the intake
+// pipeline gives each ledger call at most 30 s). A caller sees such an error
+// only when ctx ended first, wrapped with the number of attempts.
 package sqlledger
 
 import (
@@ -21,6 +47,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -53,6 +80,14 @@ type Dialect struct {
 	Migrations []string
 	// Classify maps driver errors (e.g. connection refused) to ledger errors.
 	Classify func(error) error
+	// LockRows is the locking clause ("FOR UPDATE" on PostgreSQL) with which a
+	// statement that changes several rows first locks them, in (bucket,
+	// ident) order. Empty where every writing transaction is exclusive
+	// (SQLite's BEGIN IMMEDIATE), so no row lock is ever waited for.
+	LockRows string
+	// Transient, if set, tells an error after which the whole transaction may
+	// run again: a deadlock, a serialization failure, a busy database.
+	Transient func(error) bool
 }
 
 // Ledger is a SQL intake ledger.
@@ -118,6 +153,55 @@ func (l *Ledger) wrap(op string, err error) error {
 		return err
 	}
 	return fmt.Errorf("ledger (%s) %s: %w", l.d.Name, op, err)
+}
+
+// Bounds of the backoff between runs of a transaction that hit a transient
+// conflict.
+const (
+	retryMin = time.Millisecond
+	retryMax = 250 * time.Millisecond
+)
+
+// inTx runs fn in a transaction, with the transaction's time, and commits. A
+// transient conflict (Dialect.Transient) rolls the transaction back and runs
+// fn again after a jittered backoff, until ctx ends; fn must therefore keep
+// no state of its own between runs. Errors from fn are returned as they are
+// (fn wraps its own); the rest are wrapped with op.
+func (l *Ledger) inTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
+	backoff := retryMin
+	for attempt := 1; ; attempt++ {
+		err := l.tryTx(ctx, op, fn)
+		if err == nil || l.d.Transient == nil || !l.d.Transient(err) {
+			return err
+		}
+		// Full jitter: conflicting transactions that failed together must not
+		// run again together.
+		t := time.NewTimer(backoff/2 + rand.N(backoff))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("ledger (%s) %s: a transient conflict persisted over %d attempts until the context ended (%v): %w",
+				l.d.Name, op, attempt, context.Cause(ctx), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, retryMax)
+	}
+}
+
+func (l *Ledger) tryTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return l.wrap(op, err)
+	}
+	defer tx.Rollback()
+	now, err := l.now(ctx, tx)
+	if err != nil {
+		return l.wrap(op, err)
+	}
+	if err := fn(tx, now); err != nil {
+		return err
+	}
+	return l.wrap(op, tx.Commit())
 }
 
 func (l *Ledger) migrate(ctx context.Context) error {
@@ -275,27 +359,34 @@ func (l *Ledger) record(ctx context.Context, source string, evs []event.Event, c
 	}
 	// Key order: the order rows are written (and locked) in, so concurrent
 	// batches touching the same keys cannot deadlock.
-	slices.SortFunc(ids, func(a, b rowID) int {
-		return cmp.Or(strings.Compare(a.bucket, b.bucket), strings.Compare(a.ident, b.ident))
+	slices.SortFunc(ids, compareID)
+	var claims []ledger.Claim
+	err := l.inTx(ctx, "record", func(tx *sql.Tx, now time.Time) error {
+		claims = nil
+		return l.recordTx(ctx, tx, now, evs, source, ids, byID, out, &claims, claimN, lease)
 	})
-	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, nil, l.wrap("record", err)
+		return nil, nil, err
 	}
-	defer tx.Rollback()
-	now, err := l.now(ctx, tx)
-	if err != nil {
-		return nil, nil, l.wrap("record", err)
-	}
+	return out, claims, nil
+}
+
+func compareID(a, b rowID) int {
+	return cmp.Or(strings.Compare(a.bucket, b.bucket), strings.Compare(a.ident, b.ident))
+}
+
+// recordTx is one run of record's transaction: it decides out and the claims.
+func (l *Ledger) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs []event.Event, source string, ids []rowID,
+	byID map[rowID][]int, out []ledger.Decision, claimsOut *[]ledger.Claim, claimN int, lease time.Duration) error {
 	var claims []ledger.Claim
 	todo := ids
 	for round := 0; len(todo) > 0; round++ {
 		if round == maxRounds {
-			return nil, nil, l.wrap("record", fmt.Errorf("%d keys still changed by other writers after %d rounds", len(todo), maxRounds))
+			return l.wrap("record", fmt.Errorf("%d keys still changed by other writers after %d rounds", len(todo), maxRounds))
 		}
 		cur, err := l.load(ctx, tx, todo)
 		if err != nil {
-			return nil, nil, l.wrap("record", err)
+			return l.wrap("record", err)
 		}
 		next := make(map[rowID]*ledger.Record, len(todo))
 		for _, id := range todo {
@@ -335,7 +426,7 @@ func (l *Ledger) record(ctx context.Context, source string, evs []event.Event, c
 		}
 		written, err := l.upsert(ctx, tx, batch)
 		if err != nil {
-			return nil, nil, l.wrap("record", err)
+			return l.wrap("record", err)
 		}
 		var again []rowID
 		for _, id := range todo {
@@ -351,10 +442,8 @@ func (l *Ledger) record(ctx context.Context, source string, evs []event.Event, c
 		}
 		todo = again
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, nil, l.wrap("record", err)
-	}
-	return out, claims, nil
+	*claimsOut = claims
+	return nil
 }
 
 // upsert writes rows (l.args, in key order) with upsertFrom and returns those
@@ -470,15 +559,23 @@ func (l *Ledger) Claim(ctx context.Context, n int, lease time.Duration) ([]ledge
 	if n <= 0 {
 		return nil, nil
 	}
-	tx, err := l.db.BeginTx(ctx, nil)
+	var out []ledger.Claim
+	err := l.inTx(ctx, "claim", func(tx *sql.Tx, now time.Time) error {
+		var err error
+		out, err = l.claimTx(ctx, tx, now, n, lease)
+		return err
+	})
 	if err != nil {
-		return nil, l.wrap("claim", err)
+		return nil, err
 	}
-	defer tx.Rollback()
-	now, err := l.now(ctx, tx)
-	if err != nil {
-		return nil, l.wrap("claim", err)
-	}
+	slices.SortFunc(out, func(a, b ledger.Claim) int { return a.NextAttempt.Compare(b.NextAttempt) })
+	return out, nil
+}
+
+// claimTx is one run of Claim's transaction. The candidates are locked FOR
+// UPDATE SKIP LOCKED (never waiting for a lock); the UPDATE then changes only
+// rows this transaction has locked.
+func (l *Ledger) claimTx(ctx context.Context, tx *sql.Tx, now time.Time, n int, lease time.Duration) ([]ledger.Claim, error) {
 	nowMS := ms(now)
 	// Candidates come off the (status, next_at) index in next_at order, which is
 	// first-in first-out for pending work and retry order for failed work; LIMIT
@@ -516,28 +613,14 @@ RETURNING ` + cols
 	if err := rows.Err(); err != nil {
 		return nil, l.wrap("claim", err)
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, l.wrap("claim", err)
-	}
-	slices.SortFunc(out, func(a, b ledger.Claim) int { return a.NextAttempt.Compare(b.NextAttempt) })
 	return out, nil
 }
 
 // finish runs a guarded update of a claim in its own transaction.
 func (l *Ledger) finish(ctx context.Context, op string, c ledger.Claim, set string, setArgs ...any) error {
-	tx, err := l.db.BeginTx(ctx, nil)
-	if err != nil {
-		return l.wrap(op, err)
-	}
-	defer tx.Rollback()
-	now, err := l.now(ctx, tx)
-	if err != nil {
-		return l.wrap(op, err)
-	}
-	if err := l.finishTx(ctx, tx, now, op, c, set, setArgs...); err != nil {
-		return err
-	}
-	return l.wrap(op, tx.Commit())
+	return l.inTx(ctx, op, func(tx *sql.Tx, now time.Time) error {
+		return l.finishTx(ctx, tx, now, op, c, set, setArgs...)
+	})
 }
 
 // finishSQL is the guarded update finishTx runs.
@@ -611,25 +694,16 @@ func (l *Ledger) Complete(ctx context.Context, c ledger.Claim, result string) er
 	return l.finish(ctx, "complete", c, completeSet, result, nowPlus(0))
 }
 
-// CompleteBatch completes claims in one transaction (one commit, one fsync)
-// and one UPDATE … FROM over the batch; the claims it refuses are then
-// explained one by one (lease lost, superseded, not found).
+// CompleteBatch completes claims in one transaction (one commit, one fsync):
+// it locks the rows in key order, then runs one UPDATE … FROM over the batch;
+// the claims it refuses are then explained one by one (lease lost,
+// superseded, not found).
 func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Claim, results []string) ([]error, error) {
 	if len(results) != len(cs) {
 		return nil, fmt.Errorf("ledger: CompleteBatch: %d claims, %d results", len(cs), len(results))
 	}
-	errs := make([]error, len(cs))
 	if len(cs) == 0 {
-		return errs, nil
-	}
-	tx, err := l.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, l.wrap("complete", err)
-	}
-	defer tx.Rollback()
-	now, err := l.now(ctx, tx)
-	if err != nil {
-		return nil, l.wrap("complete", err)
+		return []error{}, nil
 	}
 	// Rows in key order, as everywhere, so concurrent batches cannot deadlock.
 	order := make([]int, len(cs))
@@ -637,8 +711,45 @@ func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Claim, results [
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int {
-		return cmp.Or(strings.Compare(cs[a].Bucket, cs[b].Bucket), strings.Compare(cs[a].Ident, cs[b].Ident))
+		return compareID(rowID{cs[a].Bucket, cs[a].Ident}, rowID{cs[b].Bucket, cs[b].Ident})
 	})
+	var errs []error
+	err := l.inTx(ctx, "complete", func(tx *sql.Tx, now time.Time) error {
+		var err error
+		errs, err = l.completeBatchTx(ctx, tx, now, cs, results, order)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return errs, nil
+}
+
+// completeBatchTx is one run of CompleteBatch's transaction; order is the
+// claims' indexes in key order.
+func (l *Ledger) completeBatchTx(ctx context.Context, tx *sql.Tx, now time.Time, cs []ledger.Claim, results []string, order []int) ([]error, error) {
+	errs := make([]error, len(cs))
+	if l.d.LockRows != "" {
+		// An UPDATE … FROM a list locks rows in the order of the join the
+		// planner picks (a hash join: the table's physical order), not in the
+		// order of the list: lock them first, in key order.
+		rows := make([][]any, len(order))
+		for j, i := range order {
+			rows[j] = []any{cs[i].Bucket, cs[i].Ident}
+		}
+		from, a := l.d.Rows(rows, []string{"text", "text"})
+		res, err := tx.QueryContext(ctx, l.q(`SELECT bucket FROM cairn_ledger WHERE (bucket, ident) IN (SELECT c1, c2 FROM `+from+`)
+ORDER BY bucket, ident `+l.d.LockRows), a...)
+		if err != nil {
+			return nil, l.wrap("complete", err)
+		}
+		for res.Next() {
+		}
+		res.Close()
+		if err := res.Err(); err != nil {
+			return nil, l.wrap("complete", err)
+		}
+	}
 	done := map[rowID]bool{}
 	for start := 0; start < len(order); start += valuesRows {
 		chunk := order[start:min(start+valuesRows, len(order))]
@@ -687,9 +798,6 @@ RETURNING cairn_ledger.bucket, cairn_ledger.ident`
 			}
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, l.wrap("complete", err)
-	}
 	return errs, nil
 }
 
@@ -735,36 +843,101 @@ func (l *Ledger) Replay(ctx context.Context, sel ledger.Selection) (int, error) 
 		err := l.db.QueryRowContext(ctx, l.q(`SELECT COUNT(*) FROM cairn_ledger`+where), a...).Scan(&n)
 		return n, l.wrap("replay", err)
 	}
-	tx, err := l.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, l.wrap("replay", err)
+	set := `UPDATE cairn_ledger SET status = 'pending', attempts = 0, next_at = ?, updated = ?,
+last_error = '', lease_until = 0, replays = replays + 1, gen = gen + 1, rev = rev + 1`
+	q, lockFirst := set+where, false
+	if l.d.LockRows != "" {
+		lockFirst = true
+		// Lock the selected rows in key order first (a plain UPDATE locks them
+		// in scan order), and change only those.
+		q = `WITH sel AS MATERIALIZED (SELECT bucket, ident FROM cairn_ledger` + where + ` ORDER BY bucket, ident ` + l.d.LockRows + `)
+` + set + ` FROM sel WHERE cairn_ledger.bucket = sel.bucket AND cairn_ledger.ident = sel.ident`
 	}
-	defer tx.Rollback()
-	now, err := l.now(ctx, tx)
+	var n int64
+	err := l.inTx(ctx, "replay", func(tx *sql.Tx, now time.Time) error {
+		args := append([]any{ms(now), ms(now)}, a...)
+		if lockFirst { // the selection's arguments come first
+			args = append(slices.Clone(a), ms(now), ms(now))
+		}
+		res, err := tx.ExecContext(ctx, l.q(q), args...)
+		if err != nil {
+			return l.wrap("replay", err)
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
 	if err != nil {
-		return 0, l.wrap("replay", err)
+		return 0, err
 	}
-	res, err := tx.ExecContext(ctx, l.q(`UPDATE cairn_ledger SET status = 'pending', attempts = 0, next_at = ?, updated = ?,
-last_error = '', lease_until = 0, replays = replays + 1, gen = gen + 1, rev = rev + 1`+where), append([]any{ms(now), ms(now)}, a...)...)
-	if err != nil {
-		return 0, l.wrap("replay", err)
-	}
-	n, _ := res.RowsAffected()
-	return int(n), l.wrap("replay", tx.Commit())
+	return int(n), nil
 }
 
-// Purge deletes finished records last updated before olderThan.
+// purgeBatch is how many rows one Purge transaction deletes where rows are
+// locked (PostgreSQL).
+const purgeBatch = 1000
+
+// Purge deletes finished records last updated before olderThan. On
+// PostgreSQL it deletes them in key order, purgeBatch rows per transaction
+// (locked in key order, like every statement that locks several rows), so it
+// neither deadlocks with writers nor holds many locks for long; a failure
+// part way leaves the batches already committed deleted.
 func (l *Ledger) Purge(ctx context.Context, olderThan time.Time, includeDead bool) (int, error) {
-	q := `DELETE FROM cairn_ledger WHERE updated < ? AND status IN ('processed'`
+	where := ` WHERE updated < ? AND status IN ('processed'`
 	if includeDead {
-		q += `, 'failed', 'dead'`
+		where += `, 'failed', 'dead'`
 	}
-	res, err := l.db.ExecContext(ctx, l.q(q+`)`), ms(olderThan))
-	if err != nil {
-		return 0, l.wrap("purge", err)
+	where += `)`
+	if l.d.LockRows == "" {
+		var n int64
+		err := l.inTx(ctx, "purge", func(tx *sql.Tx, _ time.Time) error {
+			res, err := tx.ExecContext(ctx, l.q(`DELETE FROM cairn_ledger`+where), ms(olderThan))
+			if err != nil {
+				return l.wrap("purge", err)
+			}
+			n, _ = res.RowsAffected()
+			return nil
+		})
+		return int(n), err
 	}
-	n, _ := res.RowsAffected()
-	return int(n), nil
+	q := l.q(`WITH sel AS MATERIALIZED (SELECT bucket, ident FROM cairn_ledger` + where + ` AND (bucket, ident) > (?, ?)
+ORDER BY bucket, ident LIMIT ? ` + l.d.LockRows + `)
+DELETE FROM cairn_ledger USING sel WHERE cairn_ledger.bucket = sel.bucket AND cairn_ledger.ident = sel.ident
+RETURNING cairn_ledger.bucket, cairn_ledger.ident`)
+	total := 0
+	var after rowID // the cursor: rows after it are left to purge
+	for {
+		var last rowID
+		var n int
+		err := l.inTx(ctx, "purge", func(tx *sql.Tx, _ time.Time) error {
+			last, n = after, 0
+			res, err := tx.QueryContext(ctx, q, ms(olderThan), after.bucket, after.ident, purgeBatch)
+			if err != nil {
+				return l.wrap("purge", err)
+			}
+			defer res.Close()
+			for res.Next() {
+				var id rowID
+				if err := res.Scan(&id.bucket, &id.ident); err != nil {
+					return l.wrap("purge", err)
+				}
+				n++
+				if compareID(id, last) > 0 {
+					last = id
+				}
+			}
+			return l.wrap("purge", res.Err())
+		})
+		if err != nil {
+			return total, err
+		}
+		total += n
+		// Fewer than a batch: the locked scan found no more rows to delete
+		// (rows changed meanwhile so that they no longer qualify are skipped).
+		if n < purgeBatch {
+			return total, nil
+		}
+		after = last
+	}
 }
 
 // OldestPending reads the smallest pending-since off the work index.
