@@ -38,6 +38,43 @@
 //     object, plus ~3 requests per 1,000 objects of journal.
 //   - The journal lives under "cairn-journal/" and the locks under
 //     "cairn-locks/"; folders may not contain them.
+//
+// # Late-landing writes
+//
+// A write the client gave up on (a reset, a timeout, a 502/504) may be applied
+// by the store later, after the operation has returned — even after its locks
+// are released. What each kind can and cannot do:
+//
+//   - The intent (written if-absent) and its updates (if-match): an operation
+//     whose write had an unknown outcome asks again with the same bytes until
+//     it knows (created, or found to hold exactly its bytes), so it neither
+//     fails for nothing nor forgets a write that landed. A journal whose
+//     intent create had an unknown outcome ends in a tombstone instead of a
+//     deletion, so that the late create finds its key taken; Recover removes
+//     tombstones after Options.TombstoneGrace, judged by the store's clock. An
+//     update conditional on an ETag lands only on that ETag: never after the
+//     journal moved on or was removed (no "mark done" resurrects a journal).
+//   - An intent that still lands after its operation gave up (the caller got
+//     an error wrapping objstore.ErrAmbiguous) is run by the next Recover or
+//     overlapping operation only if, under its locks, the checks the caller
+//     made still hold (source not empty, destination empty unless
+//     overwriting); else it is dropped (Result.Abandoned). The same holds for
+//     any journal whose manifest was not complete: nothing was changed yet.
+//   - Copies into the destination are conditional on the destination as seen
+//     (if-absent, or if-match its ETag) where the probe shows the store
+//     enforces conditional copy destinations (AWS, not MinIO): a late copy
+//     lands on that state or not at all. Elsewhere a late copy can overwrite
+//     whatever the destination key holds when it lands; after a rename it
+//     finds no source and fails, after a copy it rewrites the same source
+//     version unless the source changed.
+//   - Deletes of sources are conditional on the manifest's ETag where
+//     conditional DELETE is enforced; elsewhere (MinIO) a late delete removes
+//     whatever the key holds when it lands — including an object written at
+//     the old key after the operation finished. Use a store that enforces
+//     conditional DELETE where that matters.
+//   - Manifest chunks are written unconditionally: a late one lands on its own
+//     journal's keys only; if it lands after the journal was removed it is an
+//     orphan chunk, which Recover removes.
 package folder
 
 import (
@@ -131,6 +168,11 @@ type Options struct {
 	Progress func(Progress)
 	// ChunkSize is manifest entries per journal object. Default 1000.
 	ChunkSize int
+	// TombstoneGrace is how long, by the store's clock, the tombstone of a
+	// finished journal whose intent write had an unknown outcome is kept
+	// (against a late copy of that write) before Recover removes it.
+	// Default: one hour.
+	TombstoneGrace time.Duration
 }
 
 // Ops runs folder operations on one store.
@@ -151,6 +193,9 @@ func New(s *objstore.Store, opts *Options) *Ops {
 	}
 	if o.ChunkSize <= 0 {
 		o.ChunkSize = 1000
+	}
+	if o.TombstoneGrace <= 0 {
+		o.TombstoneGrace = time.Hour
 	}
 	ops := &Ops{s: s, o: o}
 	if o.Locker == nil {

@@ -43,6 +43,14 @@ type intent struct {
 	Deleting  bool      `json:"deleting"` // the copy phase is done
 	Done      bool      `json:"done"`     // every step is done: only the journal's removal is left
 	Overwrite bool      `json:"overwrite,omitempty"`
+	// LateCreate: the write that created this intent had an unknown outcome
+	// at first, so a copy of it may still land (if-absent: only while the key
+	// is absent). Its journal therefore ends in a tombstone, not a deletion.
+	LateCreate bool `json:"late_create,omitempty"`
+	// Finished marks a tombstone: the operation is over; the object stays
+	// so that a late create of the intent cannot land, until Recover removes
+	// it after Options.TombstoneGrace by the store's clock.
+	Finished bool `json:"finished,omitempty"`
 }
 
 type entry struct {
@@ -79,6 +87,11 @@ type Result struct {
 	Seconds float64 `json:"seconds"`
 	// Recovered counts interrupted operations this one finished first.
 	Recovered int `json:"recovered,omitempty"`
+	// Abandoned, in a roll-forward, says why a journal's operation was
+	// dropped instead: it had changed nothing yet, and the checks its caller
+	// made before writing it no longer hold (its intent landed late, after
+	// the caller gave up, or the folders changed since a crash).
+	Abandoned string `json:"abandoned,omitempty"`
 	// JournalSeconds is the time spent writing, reading and removing the
 	// journal (the price of crash safety).
 	JournalSeconds float64 `json:"journal_seconds"`
@@ -140,12 +153,17 @@ func (ops *Ops) start(ctx context.Context, op, src, dst string, overwrite bool) 
 	// The intent first: from here on, a crash is finished by Recover.
 	data, _ := json.Marshal(in)
 	t0 := time.Now()
-	info, err := ops.s.PutBytes(ctx, in.key(), data, &objstore.PutOptions{If: objstore.IfAbsent(), ContentType: "application/json"})
+	etag, retried, err := ops.putResolved(ctx, in.key(), data, objstore.IfAbsent())
+	in.LateCreate = retried // recorded by the next save of the intent
+	if errors.Is(err, objstore.ErrAmbiguous) {
+		return Result{}, fmt.Errorf("folder: writing the intent: the outcome is unknown; if the write still lands, "+
+			"the next Recover (or overlapping operation) carries the %s out, after checking again that it may: %w", op, err)
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("folder: writing the intent: %w", err)
 	}
 	intentTime := time.Since(t0)
-	res, err := ops.execute(ctx, in, info.ETag, lost, true)
+	res, err := ops.execute(ctx, in, etag, lost, true)
 	res.JournalSeconds += intentTime.Seconds()
 	res.Recovered = recovered
 	res.Seconds = time.Since(begin).Seconds()
@@ -156,6 +174,24 @@ func newID() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%019d-%s", time.Now().UnixNano(), hex.EncodeToString(b[:]))
+}
+
+// mayRun checks, under the operation's locks, what start checked before
+// writing the intent; it returns why the operation may not run, or "".
+func (ops *Ops) mayRun(ctx context.Context, in *intent) (string, error) {
+	if empty, err := ops.empty(ctx, in.Src); err != nil {
+		return "", err
+	} else if empty {
+		return fmt.Sprintf("the source %q is empty", in.Src), nil
+	}
+	if in.Op != opDelete && !in.Overwrite {
+		if empty, err := ops.empty(ctx, in.Dst); err != nil {
+			return "", err
+		} else if !empty {
+			return fmt.Sprintf("the destination %q is not empty", in.Dst), nil
+		}
+	}
+	return "", nil
 }
 
 func (ops *Ops) empty(ctx context.Context, prefix string) (bool, error) {
@@ -171,11 +207,64 @@ func (ops *Ops) empty(ctx context.Context, prefix string) (bool, error) {
 // saveIntent updates the intent with a compare-and-swap.
 func (ops *Ops) saveIntent(ctx context.Context, in *intent, etag string) (string, error) {
 	data, _ := json.Marshal(in)
-	info, err := ops.s.PutBytes(ctx, in.key(), data, &objstore.PutOptions{If: objstore.IfMatch(etag), ContentType: "application/json"})
+	etag, _, err := ops.putResolved(ctx, in.key(), data, objstore.IfMatch(etag))
 	if err != nil {
 		return "", fmt.Errorf("folder: updating the intent: %w", err)
 	}
-	return info.ETag, nil
+	return etag, nil
+}
+
+// putResolved writes a journal object under cond (if-absent or if-match) and,
+// when the outcome is unknown, asks again with the same bytes until it knows:
+// the write succeeds, or it fails its condition and the key holds exactly
+// these bytes (an earlier try landed). A try that failed ambiguously can
+// land later only on the state it was conditional on, which a known outcome
+// has moved past. It returns the object's ETag and whether a try had an
+// unknown outcome, or an error wrapping objstore.ErrAmbiguous if it never
+// found out.
+func (ops *Ops) putResolved(ctx context.Context, key string, data []byte, cond objstore.Condition) (etag string, retried bool, err error) {
+	etag, err = ops.putResolvedTries(ctx, key, data, cond, &retried)
+	return etag, retried, err
+}
+
+func (ops *Ops) putResolvedTries(ctx context.Context, key string, data []byte, cond objstore.Condition, retried *bool) (string, error) {
+	var lastErr error
+	for attempt := range 8 {
+		if attempt > 0 {
+			t := time.NewTimer(time.Duration(attempt) * 5 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return "", fmt.Errorf("%w (%w)", lastErr, ctx.Err())
+			case <-t.C:
+			}
+		}
+		info, err := ops.s.PutBytes(ctx, key, data, &objstore.PutOptions{If: cond, ContentType: "application/json"})
+		switch {
+		case err == nil:
+			return info.ETag, nil
+		case errors.Is(err, objstore.ErrPreconditionFailed) && lastErr != nil:
+			cur, ci, gerr := ops.s.GetBytes(ctx, key)
+			if gerr == nil && bytes.Equal(cur, data) {
+				return ci.ETag, nil // an earlier try landed
+			}
+			if gerr == nil || !errors.Is(gerr, objstore.ErrNotFound) && ctx.Err() == nil {
+				if gerr == nil {
+					return "", err
+				}
+				continue // could not read: ask again
+			}
+			return "", err
+		case errors.Is(err, objstore.ErrAmbiguous):
+			lastErr, *retried = err, true
+		default:
+			if lastErr != nil && ctx.Err() != nil {
+				return "", fmt.Errorf("%w (%w)", lastErr, err)
+			}
+			return "", err
+		}
+	}
+	return "", lastErr
 }
 
 // saveTimed is saveIntent, counted as journal time.
@@ -198,6 +287,20 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 			return ErrLockLost
 		default:
 			return ctx.Err()
+		}
+	}
+	if !in.Complete && !fresh {
+		// Nothing has been changed yet. The intent's writer checked, under the
+		// locks, that the operation may run; that write may have landed late,
+		// after its operation gave up and others moved on, so check again.
+		if why, err := ops.mayRun(ctx, in); err != nil {
+			return res, err
+		} else if why != "" {
+			if err := ops.removeJournal(ctx, in, jt); err != nil {
+				return res, err
+			}
+			res.Abandoned = why
+			return res, nil
 		}
 	}
 	if !in.Complete {
@@ -377,10 +480,22 @@ func (ops *Ops) copyOne(ctx context.Context, in *intent, e entry, c *conflicts, 
 	if fresh && !in.Overwrite {
 		return false, ops.copyChecked(ctx, src, dst, e, c)
 	}
-	if d, err := ops.s.Head(ctx, dst); err == nil && d.ETag == e.E && d.Size == e.S {
+	d, err := ops.s.Head(ctx, dst)
+	if err == nil && d.ETag == e.E && d.Size == e.S {
 		return true, nil
 	} else if err != nil && !errors.Is(err, objstore.ErrNotFound) {
 		return false, err
+	}
+	// Where the store enforces it, the copy is conditional on the destination
+	// as just seen, so that if it lands late it lands on that state or not at all.
+	cond := objstore.Condition{}
+	if caps, cerr := ops.s.Capabilities(ctx); cerr == nil {
+		switch {
+		case err != nil && caps.CopyIfAbsent:
+			cond = objstore.IfAbsent()
+		case err == nil && caps.CopyIfMatch:
+			cond = objstore.IfMatch(d.ETag)
+		}
 	}
 	s, err := ops.s.Head(ctx, src)
 	switch {
@@ -393,7 +508,10 @@ func (ops *Ops) copyOne(ctx context.Context, in *intent, e entry, c *conflicts, 
 		c.add(src) // overwritten since the manifest: not ours to move
 		return false, nil
 	}
-	info, err := ops.s.Copy(ctx, src, dst, objstore.Condition{})
+	info, err := ops.s.Copy(ctx, src, dst, cond)
+	if errors.Is(err, objstore.ErrPreconditionFailed) {
+		return false, fmt.Errorf("folder: %q changed while the operation held its lock (a writer bypassing cairn?); run Recover: %w", dst, err)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -408,7 +526,21 @@ func (ops *Ops) copyOne(ctx context.Context, in *intent, e entry, c *conflicts, 
 // copy is taken back (the destination was empty and is write-locked) and the
 // key reported.
 func (ops *Ops) copyChecked(ctx context.Context, src, dst string, e entry, c *conflicts) error {
-	info, err := ops.s.Copy(ctx, src, dst, objstore.Condition{})
+	// If-absent where the store enforces it: a copy that lands late lands
+	// only on an empty destination.
+	cond, delCond := objstore.Condition{}, func(string) objstore.Condition { return objstore.Condition{} }
+	if caps, err := ops.s.Capabilities(ctx); err == nil {
+		if caps.CopyIfAbsent {
+			cond = objstore.IfAbsent()
+		}
+		if caps.DeleteIfMatch {
+			delCond = objstore.IfMatch
+		}
+	}
+	info, err := ops.s.Copy(ctx, src, dst, cond)
+	if errors.Is(err, objstore.ErrPreconditionFailed) {
+		return fmt.Errorf("folder: %q appeared while the operation held its lock (a writer bypassing cairn?); run Recover: %w", dst, err)
+	}
 	if errors.Is(err, objstore.ErrNotFound) {
 		c.add(src) // deleted by someone else since the manifest
 		return nil
@@ -427,7 +559,7 @@ func (ops *Ops) copyChecked(ctx context.Context, src, dst string, e entry, c *co
 	}
 	if !same {
 		c.add(src)
-		if err := ops.s.Delete(ctx, dst, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		if err := ops.s.Delete(ctx, dst, delCond(info.ETag)); err != nil && !errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrPreconditionFailed) {
 			return err
 		}
 	}
@@ -569,6 +701,17 @@ func (ops *Ops) removeJournal(ctx context.Context, in *intent, jt *journalTimer)
 	if err != nil {
 		return fmt.Errorf("folder: removing the journal: %w", err)
 	}
+	if in.LateCreate {
+		// A late copy of the intent's create could land once the key is
+		// absent, and start the operation again: keep a tombstone instead.
+		tomb := *in
+		tomb.Finished = true
+		data, _ := json.Marshal(&tomb)
+		if _, err := ops.s.PutBytes(ctx, in.key(), data, &objstore.PutOptions{ContentType: "application/json"}); err != nil {
+			return fmt.Errorf("folder: removing the journal: %w", err)
+		}
+		return nil
+	}
 	if err := ops.s.Delete(ctx, in.key(), objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
 		return fmt.Errorf("folder: removing the journal: %w", err)
 	}
@@ -584,41 +727,66 @@ func (ops *Ops) removeChunks(ctx context.Context, id string) {
 	}
 }
 
+// tombstone is a finished journal's intent left in place.
+type tombstone struct {
+	id    string
+	since time.Time // its Last-Modified, by the store's clock
+}
+
 // intents lists the journals present: intents, and ids of orphan chunks.
 func (ops *Ops) intents(ctx context.Context) ([]*intent, []string, error) {
+	ins, orphans, _, err := ops.journals(ctx)
+	return ins, orphans, err
+}
+
+// journals lists the journals present: live intents, ids of orphan chunks,
+// and tombstones.
+func (ops *Ops) journals(ctx context.Context) ([]*intent, []string, []tombstone, error) {
 	var out []*intent
 	var orphans []string
+	var tombs []tombstone
 	for info, err := range ops.s.List(ctx, JournalPrefix, &objstore.ListOptions{Delimiter: "/"}) {
 		if err != nil {
-			return nil, nil, fmt.Errorf("folder: listing the journal: %w", err)
+			return nil, nil, nil, fmt.Errorf("folder: listing the journal: %w", err)
 		}
 		if !info.IsPrefix {
 			continue
 		}
 		id := strings.TrimSuffix(strings.TrimPrefix(info.Key, JournalPrefix), "/")
-		in, _, err := ops.readIntent(ctx, id)
+		in, ii, err := ops.readIntentInfo(ctx, id)
 		switch {
 		case errors.Is(err, objstore.ErrNotFound):
 			orphans = append(orphans, id)
 		case err != nil:
-			return nil, nil, err
+			return nil, nil, nil, err
+		case in.Finished:
+			tombs = append(tombs, tombstone{id: id, since: ii.LastModified})
 		default:
 			out = append(out, in)
 		}
 	}
-	return out, orphans, nil
+	return out, orphans, tombs, nil
 }
 
+// readIntent reads a live intent; a tombstone reads as objstore.ErrNotFound.
 func (ops *Ops) readIntent(ctx context.Context, id string) (*intent, string, error) {
+	in, info, err := ops.readIntentInfo(ctx, id)
+	if err == nil && in.Finished {
+		return nil, "", fmt.Errorf("folder: journal %s is finished: %w", id, objstore.ErrNotFound)
+	}
+	return in, info.ETag, err
+}
+
+func (ops *Ops) readIntentInfo(ctx context.Context, id string) (*intent, objstore.Info, error) {
 	data, info, err := ops.s.GetBytes(ctx, JournalPrefix+id+"/intent.json")
 	if err != nil {
-		return nil, "", err
+		return nil, info, err
 	}
 	var in intent
 	if err := json.Unmarshal(data, &in); err != nil || in.ID != id {
-		return nil, "", fmt.Errorf("folder: journal %s: corrupt intent: %v", id, err)
+		return nil, info, fmt.Errorf("folder: journal %s: corrupt intent: %v", id, err)
 	}
-	return &in, info.ETag, nil
+	return &in, info, nil
 }
 
 // recoverOverlapping finishes interrupted operations on folders overlapping
@@ -686,6 +854,9 @@ type RecoverReport struct {
 	Conflicts []string `json:"conflicts,omitempty"`
 	// Orphans: journal directories without an intent (removed).
 	Orphans int `json:"orphans_removed"`
+	// Tombstones: finished journals kept against a late-landing intent,
+	// removed once past Options.TombstoneGrace.
+	Tombstones int `json:"tombstones_removed,omitempty"`
 }
 
 // Recover finishes every interrupted operation in the store (rolling it
@@ -694,7 +865,7 @@ type RecoverReport struct {
 // locks.
 func (ops *Ops) Recover(ctx context.Context) (RecoverReport, error) {
 	var rep RecoverReport
-	ins, orphans, err := ops.intents(ctx)
+	ins, orphans, tombs, err := ops.journals(ctx)
 	if err != nil {
 		return rep, err
 	}
@@ -716,6 +887,24 @@ func (ops *Ops) Recover(ctx context.Context) (RecoverReport, error) {
 	for _, id := range orphans {
 		ops.removeChunks(ctx, id)
 		rep.Orphans++
+	}
+	// Tombstones past their grace, by the store's own clock (the
+	// Last-Modified of a write made now), never this machine's.
+	if len(tombs) > 0 {
+		info, err := ops.s.PutBytes(ctx, JournalPrefix+"clock", nil, nil)
+		if err == nil && info.LastModified.IsZero() {
+			info, err = ops.s.Head(ctx, JournalPrefix+"clock")
+		}
+		if err != nil {
+			return rep, fmt.Errorf("folder: reading the store's clock: %w", err)
+		}
+		_ = ops.s.Delete(ctx, JournalPrefix+"clock", objstore.Condition{})
+		for _, tb := range tombs {
+			if info.LastModified.Sub(tb.since) >= ops.o.TombstoneGrace {
+				ops.removeChunks(ctx, tb.id)
+				rep.Tombstones++
+			}
+		}
 	}
 	return rep, nil
 }
