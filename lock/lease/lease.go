@@ -31,6 +31,31 @@
 //   - These are cooperative locks: writers that bypass them are not stopped.
 //     Combine them with fencing, and with the write policy (objstore/policy).
 //
+// # Late-landing writes
+//
+// A write the client gave up on (a reset, a timeout, a 502/504) may be applied
+// by the store later. Every write of a lease is a compare-and-swap of its
+// document (package docs): conditional on the ETag read (if-absent for the
+// first acquisition of a name), and leases are never deleted, so a late write
+// lands only on the exact state it was computed from — never once another
+// acquisition, renewal, takeover or release has moved the document on:
+//
+//   - A late renewal or acquisition cannot resurrect a lease after its
+//     release or a takeover, and cannot hand out a token twice: two writes
+//     computing token N+1 are both conditional on the state holding N, so at
+//     most one lands.
+//   - An Acquire or TryAcquire that returned an error may still land: the
+//     lease is then held by this Manager's holder name, but no Lease value
+//     exists and nobody renews it. It is held by nobody: this Manager cannot
+//     take it again while it looks held, and others take it over after one
+//     TTL of silence, with the next token. So the cost is one TTL of delay,
+//     never two holders.
+//   - A late renewal that lands after its holder gave up on it (its deadline
+//     counts only confirmed renewals) makes a waiter watch one more TTL: it
+//     delays takeovers, never hastens them.
+//   - A late release lands only on the holder's own state: it frees the
+//     lease a little later, or not at all (then it expires after one TTL).
+//
 // # Errors
 //
 // ErrNotAcquired (TryAcquire found it held), ErrLeaseLost (renewal failed or
