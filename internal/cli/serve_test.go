@@ -303,9 +303,9 @@ func TestServeMinIOWebhook(t *testing.T) {
 	}
 }
 
-// TestServeKilled: kill -9 cairn serve while handlers run (their orphans keep
-// running and finish late), restart it: every change is processed and the
-// effects, committed conditionally on the fencing token, match the bucket.
+// TestServeKilled: kill -9 cairn serve while handlers run (they die with it),
+// restart it: every change is processed and the effects, committed
+// conditionally on the fencing token, match the bucket.
 func TestServeKilled(t *testing.T) {
 	t.Parallel()
 	testServeKilled(t, newE2E(t, "0.3"))
