@@ -491,8 +491,14 @@ func (t *tracker) enter(ev event.Event) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	// A change is a key's sequencer and the state it announces (an audit's
-	// resubmission keeps the older sequencer, with the newer state).
+	// resubmission has no sequencer, and the state it found).
 	t.runs[ev.Key+"\x00"+ev.Sequencer+"\x00"+ev.ETag+"\x00"+string(ev.Kind)]++
+	if event.IsAudit(ev.Name) {
+		// An audit's resubmission carries no sequencer (S3 never numbered the
+		// change) and announces the state the audit found in the bucket, after
+		// every delivery here: it is never stale, and orders nothing.
+		return
+	}
 	if n, ok := t.newest[ev.Key]; ok && event.CompareSequencer(ev.Sequencer, n) < 0 {
 		t.stale++
 		return
