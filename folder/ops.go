@@ -245,16 +245,13 @@ func (ops *Ops) putResolvedTries(ctx context.Context, key string, data []byte, c
 			return info.ETag, nil
 		case errors.Is(err, objstore.ErrPreconditionFailed) && lastErr != nil:
 			cur, ci, gerr := ops.s.GetBytes(ctx, key)
-			if gerr == nil && bytes.Equal(cur, data) {
+			switch {
+			case gerr == nil && bytes.Equal(cur, data):
 				return ci.ETag, nil // an earlier try landed
+			case gerr == nil, errors.Is(gerr, objstore.ErrNotFound), ctx.Err() != nil:
+				return "", err // someone else's write
 			}
-			if gerr == nil || !errors.Is(gerr, objstore.ErrNotFound) && ctx.Err() == nil {
-				if gerr == nil {
-					return "", err
-				}
-				continue // could not read: ask again
-			}
-			return "", err
+			// Could not read: ask again.
 		case errors.Is(err, objstore.ErrAmbiguous):
 			lastErr, *retried = err, true
 		default:

@@ -102,7 +102,13 @@
 // (package docs): a late write of one lands only while the ETag it was
 // conditional on is current, so it can never undo a newer state; a marked
 // shard's entry is raised only by a write conditional on the state that still
-// held the mark. What a late write can still do here:
+// held the mark. A Record (or Claim, Complete…) that returned an error may
+// still be applied later, but only if no other write of that shard came
+// first: delivering the batch again moves the head on, after which the late
+// write can no longer land (the retry then decides the events itself). A late
+// Claim leaves its records claimed under a token nobody holds: they are
+// claimed again when that lease ends, as after a crashed worker. What a late
+// write can still do here:
 //
 //   - A compaction's swap of its new base into the head, after the compaction
 //     gave up: so a base whose swap failed is deleted at once only when the

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/lock/lease"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/faulty"
@@ -81,11 +82,24 @@ func TestContentionLateLanding(t *testing.T) {
 	}
 }
 
-func contention(t *testing.T, seed uint64) {
+// The same race on MinIO, through late-landing writes injected in front of it.
+func TestContentionLateLandingMinIO(t *testing.T) {
+	t.Parallel()
+	b, _ := testenv.NewBucket(t, testenv.S3(t))
+	contentionOn(t, b, 15)
+}
+
+func contention(t *testing.T, seed uint64) { contentionOn(t, mem.NewBackend(""), seed) }
+
+func contentionOn(t *testing.T, inner objstore.Backend, seed uint64) {
 	ctx := context.Background()
-	fb := faulty.New(mem.NewBackend(""), &faulty.Options{Seed: seed, LateApplyRate: 0.05, LostRequestRate: 0.05, LostResponseRate: 0.05,
-		LateJitter: 30 * time.Millisecond, Jitter: 200 * time.Microsecond})
+	fb := faulty.New(inner, nil)
 	s := objstore.New(fb, nil)
+	if _, err := s.Capabilities(ctx); err != nil { // probed before the faults start
+		t.Fatal(err)
+	}
+	fb.SetOptions(faulty.Options{Seed: seed, LateApplyRate: 0.05, LostRequestRate: 0.05, LostResponseRate: 0.05,
+		LateJitter: 30 * time.Millisecond, Jitter: 200 * time.Microsecond})
 	var mu sync.Mutex
 	var active *lease.Lease
 	var last int64
@@ -100,6 +114,7 @@ func contention(t *testing.T, seed uint64) {
 				cancel()
 				if err != nil {
 					failed.Add(1) // a fault Acquire reported: allowed, never a double holder
+					t.Logf("acquire: %v", err)
 					continue
 				}
 				acquired.Add(1)
