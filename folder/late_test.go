@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/folder"
+	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/lock/treelock"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/faulty"
@@ -111,11 +112,26 @@ func TestLateIntentAfterGivingUp(t *testing.T) {
 // failed, possibly without; no journal is left at the end.
 func TestRandomOpsLateLanding(t *testing.T) {
 	t.Parallel()
+	randomOps(t, mem.New())
+}
+
+// The same on MinIO, which enforces neither conditional copy destinations nor
+// conditional deletes (so copies and deletes are unconditional there).
+func TestRandomOpsLateLandingMinIO(t *testing.T) {
+	t.Parallel()
+	b, _ := testenv.NewBucket(t, testenv.S3(t))
+	randomOps(t, objstore.New(b, nil))
+}
+
+func randomOps(t *testing.T, inner *objstore.Store) {
 	ctx := context.Background()
-	inner := mem.New()
-	fb := faulty.New(inner.Backend(), &faulty.Options{Seed: 15, LateApplyRate: 0.05, LostRequestRate: 0.05, LostResponseRate: 0.05,
-		LateJitter: 20 * time.Millisecond})
+	fb := faulty.New(inner.Backend(), nil)
 	s := objstore.New(fb, nil)
+	if _, err := s.Capabilities(ctx); err != nil { // probed before the faults start
+		t.Fatal(err)
+	}
+	fb.SetOptions(faulty.Options{Seed: 15, LateApplyRate: 0.05, LostRequestRate: 0.05, LostResponseRate: 0.05,
+		LateJitter: 20 * time.Millisecond})
 	tl := treelock.New(s, &treelock.Options{TTL: 2 * time.Second, Poll: 2 * time.Millisecond})
 	defer tl.Close()
 	ops := folder.New(s, &folder.Options{Locker: folder.TreeLocker{M: tl}, ChunkSize: 3, Concurrency: 4})
