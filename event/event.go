@@ -35,7 +35,10 @@
 //
 // Parse returns a *ParseError naming the field at fault; it wraps ErrMalformed
 // (the message is not valid for its shape), ErrUnknownFormat (no shape fits) or
-// ErrUnknownEventType (an event name outside the S3 families). Arbitrary input
+// ErrUnknownEventType (an event name outside the S3 families). ParseAll keeps
+// the good records of a message with bad ones and names each bad one. Every
+// record is held to the limits of Validate (bucket name, key of 1 to 1,024
+// bytes of UTF-8 without control characters, hex sequencer). Arbitrary input
 // never panics (fuzzed).
 package event
 
@@ -44,6 +47,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Kind is what happened to the object.
@@ -151,6 +155,15 @@ func NormalizeSequencer(s string) string {
 	return strings.TrimRight(strings.ToUpper(s), "0")
 }
 
+// The limits every event is held to before it reaches a ledger, whatever its
+// source: what S3 allows, less what no real object has and every backend
+// cannot store alike.
+const (
+	MaxKeyLen       = 1024 // bytes, S3's limit
+	MaxSequencerLen = 64   // hex digits (S3's are 16 to 20)
+	MaxBucketLen    = 255  // legacy us-east-1 names; current rules say 63
+)
+
 func validSequencer(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -158,7 +171,73 @@ func validSequencer(s string) bool {
 			return false
 		}
 	}
-	return len(s) <= 64
+	return len(s) <= MaxSequencerLen
+}
+
+// ValidateKey checks an object key against the limits cairn holds events to:
+// 1 to MaxKeyLen bytes of valid UTF-8 without NUL or other control characters
+// (C0, DEL and C1). Spaces, "+", "%", "..", unicode and the rest are fine.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("empty")
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%d bytes long; the limit is %d", len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return errors.New("not valid UTF-8")
+	}
+	for i, r := range key {
+		if r < 0x20 || 0x7f <= r && r < 0xa0 {
+			return fmt.Errorf("control character %U at byte %d", r, i)
+		}
+	}
+	return nil
+}
+
+// ValidateBucket checks a bucket name: 1 to MaxBucketLen characters of
+// letters, digits, ".", "-" and "_" (S3's current rules and its legacy
+// us-east-1 names, MinIO's and the other servers' all fit).
+func ValidateBucket(name string) error {
+	if name == "" {
+		return errors.New("empty")
+	}
+	if len(name) > MaxBucketLen {
+		return fmt.Errorf("%d characters long; the limit is %d", len(name), MaxBucketLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '-' || c == '_') {
+			return fmt.Errorf("%q is not a bucket name (character %q at %d)", truncate(name, 80), c, i)
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// Validate checks an event's bucket, key and sequencer against the limits
+// above, so that no ledger backend sees what another would store differently
+// or refuse. It returns a *ParseError naming the field ("bucket", "key" or
+// "sequencer") wrapping ErrMalformed. Parse validates every record; call it
+// for events built by other means before submitting them.
+func (e Event) Validate() error { return e.validate("", "bucket", "key", "sequencer") }
+
+func (e Event) validate(path, bucketField, keyField, seqField string) error {
+	if err := ValidateBucket(e.Bucket); err != nil {
+		return malformed(join(path, bucketField), "%v", err)
+	}
+	if err := ValidateKey(e.Key); err != nil {
+		return malformed(join(path, keyField), "%v", err)
+	}
+	if !validSequencer(e.Sequencer) {
+		return malformed(join(path, seqField), "%q is not a hex sequencer of at most %d digits", truncate(e.Sequencer, 80), MaxSequencerLen)
+	}
+	return nil
 }
 
 // kindOf classifies an S3 event name (with or without the "s3:" prefix).

@@ -201,6 +201,45 @@ func FuzzParse(f *testing.F) {
 			if ev.Kind != event.Test && (ev.Bucket == "" || ev.Key == "") {
 				t.Fatalf("event without bucket or key: %+v", ev)
 			}
+			if ev.Kind != event.Test {
+				if err := ev.Validate(); err != nil {
+					t.Fatalf("Parse returned an event that fails Validate (%v): %+v", err, ev)
+				}
+			}
+		}
+		// ParseAll: the same good records, every bad one named.
+		all, rejected, err := event.ParseAll(data)
+		if err != nil || len(rejected) > 0 {
+			t.Fatalf("ParseAll disagrees with Parse: %v %v", rejected, err)
+		}
+		if len(all) != len(evs) {
+			t.Fatalf("ParseAll found %d events, Parse %d", len(all), len(evs))
+		}
+	})
+}
+
+func FuzzParseAll(f *testing.F) {
+	f.Add([]byte(`{"Records":[` + awsRecord + `,{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"%00"}}}]}`))
+	f.Add([]byte(`{"Records":[{"eventSource":"aws:sqs","body":"{}"},` + awsRecord + `]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		evs, rejected, err := event.ParseAll(data)
+		if err != nil {
+			if len(evs) > 0 || len(rejected) > 0 {
+				t.Fatalf("a message-level error with results: %v", err)
+			}
+			return
+		}
+		for _, pe := range rejected {
+			if pe.Field == "" || !(errors.Is(pe, event.ErrMalformed) || errors.Is(pe, event.ErrUnknownFormat) || errors.Is(pe, event.ErrUnknownEventType)) {
+				t.Fatalf("a rejection without a field or a known kind: %v", pe)
+			}
+		}
+		for _, ev := range evs {
+			if ev.Kind != event.Test {
+				if err := ev.Validate(); err != nil {
+					t.Fatalf("ParseAll kept an invalid event (%v): %+v", err, ev)
+				}
+			}
 		}
 	})
 }

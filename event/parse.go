@@ -15,12 +15,49 @@ import (
 // maxDepth bounds nested envelopes (SQS → SNS → S3 is 3).
 const maxDepth = 4
 
-// Parse decodes one message into its events.
+// Parse decodes one message into its events. It fails if any record fails
+// (ParseAll keeps the good records of a message with bad ones).
 func Parse(data []byte) ([]Event, error) {
-	if evs, ok := parseFast(data); ok {
-		return evs, nil
+	evs, rejected, err := ParseAll(data)
+	if err == nil && len(rejected) > 0 {
+		err = rejected[0]
 	}
-	return parse(data, "", 0)
+	if err != nil {
+		return nil, err
+	}
+	return evs, nil
+}
+
+// ParseAll decodes one message into its events, keeping the good records of
+// a message that also has bad ones: evs are the records that parsed and
+// validated, rejected names each one that did not (its Field is the record's
+// path, e.g. "Records[2].s3.object.key"). err is for the message as a whole
+// (not JSON, no shape fits, no records at all), and then evs and rejected
+// are empty. A message whose records are all bad has no evs and no err.
+func ParseAll(data []byte) (evs []Event, rejected []*ParseError, err error) {
+	if evs, ok := parseFast(data); ok {
+		return evs, nil, nil
+	}
+	p := &parser{}
+	evs, err = p.parse(data, "", 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return evs, p.rejected, nil
+}
+
+// parser collects the records it rejects while it keeps going.
+type parser struct {
+	rejected []*ParseError
+}
+
+// reject records a bad record; err is a *ParseError from the record's parse.
+func (p *parser) reject(path string, err error) {
+	var pe *ParseError
+	if !errors.As(err, &pe) {
+		pe = &ParseError{Field: path, Err: fmt.Errorf("%w: %v", ErrMalformed, err)}
+	}
+	p.rejected = append(p.rejected, pe)
 }
 
 // fastBody is the common case — S3 or MinIO Records, no envelope — decoded
@@ -88,7 +125,7 @@ func jsonErr(path string, err error) error {
 	return malformed(path, "%v", err)
 }
 
-func parse(data []byte, path string, depth int) ([]Event, error) {
+func (p *parser) parse(data []byte, path string, depth int) ([]Event, error) {
 	if depth > maxDepth {
 		return nil, malformed(path, "envelopes nested more than %d deep", maxDepth)
 	}
@@ -96,24 +133,24 @@ func parse(data []byte, path string, depth int) ([]Event, error) {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, &ParseError{Field: path, Err: fmt.Errorf("%w: not a JSON object", ErrUnknownFormat)}
 	}
-	var p probe
-	if err := json.Unmarshal(trimmed, &p); err != nil {
+	var pr probe
+	if err := json.Unmarshal(trimmed, &pr); err != nil {
 		return nil, jsonErr(path, err)
 	}
 	switch {
-	case p.Event == "s3:TestEvent":
-		ev := Event{Bucket: p.Bucket, Kind: Test, Name: "TestEvent", RequestID: p.RequestID, HostID: p.HostID, Format: FormatS3}
-		ev.Time, _ = time.Parse(time.RFC3339Nano, p.Time)
+	case pr.Event == "s3:TestEvent":
+		ev := Event{Bucket: pr.Bucket, Kind: Test, Name: "TestEvent", RequestID: pr.RequestID, HostID: pr.HostID, Format: FormatS3}
+		ev.Time, _ = time.Parse(time.RFC3339Nano, pr.Time)
 		return []Event{ev}, nil
-	case p.Type == "Notification" && p.Message != nil:
-		evs, err := parse([]byte(*p.Message), join(path, "Message"), depth+1)
+	case pr.Type == "Notification" && pr.Message != nil:
+		evs, err := p.parse([]byte(*pr.Message), join(path, "Message"), depth+1)
 		return retag(evs, FormatSNS), err
-	case p.Type == "SubscriptionConfirmation" || p.Type == "UnsubscribeConfirmation":
-		return nil, &ParseError{Field: join(path, "Type"), Err: fmt.Errorf("%w: SNS %s messages carry no object event; confirm the subscription via its SubscribeURL", ErrUnknownFormat, p.Type)}
-	case p.Source == "aws.s3" && p.DetailType != "":
+	case pr.Type == "SubscriptionConfirmation" || pr.Type == "UnsubscribeConfirmation":
+		return nil, &ParseError{Field: join(path, "Type"), Err: fmt.Errorf("%w: SNS %s messages carry no object event; confirm the subscription via its SubscribeURL", ErrUnknownFormat, pr.Type)}
+	case pr.Source == "aws.s3" && pr.DetailType != "":
 		return parseEventBridge(trimmed, path)
-	case p.Records != nil:
-		return parseRecords(p.Records, join(path, "Records"), p.EventName != nil, depth)
+	case pr.Records != nil:
+		return p.parseRecords(pr.Records, join(path, "Records"), pr.EventName != nil, depth)
 	}
 	return nil, &ParseError{Field: path, Err: fmt.Errorf("%w: expected S3 Records, an SNS notification, an EventBridge event or a MinIO webhook body", ErrUnknownFormat)}
 }
@@ -144,42 +181,47 @@ type envelopeRecord struct {
 	} `json:"Sns"`
 }
 
-func parseRecords(raw json.RawMessage, path string, minio bool, depth int) ([]Event, error) {
+// parseRecords parses each record on its own: a bad one is rejected (see
+// parser.reject) and the others are kept. Only a Records value that is not a
+// list, or an empty list, fails the message.
+func (p *parser) parseRecords(raw json.RawMessage, path string, minio bool, depth int) ([]Event, error) {
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
 		return nil, jsonErr(path, err)
+	}
+	if len(items) == 0 {
+		return nil, malformed(path, "no records")
 	}
 	var out []Event
 	for i, item := range items {
 		rp := fmt.Sprintf("%s[%d]", path, i)
 		var env envelopeRecord
 		if err := json.Unmarshal(item, &env); err != nil {
-			return nil, jsonErr(rp, err)
+			p.reject(rp, jsonErr(rp, err))
+			continue
 		}
 		switch {
 		case env.Body != nil && env.EventSource == "aws:sqs":
-			evs, err := parse([]byte(*env.Body), join(rp, "body"), depth+1)
+			evs, err := p.parse([]byte(*env.Body), join(rp, "body"), depth+1)
 			if err != nil {
-				return nil, err
+				p.reject(rp, err)
 			}
 			out = append(out, retag(evs, FormatSQS)...)
 			continue
 		case env.Sns != nil:
-			evs, err := parse([]byte(env.Sns.Message), join(rp, "Sns.Message"), depth+1)
+			evs, err := p.parse([]byte(env.Sns.Message), join(rp, "Sns.Message"), depth+1)
 			if err != nil {
-				return nil, err
+				p.reject(rp, err)
 			}
 			out = append(out, retag(evs, FormatSNS)...)
 			continue
 		}
 		ev, err := parseRecord(item, rp, minio)
 		if err != nil {
-			return nil, err
+			p.reject(rp, err)
+			continue
 		}
 		out = append(out, ev)
-	}
-	if len(out) == 0 {
-		return nil, malformed(path, "no records")
 	}
 	return out, nil
 }
@@ -238,8 +280,8 @@ func buildRecord(r *s3Record, path string, minio bool) (Event, error) {
 	if ev.Size < 0 {
 		return Event{}, malformed(join(path, "s3.object.size"), "negative")
 	}
-	if !validSequencer(ev.Sequencer) {
-		return Event{}, malformed(join(path, "s3.object.sequencer"), "%q is not a hex sequencer", r.S3.Object.Sequencer)
+	if err := ev.validate(path, "s3.bucket.name", "s3.object.key", "s3.object.sequencer"); err != nil {
+		return Event{}, err
 	}
 	return ev, nil
 }
@@ -293,11 +335,12 @@ func parseEventBridge(data []byte, path string) ([]Event, error) {
 		return nil, malformed(join(path, "detail.bucket.name"), "missing")
 	case o.Key == nil || *o.Key == "":
 		return nil, malformed(join(path, "detail.object.key"), "missing")
-	case !validSequencer(ev.Sequencer):
-		return nil, malformed(join(path, "detail.object.sequencer"), "%q is not a hex sequencer", o.Sequencer)
 	case ev.Size < 0:
 		return nil, malformed(join(path, "detail.object.size"), "negative")
 	}
 	ev.Key = *o.Key // EventBridge keys are not URL-encoded
+	if err := ev.validate(path, "detail.bucket.name", "detail.object.key", "detail.object.sequencer"); err != nil {
+		return nil, err
+	}
 	return []Event{ev}, nil
 }

@@ -174,8 +174,23 @@ type Source interface {
 	Run(ctx context.Context, sink Sink) error
 }
 
+// Refused counts n records a pull source refused (they break the event
+// package's limits or parse as no event) in cairn_intake_rejected_total, when
+// s is a *Pipeline. Sources also log each refusal with the message's place
+// (offset, stream sequence, message id), so nothing is dropped unseen.
+func Refused(s Sink, source string, n int) {
+	if p, ok := s.(*Pipeline); ok && n > 0 {
+		p.m.rejected.WithLabelValues(source, "invalid_record").Add(float64(n))
+	}
+}
+
 // ErrClosed: the pipeline is not running.
 var ErrClosed = errors.New("intake: pipeline closed")
+
+// ErrInvalidEvent: Submit refused events that break the limits every event is
+// held to (event.Event.Validate: bucket name, key, sequencer); nothing of the
+// submission was recorded. It wraps the *event.ParseError naming the field.
+var ErrInvalidEvent = errors.New("invalid event")
 
 // workFromClaim builds the handler's view of a claim.
 func workFromClaim(c ledger.Claim) Work {

@@ -140,6 +140,15 @@ func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event)
 	if len(evs) == 0 {
 		return nil, nil
 	}
+	for i, ev := range evs {
+		if ev.Kind == event.Test {
+			continue // carries no object: the ledger ignores it
+		}
+		if err := ev.Validate(); err != nil {
+			p.m.rejected.WithLabelValues(source, "invalid_record").Inc()
+			return nil, fmt.Errorf("intake: event %d of %d: %w: %w", i+1, len(evs), ErrInvalidEvent, err)
+		}
+	}
 	select {
 	case <-p.closed:
 		return nil, ErrClosed
@@ -287,25 +296,37 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 			err = fmt.Errorf("intake: ledger returned %d decisions for %d events", len(ds), len(evs))
 		}
 		if err != nil {
-			p.log.Warn("recording events failed", "source", src, "events", len(evs), "err", err)
+			p.log.Warn("recording events failed", "source", src, "events", len(evs), "submissions", len(subs), "err", err)
 		}
 		p.m.claims.Add(float64(len(cs)))
 		for _, c := range cs {
 			p.launch(c, start)
 		}
 		unclaimed -= len(cs)
+		if err != nil && len(subs) > 1 {
+			// One submission's data may have failed the whole batch: each is
+			// recorded again on its own, so the others never see its error.
+			// (What the failed batch did record is decided again as a
+			// duplicate, and its work is claimed by the next poll.)
+			for _, s := range subs {
+				rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				s.ds, s.err = p.o.Ledger.Record(rctx, src, s.evs)
+				cancel()
+				if s.err == nil && len(s.ds) != len(s.evs) {
+					s.ds, s.err = nil, fmt.Errorf("intake: ledger returned %d decisions for %d events", len(s.ds), len(s.evs))
+				}
+				unclaimed += p.decided(s.ds)
+				close(s.done)
+			}
+			continue
+		}
 		off := 0
 		for _, s := range subs {
 			if err != nil {
 				s.err = err
 			} else {
 				s.ds = ds[off : off+len(s.evs)]
-				for _, d := range s.ds {
-					p.m.decisions.WithLabelValues(string(d.Outcome)).Inc()
-					if d.Outcome == ledger.New || d.Outcome == ledger.Coalesced {
-						unclaimed++
-					}
-				}
+				unclaimed += p.decided(s.ds)
 			}
 			off += len(s.evs)
 			close(s.done)
@@ -317,6 +338,17 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 		default:
 		}
 	}
+}
+
+// decided counts decisions in the metrics and returns how many made new work.
+func (p *Pipeline) decided(ds []ledger.Decision) (work int) {
+	for _, d := range ds {
+		p.m.decisions.WithLabelValues(string(d.Outcome)).Inc()
+		if d.Outcome == ledger.New || d.Outcome == ledger.Coalesced {
+			work++
+		}
+	}
+	return work
 }
 
 // reserve takes up to n free handler slots and returns how many it took.

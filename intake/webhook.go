@@ -110,6 +110,24 @@ type WebhookResponse struct {
 	Error     string            `json:"error,omitempty"`
 	// Field names the offending field of a malformed body.
 	Field string `json:"field,omitempty"`
+	// Rejected lists the records of the body that were refused (each naming
+	// its field), when others were recorded: the reply is 200 for those, and
+	// sending the bad records again cannot succeed.
+	Rejected []Rejection `json:"rejected,omitempty"`
+}
+
+// Rejection is one refused record of a message.
+type Rejection struct {
+	Field string `json:"field"`
+	Error string `json:"error"`
+}
+
+func rejections(pes []*event.ParseError) []Rejection {
+	out := make([]Rejection, len(pes))
+	for i, pe := range pes {
+		out[i] = Rejection{Field: pe.Field, Error: pe.Error()}
+	}
+	return out
 }
 
 // Webhook returns the handler for POST /v1/events: it accepts every body the
@@ -165,7 +183,10 @@ func (p *Pipeline) Webhook(o WebhookOptions) http.Handler {
 			reply(w, http.StatusBadRequest, WebhookResponse{Error: "reading the body: " + err.Error()})
 			return
 		}
-		evs, err := event.Parse(body)
+		evs, rejected, err := event.ParseAll(body)
+		if err == nil && len(evs) == 0 && len(rejected) > 0 {
+			err = rejected[0] // every record is bad: the body is refused
+		}
 		if err != nil {
 			status := http.StatusBadRequest
 			if errors.Is(err, event.ErrUnknownFormat) || errors.Is(err, event.ErrUnknownEventType) {
@@ -176,9 +197,18 @@ func (p *Pipeline) Webhook(o WebhookOptions) http.Handler {
 			if errors.As(err, &pe) {
 				resp.Field = pe.Field
 			}
+			if len(rejected) > 1 {
+				resp.Rejected = rejections(rejected)
+			}
 			p.m.rejected.WithLabelValues(o.Source, reason(status)).Inc()
 			reply(w, status, resp)
 			return
+		}
+		if len(rejected) > 0 {
+			// The good records are recorded; the bad ones are answered here
+			// (a retry could never succeed) and counted.
+			p.m.rejected.WithLabelValues(o.Source, "invalid_record").Add(float64(len(rejected)))
+			p.log.Warn("webhook: records refused", "source", o.Source, "refused", len(rejected), "first", rejected[0].Error())
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), o.Timeout)
 		defer cancel()
@@ -189,7 +219,7 @@ func (p *Pipeline) Webhook(o WebhookOptions) http.Handler {
 			reply(w, http.StatusServiceUnavailable, WebhookResponse{Error: "the ledger did not record the events: " + err.Error()})
 			return
 		}
-		reply(w, http.StatusOK, WebhookResponse{Decisions: ds})
+		reply(w, http.StatusOK, WebhookResponse{Decisions: ds, Rejected: rejections(rejected)})
 	})
 }
 

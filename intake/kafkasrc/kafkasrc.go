@@ -104,10 +104,20 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		var evs []event.Event
 		fetches.EachRecord(func(r *kgo.Record) {
 			recs = append(recs, r)
-			got, err := event.Parse(r.Value)
+			got, rejected, err := event.ParseAll(r.Value)
+			if err == nil && len(got) == 0 && len(rejected) > 0 {
+				err = rejected[0]
+			}
 			if err != nil {
-				log.Error("record is not an event; skipped", "partition", r.Partition, "offset", r.Offset, "err", err)
+				// A poison record never blocks the partition: it is refused
+				// with the reason logged and counted, and committed.
+				log.Error("record is not an event; refused and committed", "partition", r.Partition, "offset", r.Offset, "err", err)
+				intake.Refused(sink, "kafka", 1)
 				return
+			}
+			if len(rejected) > 0 {
+				log.Error("records of a message refused; the others are recorded", "partition", r.Partition, "offset", r.Offset, "refused", len(rejected), "first", rejected[0].Error())
+				intake.Refused(sink, "kafka", len(rejected))
 			}
 			evs = append(evs, got...)
 		})
@@ -120,6 +130,10 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		for {
 			_, err := sink.Submit(context.WithoutCancel(ctx), "kafka", evs)
 			if err == nil {
+				break
+			}
+			if errors.Is(err, intake.ErrInvalidEvent) { // cannot succeed on a retry
+				log.Error("records refused; committed without recording", "records", len(recs), "err", err)
 				break
 			}
 			log.Warn("recording failed; retrying the same records", "records", len(recs), "err", err)

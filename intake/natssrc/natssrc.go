@@ -141,8 +141,16 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		var msgs []jetstream.Msg
 		var evs []event.Event
 		for m := range batch.Messages() {
-			got, err := event.Parse(m.Data())
+			got, rejected, err := event.ParseAll(m.Data())
+			if err == nil && len(got) == 0 && len(rejected) > 0 {
+				err = rejected[0]
+			}
+			if err == nil && len(rejected) > 0 {
+				log.Error("records of a message refused; the others are recorded", "refused", len(rejected), "first", rejected[0].Error())
+				intake.Refused(sink, "nats", len(rejected))
+			}
 			if err != nil {
+				intake.Refused(sink, "nats", 1)
 				seq := uint64(0)
 				if md, merr := m.Metadata(); merr == nil {
 					seq = md.Sequence.Stream
@@ -166,8 +174,11 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 				_ = m.InProgress()
 			}
 		})
+		invalid := errors.Is(err, intake.ErrInvalidEvent) // a retry cannot succeed
 		for _, m := range msgs {
-			if err != nil {
+			if invalid {
+				_ = m.TermWithReason("cairn: " + err.Error())
+			} else if err != nil {
 				_ = m.NakWithDelay(time.Second)
 			} else if aerr := m.Ack(); aerr != nil {
 				// Redelivered later; the ledger will call it a duplicate.

@@ -159,10 +159,21 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		var ok []types.Message
 		var evs []event.Event
 		for _, m := range out.Messages {
-			got, err := event.Parse([]byte(aws.ToString(m.Body)))
+			got, rejected, err := event.ParseAll([]byte(aws.ToString(m.Body)))
+			if err == nil && len(got) == 0 && len(rejected) > 0 {
+				err = rejected[0]
+			}
 			if err != nil {
+				// Left for the queue's redrive policy to move to its dead-letter
+				// queue after maxReceiveCount receives (configure one: without
+				// it SQS delivers the message until its retention ends).
 				log.Error("message is not an event; left for the queue's dead-letter redrive", "message_id", aws.ToString(m.MessageId), "err", err)
+				intake.Refused(sink, "sqs", 1)
 				continue
+			}
+			if len(rejected) > 0 {
+				log.Error("records of a message refused; the others are recorded", "message_id", aws.ToString(m.MessageId), "refused", len(rejected), "first", rejected[0].Error())
+				intake.Refused(sink, "sqs", len(rejected))
 			}
 			ok = append(ok, m)
 			evs = append(evs, got...)

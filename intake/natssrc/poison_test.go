@@ -1,0 +1,114 @@
+package natssrc_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/intake/natssrc"
+	"github.com/cairn-s3/cairn/ledger"
+)
+
+// sink records what it is given.
+type sink struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (s *sink) Submit(_ context.Context, _ string, evs []event.Event) ([]ledger.Decision, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ev := range evs {
+		s.keys = append(s.keys, ev.Key)
+	}
+	return make([]ledger.Decision, len(evs)), nil
+}
+
+func (s *sink) got() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.keys...)
+}
+
+func rec(key string) string {
+	return `{"eventVersion":"2.1","eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"bkt"},"object":{"key":"` + key + `","size":1,"sequencer":"0A"}}}`
+}
+
+// A poison message (garbage, or only bad records) is terminated, never
+// redelivered, and never holds up the messages behind it; a message with good
+// and bad records has its good ones recorded.
+func TestPoisonMessages(t *testing.T) {
+	t.Parallel()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	src, err := natssrc.New(natssrc.Options{Servers: ns.ClientURL(), Stream: "EV", Subject: "ev", AckWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sink{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, s) }()
+	defer func() { cancel(); <-done }()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The source creates the stream; wait for it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := js.StreamInfo("EV"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the source did not create its stream")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, body := range []string{
+		`not json at all`,
+		`{"Records":[` + rec("bad%00key") + `]}`,
+		`{"Records":[` + rec("mixed-good") + `,` + rec("mixed%00bad") + `]}`,
+		`{"Records":[` + rec("after") + `]}`,
+	} {
+		if _, err := js.Publish("ev", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline = time.Now().Add(15 * time.Second)
+	for !strings.Contains(strings.Join(s.got(), ","), "after") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the message after the poison ones was not delivered: %v", s.got())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(2500 * time.Millisecond) // past the ack wait: a poison message would come back
+	if got := strings.Join(s.got(), ","); got != "mixed-good,after" {
+		t.Fatalf("recorded %q, want mixed-good,after (each once)", got)
+	}
+	ci, err := js.ConsumerInfo("EV", "cairn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.NumAckPending != 0 || ci.NumRedelivered != 0 {
+		t.Fatalf("consumer: %d pending acks, %d redelivered; poison messages must be terminated", ci.NumAckPending, ci.NumRedelivered)
+	}
+}

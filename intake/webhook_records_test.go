@@ -1,0 +1,171 @@
+package intake_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/objledger"
+	"github.com/cairn-s3/cairn/ledger/postgres"
+	"github.com/cairn-s3/cairn/objstore/mem"
+)
+
+// backends opens a fresh ledger of each kind.
+var backends = map[string]func(t *testing.T) ledger.Ledger{
+	"sqlite": func(t *testing.T) ledger.Ledger { return newLedger(t, nil) },
+	"postgres": func(t *testing.T) ledger.Ledger {
+		url := testenv.PostgresSchema(t, func(ctx context.Context, url, q string) error {
+			db, err := sql.Open("pgx", url)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			_, err = db.ExecContext(ctx, q)
+			return err
+		})
+		l, err := postgres.Open(context.Background(), url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	},
+	"objstore": func(t *testing.T) ledger.Ledger {
+		l, err := objledger.New(context.Background(), mem.New(), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	},
+}
+
+func rawRecord(bucket, rawKey, seq string) string {
+	return `{"eventVersion":"2.1","eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"` + bucket +
+		`"},"object":{"key":"` + rawKey + `","size":1,"eTag":"e","sequencer":"` + seq + `"}}}`
+}
+
+// On every ledger backend alike, a record the ledger must not see gets a 4xx
+// naming its field (never a 5xx a sender retries for ever), good records sent
+// at the same moment get 200, and in a body with both the good ones are
+// recorded and the bad ones reported.
+func TestWebhookBadRecordsOnEveryLedger(t *testing.T) {
+	t.Parallel()
+	bad := map[string]string{
+		"NUL":                "nul%00key",
+		"invalid UTF-8":      "bad%FF%FEutf8",
+		"terminal escape":    "esc%1B%5D0%3Btitle%07%1B%5B2J",
+		"2700 bytes":         strings.Repeat("x", 2700),
+		"1025 bytes":         strings.Repeat("y", 1025),
+		"C1 control":         "c1%C2%9B",
+		"bucket not a name":  "",
+		"sequencer not hex":  "",
+		"sequencer too long": "",
+	}
+	for name, open := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			l := open(t)
+			p, err := intake.New(intake.Options{Ledger: l, Handler: intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }),
+				Registerer: prometheus.NewRegistry()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start(t, p)
+			srv := httptest.NewServer(p.Mux(intake.WebhookOptions{}, nil))
+			defer srv.Close()
+			post := func(body string) (int, intake.WebhookResponse) {
+				resp, err := http.Post(srv.URL+"/v1/events", "application/json", bytes.NewReader([]byte(body)))
+				if err != nil {
+					t.Error(err)
+					return 0, intake.WebhookResponse{}
+				}
+				defer resp.Body.Close()
+				var r intake.WebhookResponse
+				_ = json.NewDecoder(resp.Body).Decode(&r)
+				return resp.StatusCode, r
+			}
+			var wg sync.WaitGroup
+			good := 0
+			for what, key := range bad {
+				b, seq := "bkt", "0A"
+				switch what {
+				case "bucket not a name":
+					b, key = "a b/c", "k"
+				case "sequencer not hex":
+					key, seq = "k", "0XZ"
+				case "sequencer too long":
+					key, seq = "k", strings.Repeat("F", 65)
+				}
+				wg.Go(func() {
+					status, r := post(`{"Records":[` + rawRecord(b, key, seq) + `]}`)
+					if status != http.StatusBadRequest || r.Field == "" {
+						t.Errorf("%s: %d %+v, want 400 naming the field", what, status, r)
+					}
+				})
+				// Good deliveries at the same moment, some in the same
+				// group commit as the bad ones.
+				for i := range 5 {
+					good++
+					k := fmt.Sprintf("good/%s/%d", what, i)
+					wg.Go(func() {
+						if status, r := post(`{"Records":[` + rawRecord("bkt", url.QueryEscape(k), "0A") + `]}`); status != http.StatusOK {
+							t.Errorf("good delivery %s beside a bad one: %d %+v", k, status, r)
+						}
+					})
+				}
+			}
+			wg.Wait()
+			// A body with both: 200, the good recorded, the bad reported.
+			status, r := post(`{"Records":[` + rawRecord("bkt", "mixed-good", "01") + `,` + rawRecord("bkt", "mixed%00bad", "01") + `]}`)
+			if status != http.StatusOK || len(r.Decisions) != 1 || len(r.Rejected) != 1 || r.Rejected[0].Field != "Records[1].s3.object.key" {
+				t.Fatalf("mixed body: %d %+v, want 200 with one decision and Records[1].s3.object.key rejected", status, r)
+			}
+			c, err := l.Counts(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := sum(c); n != good+1 {
+				t.Fatalf("the ledger holds %d records (%v), want the %d good ones", n, c, good+1)
+			}
+		})
+	}
+}
+
+// Events submitted by a Go program or a pull source are held to the same
+// limits: refused whole with ErrInvalidEvent, nothing recorded.
+func TestSubmitRefusesInvalidEvents(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t, nil)
+	p, err := intake.New(intake.Options{Ledger: l, Handler: intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }),
+		Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, p)
+	bad := ev("k\x00", 1)
+	_, err = p.Submit(context.Background(), "go", []event.Event{ev("fine", 1), bad})
+	var pe *event.ParseError
+	if !errors.Is(err, intake.ErrInvalidEvent) || !errors.As(err, &pe) || pe.Field != "key" {
+		t.Fatalf("Submit of a NUL key: %v, want ErrInvalidEvent naming key", err)
+	}
+	if c, _ := l.Counts(context.Background()); sum(c) != 0 {
+		t.Fatalf("a refused submission recorded %v", c)
+	}
+}
