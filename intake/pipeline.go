@@ -492,7 +492,7 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim, claimedAt time.Time
 	r := p.startRenewal(c, claimedAt, cancel)
 	start := time.Now()
 	result, err := p.call(ctx, w)
-	lost, renewedAt := r.stop()
+	renewedAt, lost := r.stop()
 	elapsed := time.Since(start)
 	freeSlot()
 
@@ -661,12 +661,12 @@ func (p *Pipeline) startRenewal(c ledger.Claim, claimedAt time.Time, cancel cont
 // stop ends renewal and reports whether the lease was lost meanwhile, and
 // when the last successful renewal started. A renewal still in flight may
 // yet extend the lease; renewedAt does not count on it.
-func (r *renewal) stop() (lost error, renewedAt time.Time) {
+func (r *renewal) stop() (renewedAt time.Time, lost error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stopped = true
 	r.timer.Stop()
-	return r.lost, r.renewedAt
+	return r.renewedAt, r.lost
 }
 
 type completion struct {

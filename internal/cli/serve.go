@@ -35,6 +35,7 @@ type serveFlags struct {
 	listen       string
 	token        string
 	sources      []string
+	origins      []string
 	sqsQueueURL  string
 	handlerExec  string
 	handlerHTTP  string
@@ -60,6 +61,7 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.ledgerURL, "ledger", ledger.DefaultURL, "ledger URL: a path or sqlite:///path.db (embedded), postgres://…, or s3://bucket/prefix / file:///dir (in the object store)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8470", "address for the webhook, /healthz, /readyz and /metrics")
 	fs.StringVar(&f.token, "webhook-token", "", "bearer token the webhook requires (required when --listen is not loopback)")
+	fs.StringArrayVar(&f.origins, "webhook-allow-origin", nil, "browser origin (scheme://host[:port]) whose requests the webhook accepts, repeatable; requests from any other web page are refused (event senders send no Origin)")
 	fs.StringArrayVar(&f.sources, "source", nil, "pull source URL, repeatable: nats://HOST:PORT?stream=S&subject=X&durable=D, kafka://HOST:PORT?topic=T&group=G, sqs://QUEUE-URL-WITHOUT-SCHEME")
 	fs.StringVar(&f.sqsQueueURL, "sqs-queue-url", "", "SQS queue URL to receive from (same as --source sqs://…)")
 	fs.StringVar(&f.handlerExec, "handler-exec", "", "command run per claim by /bin/sh -c (exit 0 processed, 75 retry, other failure)")
@@ -206,7 +208,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		return err
 	}
 	d := &intake.Daemon{Pipeline: p, Sources: sources, Logger: log,
-		Webhook: intake.WebhookOptions{Token: f.token, MaxBody: f.maxBody},
+		Webhook: intake.WebhookOptions{Token: f.token, MaxBody: f.maxBody, AllowedOrigins: f.origins},
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})}
 	if f.listen != "" {
 		ln, err := net.Listen("tcp", f.listen)

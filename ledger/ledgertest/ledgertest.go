@@ -847,14 +847,14 @@ func testNoDeadlocks(t *testing.T, h Harness) {
 			switch rng.IntN(8) {
 			case 0:
 				if err := l.Fail(ctx, c, "injected", true); err != nil {
-					return fmt.Errorf("Fail %s token %d: %w", c.Key, c.Token, err)
+					return fmt.Errorf("fail %s token %d: %w", c.Key, c.Token, err)
 				}
 				mu.Lock()
 				failed++
 				mu.Unlock()
 			case 1:
 				if err := l.Complete(ctx, c, "one"); err != nil {
-					return fmt.Errorf("Complete %s token %d: %w", c.Key, c.Token, err)
+					return fmt.Errorf("complete %s token %d: %w", c.Key, c.Token, err)
 				}
 			default:
 				batchCs = append(batchCs, c)
