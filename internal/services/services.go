@@ -62,6 +62,10 @@ type Options struct {
 	LogFile string
 	// Env adds environment variables (e.g. MinIO notification targets).
 	Env []string
+	// DurablePostgres starts PostgreSQL with its default fsync=on (the test
+	// servers run with fsync=off unless asked: durability is not what most
+	// tests are about, and it costs seconds).
+	DurablePostgres bool
 }
 
 // Server is a running server.
@@ -216,8 +220,12 @@ func StartPostgres(ctx context.Context, binDir string, o Options) (*Server, erro
 	if err != nil {
 		return nil, err
 	}
+	fsync := "off"
+	if o.DurablePostgres {
+		fsync = "on"
+	}
 	cmd := exec.Command(filepath.Join(binDir, "postgres"), "-D", pgdata, "-h", "127.0.0.1", "-p", strconv.Itoa(port),
-		"-k", o.DataDir, "-c", "fsync=off", "-c", "max_connections=200", "-c", "shared_buffers=128MB")
+		"-k", o.DataDir, "-c", "fsync="+fsync, "-c", "max_connections=200", "-c", "shared_buffers=128MB")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	cmd.Dir = o.DataDir
 	if o.LogFile == "" {

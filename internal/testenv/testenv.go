@@ -193,6 +193,26 @@ func PostgresSchema(t testing.TB, exec func(ctx context.Context, url, sql string
 	return base + sep + "search_path=" + schema
 }
 
+// OwnDurablePostgres starts a PostgreSQL server for this test alone with its
+// default fsync=on (the shared one runs with fsync off) and returns its URL;
+// it stops when the test ends.
+func OwnDurablePostgres(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cairn-pg-durable-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	s, err := services.StartPostgres(ctx, services.PostgresBinDir, services.Options{DataDir: dir, DieWithParent: true, DurablePostgres: true})
+	if err != nil {
+		unavailable(t, "PostgreSQL", err)
+	}
+	t.Cleanup(s.Stop)
+	return s.URL
+}
+
 // OwnMinIO starts a MinIO server for this test alone, with env added (e.g.
 // MINIO_NOTIFY_WEBHOOK_* notification targets, which MinIO reads only at
 // start-up), and stops it when the test ends.

@@ -29,6 +29,9 @@ type Harness struct {
 	New func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string)
 	// Env is added to the environment of child processes (e.g. credentials).
 	Env []string
+	// Only, if set, runs just the cases of these names (e.g. "NoDeadlocks"
+	// against a second server set up differently). Default: every case.
+	Only []string
 }
 
 // Run runs the suite.
@@ -57,6 +60,9 @@ func Run(t *testing.T, h Harness) {
 		{"KilledWorker", testKilledWorker},
 	}
 	for _, tc := range tests {
+		if len(h.Only) > 0 && !slices.Contains(h.Only, tc.name) {
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			defer func() {

@@ -41,6 +41,23 @@ func TestConformance(t *testing.T) {
 	}})
 }
 
+// The shared test server runs with fsync off; slower, durable commits hold
+// row locks longer, which is when concurrent batches are likeliest to deadlock.
+// So the no-deadlock case also runs on a server of its own at the default
+// fsync=on.
+func TestNoDeadlocksDurable(t *testing.T) {
+	t.Parallel()
+	base := testenv.OwnDurablePostgres(t)
+	ledgertest.Run(t, ledgertest.Harness{Only: []string{"NoDeadlocks"}, New: func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string) {
+		l, err := postgres.Open(context.Background(), base, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l, base
+	}})
+}
+
 func TestUnreachable(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
