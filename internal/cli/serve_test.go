@@ -377,25 +377,28 @@ func TestServeAuditEvery(t *testing.T) {
 // overlap. Token 1 holds the key for $HOLD seconds in a grandchild (sleep,
 // waited for) and in backgrounded work that outlives the script; every run
 // first checks that no process of an earlier token is still alive (a zombie
-// runs nothing) and logs "overlap" if one is.
+// runs nothing) and logs "overlap" if one is. A process is its pid and its
+// start time (field 22 of /proc/PID/stat): pids wrap (pid_max is 32,768 on
+// some machines) and a pid alone can name a newer, unrelated process.
 const overlapScript = `#!/bin/sh
 tok=$CAIRN_FENCING_TOKEN
-while read -r kind t pid; do
+st() { cut -d' ' -f22 "/proc/$1/stat" 2>/dev/null; }
+while read -r kind t pid start; do
   case $kind in start|child) ;; *) continue ;; esac
   [ "$t" -lt "$tok" ] || continue
-  if [ -r "/proc/$pid/stat" ] && [ "$(cut -d' ' -f3 "/proc/$pid/stat")" != Z ]; then
-    echo "overlap $tok $pid" >> "$MARKS"
+  if [ -r "/proc/$pid/stat" ] && [ "$(cut -d' ' -f3 "/proc/$pid/stat")" != Z ] && [ "$(st "$pid")" = "$start" ]; then
+    echo "overlap $tok $pid $start" >> "$MARKS"
   fi
 done < "$MARKS"
-echo "start $tok $$" >> "$MARKS"
+echo "start $tok $$ $(st $$)" >> "$MARKS"
 if [ "$tok" = 1 ]; then
-  (sleep "$HOLD"; echo "late $tok 0" >> "$MARKS") &
-  echo "child $tok $!" >> "$MARKS"
+  (sleep "$HOLD"; echo "late $tok 0 0" >> "$MARKS") &
+  echo "child $tok $! $(st $!)" >> "$MARKS"
   sleep "$HOLD" &
-  echo "child $tok $!" >> "$MARKS"
+  echo "child $tok $! $(st $!)" >> "$MARKS"
   wait $!
 fi
-echo "end $tok $$" >> "$MARKS"
+echo "end $tok $$ $(st $$)" >> "$MARKS"
 `
 
 // TestServeKilledHandlerDies: kill -9 of cairn serve during a slow exec
@@ -461,23 +464,23 @@ func testServeKilledHandlerDies(t *testing.T, iter int, killWatchdog bool) {
 	for _, pid := range victims {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	var tok1 []int
+	var tok1 []mark
 	for _, k := range readMarks(t, marks) {
 		if k.tok == 1 && k.pid > 0 {
-			tok1 = append(tok1, k.pid)
+			tok1 = append(tok1, k)
 		}
 	}
 	if killWatchdog {
 		// Only the leader dies with the daemon (parent-death signal): the
 		// grandchildren are left for the restarted daemon's reap.
 		time.Sleep(200 * time.Millisecond)
-		if !slices.ContainsFunc(tok1, alive) {
+		if !slices.ContainsFunc(tok1, mark.alive) {
 			t.Fatalf("iteration %d: nothing of token 1 outlived daemon and watchdog: the reap is not tested", iter)
 		}
 	} else {
 		// The watchdog kills the whole group at once, restart or not.
 		deadline := time.Now().Add(5 * time.Second)
-		for slices.ContainsFunc(tok1, alive) {
+		for slices.ContainsFunc(tok1, mark.alive) {
 			if time.Now().After(deadline) {
 				t.Fatalf("iteration %d: token 1's processes %v outlived the daemon by 5s", iter, tok1)
 			}
@@ -493,7 +496,7 @@ func testServeKilledHandlerDies(t *testing.T, iter int, killWatchdog bool) {
 			t.Errorf("iteration %d: token %d started while pid %d of an earlier token was alive", iter, k.tok, k.pid)
 		case k.tok == 1 && (k.kind == "end" || k.kind == "late"):
 			t.Errorf("iteration %d: token 1's handler outlived the killed daemon (%s)", iter, k.kind)
-		case k.tok == 1 && alive(k.pid):
+		case k.tok == 1 && k.alive():
 			t.Errorf("iteration %d: pid %d of token 1 (%s) still alive", iter, k.pid, k.kind)
 		}
 	}
@@ -506,6 +509,28 @@ func testServeKilledHandlerDies(t *testing.T, iter int, killWatchdog bool) {
 type mark struct {
 	kind     string
 	tok, pid int
+	start    string // the process's start time, field 22 of /proc/PID/stat
+}
+
+// alive reports whether the process the mark names still runs: same pid,
+// same start time, not a zombie.
+func (k mark) alive() bool { return alive(k.pid) && procStart(k.pid) == k.start }
+
+func procStart(pid int) string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(s[i+1:]) // from field 3 (state) on
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19] // field 22
 }
 
 func readMarks(t *testing.T, path string) []mark {
@@ -517,7 +542,7 @@ func readMarks(t *testing.T, path string) []mark {
 	var ms []mark
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		var k mark
-		if _, err := fmt.Sscan(line, &k.kind, &k.tok, &k.pid); err == nil {
+		if _, err := fmt.Sscan(line, &k.kind, &k.tok, &k.pid, &k.start); err == nil {
 			ms = append(ms, k)
 		}
 	}
