@@ -83,6 +83,11 @@
 //   - All writers of a document must go through cairn (or at least write
 //     envelopes). A writer that bypasses it and overwrites the object breaks the
 //     history; use the write policy (package objstore/policy) to keep others out.
+//     So does deleting a document while an Update of it is in flight: the
+//     reasoning above rests on ETags never coming back, and on a document's
+//     history only growing, so a create whose outcome is unknown could land
+//     after the delete, and a write that landed before it could no longer be
+//     seen. Delete documents only when no writer is active.
 //
 // # Errors
 //

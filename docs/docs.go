@@ -427,7 +427,9 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 				}
 			}
 			if !errors.Is(err, objstore.ErrAmbiguous) {
-				err = fmt.Errorf("docs: %q: a write may still land (%w); last error: %w", key, objstore.ErrAmbiguous, err)
+				// Only ErrAmbiguous is wrapped: the last error (a 412, a
+				// cancellation) must not make callers take it for "not applied".
+				err = fmt.Errorf("docs: %q: a write may still land (%w); last error: %v", key, objstore.ErrAmbiguous, err)
 			}
 			d.count(func(s *Stats) { s.Ambiguous++ })
 		}
@@ -465,7 +467,11 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 				for i, r := range reqs {
 					r.value, r.err = w.results[i].value, w.results[i].err
 				}
-				deliver(reqs, Meta{Key: key, ETag: md5hex(w.body), Rev: w.env.Rev, Exists: true}, nil)
+				m := Meta{Key: key, ETag: md5hex(w.body), Rev: w.env.Rev, Exists: true}
+				if c.env.Nonce == w.env.Nonce { // still the current version: its real ETag (SSE changes it)
+					m.ETag, m.LastModified = c.etag, c.lm
+				}
+				deliver(reqs, m, nil)
 				return nil
 			case undecidable:
 				return finish(fmt.Errorf("docs: %q: a write's response was lost and the document's history no longer shows whether it landed: %w", key, objstore.ErrAmbiguous))

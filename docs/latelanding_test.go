@@ -185,3 +185,42 @@ func TestCounterThroughNetworkFaultsOnMinIO(t *testing.T) {
 		t.Errorf("no late request landed: the test did not exercise the fault")
 	}
 }
+
+// The register: a version whose first write landed with its response lost,
+// and whose resend then failed outright, may exist. The update must be
+// reported ambiguous, never retried as a new version (applied twice).
+func TestRegisterUnknownWriteNotRepeated(t *testing.T) {
+	t.Parallel()
+	inner := mem.NewBackend("")
+	var mu sync.Mutex
+	puts := 0
+	f := faulty.New(inner, &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if op != faulty.OpPut {
+			return faulty.None, 0
+		}
+		puts++
+		switch puts {
+		case 2:
+			return faulty.LostResponse, 0 // the increment's version: applied, response lost
+		case 3:
+			return faulty.Fail, 0 // its resend: refused outright
+		}
+		return faulty.None, 0
+	}})
+	d := docs.New(objstore.New(f, nil), &docs.Options{Strategy: docs.Register, LastWriterWins: true, BaseBackoff: time.Millisecond})
+	ctx := context.Background()
+	inc := func(v *int, _ docs.Meta) error { *v++; return nil }
+	if _, _, err := docs.Typed[int](d).Update(ctx, "counter", inc); err != nil { // put 1: creates 1
+		t.Fatal(err)
+	}
+	_, _, err := docs.Typed[int](d).Update(ctx, "counter", inc)
+	if !errors.Is(err, objstore.ErrAmbiguous) {
+		t.Fatalf("update whose version may exist: %v, want ErrAmbiguous", err)
+	}
+	v, _, err := docs.Typed[int](docs.New(objstore.New(inner, nil), &docs.Options{Strategy: docs.Register, LastWriterWins: true})).Load(ctx, "counter")
+	if err != nil || v != 2 {
+		t.Fatalf("counter %d (%v), want 2: the increment applied at most once", v, err)
+	}
+}

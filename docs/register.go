@@ -122,13 +122,23 @@ func (d *Store) registerUpdate(ctx context.Context, key string, reqs []*request)
 // error means the version may exist (ErrAmbiguous) or does not.
 func (d *Store) registerPut(ctx context.Context, vkey string, body []byte) (objstore.Info, error) {
 	var err error
+	unknown := false // an earlier attempt may have written the version
 	for attempt := range 8 {
 		var info objstore.Info
 		d.count(func(s *Stats) { s.Writes++ })
 		info, err = d.s.PutBytes(ctx, vkey, body, &objstore.PutOptions{ContentType: "application/json"})
+		if err == nil {
+			return info, nil
+		}
 		if !errors.Is(err, objstore.ErrAmbiguous) {
+			if unknown {
+				// This attempt failed, but an earlier one may have landed: a new
+				// version would apply the update twice.
+				return objstore.Info{}, fmt.Errorf("docs: %q: an earlier write of this version may have landed (%w); last error: %v", vkey, objstore.ErrAmbiguous, err)
+			}
 			return info, err
 		}
+		unknown = true
 		if d.backoff(ctx, attempt) != nil {
 			break
 		}

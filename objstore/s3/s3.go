@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -259,6 +260,14 @@ func (b *Backend) mapErr(err error, write bool) error {
 		return fmt.Errorf("%s denied access (%s); check the bucket policy and the IAM permissions: %w", b.where, code, err)
 	case code == "KeyTooLongError" || code == "XMinioInvalidObjectName" || code == "InvalidObjectName":
 		return fmt.Errorf("%w: %v", objstore.ErrInvalidKey, err)
+	}
+	// A write the SDK sent more than once (unconditional writes keep its
+	// retries) may have been applied by an earlier attempt, whatever the last
+	// one says; and a write answered 2xx whose response could not be read was
+	// applied.
+	var retried *retry.MaxAttemptsError
+	if write && (errors.As(err, &retried) && retried.Attempt > 1 || status >= 200 && status < 300) {
+		return fmt.Errorf("%w: %w", objstore.ErrAmbiguous, err)
 	}
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "dial" {
