@@ -157,12 +157,11 @@ func TestCounterUnderLateLandingOnMinIO(t *testing.T) {
 // proxyFaults are the network's faults at the rates the histories use.
 var proxyFaults = faultproxy.Options{Seed: 11, LostRequestRate: 0.04, LostResponseRate: 0.06, LateRate: 0.12, LateJitter: 15 * time.Millisecond}
 
-// The same counter over real HTTP to MinIO through a proxy that drops the
-// client's connection and forwards some PUTs later, as a load balancer or a
-// slow server does: the faults as a real client sees them (connection resets
-// mapped by the S3 backend), not as an in-process wrapper fakes them.
-func TestCounterThroughNetworkFaultsOnMinIO(t *testing.T) {
-	t.Parallel()
+// throughProxy is a store on a fresh MinIO bucket whose requests go through
+// the fault proxy (faults on, capabilities probed without them), the proxy,
+// and a store on the same bucket without faults.
+func throughProxy(t *testing.T) (*objstore.Store, *faultproxy.Proxy, *objstore.Store) {
+	t.Helper()
 	ep := testenv.S3(t)
 	b, url := testenv.NewBucket(t, ep)
 	u, _ := objstore.ParseURL(url)
@@ -173,7 +172,16 @@ func TestCounterThroughNetworkFaultsOnMinIO(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.SetOptions(proxyFaults)
-	s := objstore.New(pb, &objstore.Options{Capabilities: &caps})
+	return objstore.New(pb, &objstore.Options{Capabilities: &caps}), proxy, clean
+}
+
+// The same counter over real HTTP to MinIO through a proxy that drops the
+// client's connection and forwards some PUTs later, as a load balancer or a
+// slow server does: the faults as a real client sees them (connection resets
+// mapped by the S3 backend), not as an in-process wrapper fakes them.
+func TestCounterThroughNetworkFaultsOnMinIO(t *testing.T) {
+	t.Parallel()
+	s, proxy, clean := throughProxy(t)
 	stores := []*docs.Store{docs.New(s, nil), docs.New(s, nil), docs.New(s, &docs.Options{NoGroupCommit: true})}
 	tally := runCounter(t, stores, 25)
 	proxy.Wait()

@@ -348,17 +348,7 @@ func dump(t *testing.T, ops []porcupine.Operation) {
 // dropped before the server, after it, and with the request forwarded later.
 func TestLinearizableThroughNetworkFaultsOnMinIO(t *testing.T) {
 	t.Parallel()
-	ep := testenv.S3(t)
-	b, url := testenv.NewBucket(t, ep)
-	u, _ := objstore.ParseURL(url)
-	proxy, pb := testenv.ThroughFaultProxy(t, ep, u.Host)
-	clean := objstore.New(b, nil)
-	caps, err := clean.Capabilities(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy.SetOptions(proxyFaults)
-	s := objstore.New(pb, &objstore.Options{Capabilities: &caps})
+	s, proxy, clean := throughProxy(t)
 	var clients []client
 	for i := range 8 {
 		d := docs.New(s, nil)
