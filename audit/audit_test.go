@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"database/sql"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -252,16 +251,6 @@ func TestInventory(t *testing.T) {
 	}
 }
 
-func execSQL(ctx context.Context, url, q string) error {
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	_, err = db.ExecContext(ctx, q)
-	return err
-}
-
 // ledgers opens a fresh ledger of each backend.
 var ledgers = map[string]func(t *testing.T) ledger.Ledger{
 	"sqlite": func(t *testing.T) ledger.Ledger {
@@ -273,7 +262,7 @@ var ledgers = map[string]func(t *testing.T) ledger.Ledger{
 		return l
 	},
 	"postgres": func(t *testing.T) ledger.Ledger {
-		l, err := postgres.Open(context.Background(), testenv.PostgresSchema(t, execSQL), nil)
+		l, err := postgres.Open(context.Background(), testenv.PostgresSchema(t, testenv.PGExec), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -311,7 +311,18 @@ func TestLinearizableOnMinIO(t *testing.T) {
 	b, _ := testenv.NewBucket(t, ep)
 	f := faulty.New(b, &faulty.Options{Seed: 9, LostResponseRate: 0.06, LostRequestRate: 0.04, FailRate: 0.03,
 		LateApplyRate: 0.08, LateJitter: 10 * time.Millisecond})
-	s := faultyOver(t, objstore.New(b, nil), f)
+	clean := objstore.New(b, nil)
+	ops, v := checkMixedClients(t, faultyOver(t, clean, f), clean, 9, f.Wait)
+	st := f.Stats()
+	t.Logf("%d ops on MinIO, final %d; injected %d late (%d landed), %d lost responses, %d lost requests, %d failures", len(ops), v, st.LateApplied, st.LateLanded, st.LostResponses, st.LostRequests, st.Failed)
+}
+
+// checkMixedClients runs 8 clients on s (half with group commit, half
+// without), waits for the faults' late requests (settle), reads the final
+// value through clean, and fails the test unless the history is linearizable
+// and some update took effect.
+func checkMixedClients(t *testing.T, s, clean *objstore.Store, seed uint64, settle func()) ([]porcupine.Operation, int) {
+	t.Helper()
 	var clients []client
 	for i := range 8 {
 		d := docs.New(s, nil)
@@ -320,22 +331,21 @@ func TestLinearizableOnMinIO(t *testing.T) {
 		}
 		clients = append(clients, cairnClient{d})
 	}
-	ops := runHistory(t, clients, 12, 9)
-	f.Wait()
-	v, err := cairnClient{docs.New(objstore.New(b, nil), nil)}.read(context.Background())
+	ops := runHistory(t, clients, 12, seed)
+	settle()
+	v, err := cairnClient{docs.New(clean, nil)}.read(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops = finalRead(ops, 8, v)
 	if v == 0 {
 		t.Fatalf("no update took effect: the history tests nothing")
 	}
+	ops = finalRead(ops, 8, v)
 	if res := check(t, ops); res != porcupine.Ok {
 		dump(t, ops)
-		t.Fatalf("history on MinIO is %s", res)
+		t.Fatalf("history on %s is %s", s, res)
 	}
-	st := f.Stats()
-	t.Logf("%d ops on MinIO, final %d; injected %d late (%d landed), %d lost responses, %d lost requests, %d failures", len(ops), v, st.LateApplied, st.LateLanded, st.LostResponses, st.LostRequests, st.Failed)
+	return ops, v
 }
 
 func dump(t *testing.T, ops []porcupine.Operation) {
@@ -349,28 +359,7 @@ func dump(t *testing.T, ops []porcupine.Operation) {
 func TestLinearizableThroughNetworkFaultsOnMinIO(t *testing.T) {
 	t.Parallel()
 	s, proxy, clean := throughProxy(t)
-	var clients []client
-	for i := range 8 {
-		d := docs.New(s, nil)
-		if i%2 == 0 {
-			d = docs.New(s, &docs.Options{NoGroupCommit: true})
-		}
-		clients = append(clients, cairnClient{d})
-	}
-	ops := runHistory(t, clients, 12, 13)
-	proxy.Wait()
-	v, err := cairnClient{docs.New(clean, nil)}.read(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v == 0 {
-		t.Fatalf("no update took effect: the history tests nothing")
-	}
-	ops = finalRead(ops, 8, v)
-	if res := check(t, ops); res != porcupine.Ok {
-		dump(t, ops)
-		t.Fatalf("history through the fault proxy is %s", res)
-	}
+	ops, v := checkMixedClients(t, s, clean, 13, proxy.Wait)
 	st := proxy.Stats()
 	t.Logf("%d ops, final %d; proxy: %d requests, %d late (%d landed), %d lost responses, %d lost requests", len(ops), v, st.Requests, st.Late, st.LateLanded, st.LostResponses, st.LostRequests)
 }

@@ -3,7 +3,6 @@ package intake_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"sync"
 	"testing"
 
-	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairn-s3/cairn/event"
@@ -30,15 +28,7 @@ import (
 var backends = map[string]func(t *testing.T) ledger.Ledger{
 	"sqlite": func(t *testing.T) ledger.Ledger { return newLedger(t, nil) },
 	"postgres": func(t *testing.T) ledger.Ledger {
-		url := testenv.PostgresSchema(t, func(ctx context.Context, url, q string) error {
-			db, err := sql.Open("pgx", url)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			_, err = db.ExecContext(ctx, q)
-			return err
-		})
+		url := testenv.PostgresSchema(t, testenv.PGExec)
 		l, err := postgres.Open(context.Background(), url, nil)
 		if err != nil {
 			t.Fatal(err)

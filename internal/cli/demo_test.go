@@ -1,8 +1,6 @@
 package cli_test
 
 import (
-	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -52,15 +50,7 @@ func TestDemoMinIOPostgres(t *testing.T) {
 	t.Parallel()
 	ep := testenv.S3(t)
 	_, url := testenv.NewBucket(t, ep)
-	pg := testenv.PostgresSchema(t, func(ctx context.Context, url, q string) error {
-		db, err := sql.Open("pgx", url)
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		_, err = db.ExecContext(ctx, q)
-		return err
-	})
+	pg := testenv.PostgresSchema(t, testenv.PGExec)
 	cmd := exec.Command(buildCairn(t), "demo", "--json", "--writes", "300", "--keys", "60", "--store", url, "--ledger", pg)
 	cmd.Env = append(os.Environ(), ep.Env()...)
 	var stderr strings.Builder
@@ -83,15 +73,7 @@ func TestDemoPostgresRepeated(t *testing.T) {
 	const runs = 10
 	failed := 0
 	for i := range runs {
-		pg := testenv.PostgresSchema(t, func(ctx context.Context, url, q string) error {
-			db, err := sql.Open("pgx", url)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			_, err = db.ExecContext(ctx, q)
-			return err
-		})
+		pg := testenv.PostgresSchema(t, testenv.PGExec)
 		code, out, stderr := run(t, "demo", "--json", "--writes", "400", "--keys", "60", "--seed", fmt.Sprint(i+1), "--ledger", pg)
 		var r demo.Report
 		if err := json.Unmarshal([]byte(out), &r); err != nil {

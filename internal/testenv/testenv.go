@@ -11,6 +11,7 @@ package testenv
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -173,6 +174,19 @@ func Postgres(t testing.TB) string {
 		unavailable(t, "PostgreSQL", pgErr)
 	}
 	return pg.URL
+}
+
+// PGExec runs one SQL statement at url through database/sql's "pgx" driver
+// (registered by package ledger/postgres, which every PostgreSQL test links):
+// the exec PostgresSchema needs.
+func PGExec(ctx context.Context, url, q string) error {
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, q)
+	return err
 }
 
 // PostgresSchema creates a fresh schema for one test and returns a URL whose

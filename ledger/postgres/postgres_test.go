@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"testing"
 	"time"
@@ -19,19 +18,9 @@ func TestMain(m *testing.M) {
 	testmain.Run(m)
 }
 
-func execSQL(ctx context.Context, url, q string) error {
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	_, err = db.ExecContext(ctx, q)
-	return err
-}
-
 func TestConformance(t *testing.T) {
 	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string) {
-		url := testenv.PostgresSchema(t, execSQL)
+		url := testenv.PostgresSchema(t, testenv.PGExec)
 		l, err := postgres.Open(context.Background(), url, opts)
 		if err != nil {
 			t.Fatal(err)

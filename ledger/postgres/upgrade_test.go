@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"slices"
 	"testing"
 
@@ -17,15 +16,7 @@ import (
 // behind is dropped.
 func TestUpgradeFromSchema3(t *testing.T) {
 	ctx := context.Background()
-	exec := func(ctx context.Context, url, q string) error {
-		db, err := sql.Open("pgx", url)
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		_, err = db.ExecContext(ctx, q)
-		return err
-	}
+	exec := testenv.PGExec
 	url := testenv.PostgresSchema(t, exec)
 	for _, q := range slices.Concat([]string{`CREATE TABLE cairn_schema (version INTEGER NOT NULL)`, `INSERT INTO cairn_schema VALUES (3)`}, migrations[:3], []string{
 		`INSERT INTO cairn_ledger (bucket, ident, key, seq, status, seen, gen, run_gen, token) VALUES ('b', 'k', 'k', '01', 'processed', 1, 1, 1, 1)`,
