@@ -483,17 +483,20 @@ func (b *Backend) commit(ctx context.Context, key string, tmp tempFile, opts obj
 	}
 	dir := path.Dir(key)
 	for attempt := 0; ; attempt++ {
+		// A concurrent Delete of another key removes the folders it leaves
+		// empty: one of ours can vanish while MkdirAll creates the ones below
+		// it, or before the rename. Both fail with ErrNotExist; start again.
+		err := error(nil)
 		if dir != "." {
-			if err := b.root.MkdirAll(dir, 0o755); err != nil {
-				return objstore.Info{}, b.conflictErr(key, err)
-			}
+			err = b.root.MkdirAll(dir, 0o755)
 		}
-		err := b.root.Rename(tmp.name, key)
+		if err == nil {
+			err = b.root.Rename(tmp.name, key)
+		}
 		if err == nil {
 			break
 		}
-		// A concurrent Delete may have removed the (empty) parent in between.
-		if errors.Is(err, fs.ErrNotExist) && attempt < 10 {
+		if errors.Is(err, fs.ErrNotExist) && attempt < 100 {
 			continue
 		}
 		return objstore.Info{}, b.conflictErr(key, err)

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -183,4 +184,34 @@ func TestKilledWriterChild(t *testing.T) {
 			fmt.Println("writing")
 		}
 	}
+}
+
+// A Delete removes the folders it leaves empty; a Put beside it in the same
+// deep folder tree must never see its folders vanish (CI saw `put
+// "deep/a/b/c/d/e/f/12": not found`: MkdirAll lost a folder a concurrent
+// Delete removed).
+func TestPutBesideDeletesOfEmptyFolders(t *testing.T) {
+	t.Parallel()
+	s, err := fs.New(t.TempDir(), &fs.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 300 {
+				key := fmt.Sprintf("deep/a/b/c/d/%d/e/f/%d", w, i%3)
+				if _, err := s.PutBytes(ctx, key, []byte("x"), nil); err != nil {
+					t.Errorf("put %s: %v", key, err)
+					return
+				}
+				if err := s.Delete(ctx, key, objstore.Condition{}); err != nil {
+					t.Errorf("delete %s: %v", key, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
