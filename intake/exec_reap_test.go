@@ -32,7 +32,8 @@ func alive(pid int) bool {
 // sleep, and returns the leader and the grandchild.
 func startGroup(t *testing.T, env ...string) (*exec.Cmd, int) {
 	t.Helper()
-	cmd := exec.Command("/bin/sh", "-c", "sleep 60 & echo $!; wait")
+	// The leader outlives its child by a minute: only a kill ends it early.
+	cmd := exec.Command("/bin/sh", "-c", "sleep 60 & echo $!; wait; sleep 60")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
@@ -155,11 +156,24 @@ func TestReapFindsMarker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n < 2 || alive(child) || leader.Wait() == nil {
-		t.Errorf("killed %d; grandchild alive %v", n, alive(child))
+	if n < 2 || alive(child) || !exits(leader, 10*time.Second) {
+		t.Errorf("killed %d; grandchild alive %v; leader alive %v", n, alive(child), alive(leader.Process.Pid))
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("records left: %v", ents)
+	}
+}
+
+// exits reports whether cmd ends within d (killed: it cannot end by itself
+// that soon, see startGroup).
+func exits(cmd *exec.Cmd, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
 	}
 }
 
