@@ -1,15 +1,20 @@
 package sqssrc_test
 
-// No SQS implementation can run on this machine (no AWS account, and the
-// SQS-compatible servers are not installable here), so the source is tested
-// against this protocol-level fake: an HTTP server speaking SQS's AWS JSON 1.0
+// No SQS implementation can run on this machine: there is no AWS account,
+// ElasticMQ needs a JVM, and goaws (v0.4.4, the newest on the Go module proxy)
+// speaks only the query/XML protocol that aws-sdk-go-v2's SQS client no longer
+// uses. So the source is tested against this protocol-level fake: an HTTP
+// server speaking SQS's AWS JSON 1.0
 // protocol to the real aws-sdk-go-v2 client, with the documented semantics the
 // source relies on: a received message is invisible for its visibility timeout
 // and then delivered again with a new receipt handle; only the newest receipt
 // handle may delete or change visibility (ReceiptHandleIsInvalid otherwise);
 // DeleteMessageBatch and ChangeMessageVisibilityBatch report per-entry
-// failures; long polling waits up to WaitTimeSeconds. Faults can be injected:
-// failing chosen delete entries.
+// failures; long polling waits up to WaitTimeSeconds; ApproximateReceiveCount
+// counts receives; GetQueueAttributes reports a RedrivePolicy when one is set
+// (the fake does not move messages itself: the source must not rely on it).
+// Faults can be injected: failing delete entries, failing whole delete
+// requests (500), refusing GetQueueAttributes (AccessDenied).
 
 import (
 	"crypto/md5"
@@ -38,6 +43,13 @@ type fakeSQS struct {
 	nextHandle int
 	// failDeletes counts down: that many delete entries fail (server fault).
 	failDeletes int
+	// failDeleteRequests counts down: that many DeleteMessageBatch requests
+	// fail whole with a 500.
+	failDeleteRequests int
+	// redrive is the queue's RedrivePolicy attribute ("" for none).
+	redrive string
+	// denyAttributes refuses GetQueueAttributes with AccessDenied.
+	denyAttributes bool
 	deletes     int
 	extends     int
 	receives    int
@@ -58,6 +70,18 @@ func (f *fakeSQS) send(body string) {
 	f.msgs = append(f.msgs, &fakeMsg{id: fmt.Sprintf("m%d", len(f.msgs)), body: body})
 }
 
+// receivesOf is how many times the message with this body was received.
+func (f *fakeSQS) receivesOf(body string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, m := range f.msgs {
+		if m.body == body {
+			return m.receives
+		}
+	}
+	return -1
+}
+
 // left is how many messages are still in the queue (visible or not).
 func (f *fakeSQS) left() int {
 	f.mu.Lock()
@@ -74,7 +98,33 @@ func (f *fakeSQS) serve(w http.ResponseWriter, r *http.Request) {
 	switch op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "AmazonSQS."); op {
 	case "ReceiveMessage":
 		f.receive(w, in)
+	case "GetQueueAttributes":
+		f.mu.Lock()
+		deny, redrive := f.denyAttributes, f.redrive
+		f.mu.Unlock()
+		if deny {
+			fail(w, "AccessDenied", "not authorized to perform sqs:GetQueueAttributes")
+			return
+		}
+		attrs := map[string]string{}
+		if redrive != "" {
+			attrs["RedrivePolicy"] = redrive
+		}
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		_ = json.NewEncoder(w).Encode(map[string]any{"Attributes": attrs})
 	case "DeleteMessageBatch":
+		f.mu.Lock()
+		failWhole := f.failDeleteRequests > 0
+		if failWhole {
+			f.failDeleteRequests--
+		}
+		f.mu.Unlock()
+		if failWhole {
+			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+			w.WriteHeader(500)
+			_ = json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.sqs#InternalError", "message": "injected"})
+			return
+		}
 		f.batch(w, in, func(m *fakeMsg, e map[string]any) (string, bool) {
 			if f.failDeletes > 0 {
 				f.failDeletes--
@@ -133,7 +183,8 @@ func (f *fakeSQS) receive(w http.ResponseWriter, in map[string]any) {
 			m.visibleAt = now.Add(vis)
 			m.receives++
 			sum := md5.Sum([]byte(m.body))
-			out = append(out, map[string]any{"MessageId": m.id, "ReceiptHandle": m.handle, "Body": m.body, "MD5OfBody": hex.EncodeToString(sum[:])})
+			out = append(out, map[string]any{"MessageId": m.id, "ReceiptHandle": m.handle, "Body": m.body, "MD5OfBody": hex.EncodeToString(sum[:]),
+				"Attributes": map[string]string{"ApproximateReceiveCount": fmt.Sprint(m.receives)}})
 		}
 		f.receives++
 		f.mu.Unlock()

@@ -8,15 +8,33 @@
 // extended, so SQS does not hand them to another consumer meanwhile. If the
 // ledger fails, the messages are left alone and SQS delivers them again after
 // their visibility timeout; the ledger drops the duplicates redelivery causes.
-// Entries a DeleteMessageBatch reports as failed are retried; if they still
-// fail (e.g. the receipt handle expired), the messages come back and are
-// recorded as duplicates. A message that does not parse is not deleted: it is
-// logged, and the queue's redrive policy moves it to the dead-letter queue
-// after maxReceiveCount receives (configure one).
+// Entries a DeleteMessageBatch reports as failed are retried with backoff for
+// as long as their receipt handles can still be valid (the visibility
+// timeout); if they still fail, the messages come back and the ledger records
+// them as duplicates.
+//
+// A poison message (one that is not an S3 notification, or whose records all
+// break the event package's limits) can never be recorded, so it is never left
+// to come back for ever. What happens to it is Options.Poison:
+//   - PoisonDLQ: it is left alone, and the queue's redrive policy moves it to
+//     the dead-letter queue after maxReceiveCount receives.
+//   - PoisonDelete: it is deleted at once, after its id, receive count, reason
+//     and body (up to 64 KiB, escaped) are logged at error level.
+//   - PoisonAuto (the default): PoisonDLQ when the queue has a redrive policy,
+//     PoisonDelete when it has none (read once with GetQueueAttributes). If the
+//     attributes cannot be read (no sqs:GetQueueAttributes permission), it is
+//     PoisonDLQ with a warning: a poison message then comes back until its
+//     retention period ends, which is the lesser evil than deleting a message
+//     a dead-letter queue was configured to keep.
+//
+// Either way the refusal is counted in cairn_intake_rejected_total. Records
+// of a message that break the limits while others in it are good are refused
+// one by one (logged and counted), and the good ones are recorded.
 package sqssrc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -47,10 +65,26 @@ type Options struct {
 	Visibility time.Duration
 	// Wait is the long-poll wait. Default 20s (the maximum).
 	Wait time.Duration
+	// Poison says what becomes of a message that can never be recorded.
+	// Default PoisonAuto.
+	Poison Poison
 	// Client overrides the SQS client (tests, custom credentials).
 	Client *sqs.Client
 	Logger *slog.Logger
 }
+
+// Poison is the policy for messages that can never be recorded.
+type Poison string
+
+// The poison policies (see the package doc).
+const (
+	PoisonAuto   Poison = "auto"
+	PoisonDLQ    Poison = "dlq"
+	PoisonDelete Poison = "delete"
+)
+
+// maxLoggedBody bounds the body of a deleted poison message in its log line.
+const maxLoggedBody = 64 << 10
 
 // Source receives from SQS.
 type Source struct {
@@ -73,6 +107,13 @@ func New(ctx context.Context, o Options) (*Source, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch o.Poison {
+	case "":
+		o.Poison = PoisonAuto
+	case PoisonAuto, PoisonDLQ, PoisonDelete:
+	default:
+		return nil, fmt.Errorf("sqssrc: poison policy %q: want auto, dlq or delete", o.Poison)
 	}
 	aws := strings.HasSuffix(u.Hostname(), ".amazonaws.com")
 	if o.Region == "" && aws {
@@ -106,7 +147,7 @@ func New(ctx context.Context, o Options) (*Source, error) {
 }
 
 // FromURL parses sqs://HOST/ACCOUNT/QUEUE (the queue URL without https://),
-// with optional ?region=R&endpoint=URL&visibility=DUR.
+// with optional ?region=R&endpoint=URL&visibility=DUR&poison=auto|dlq|delete.
 func FromURL(ctx context.Context, raw string, log *slog.Logger) (*Source, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "sqs" || u.Host == "" {
@@ -117,6 +158,8 @@ func FromURL(ctx context.Context, raw string, log *slog.Logger) (*Source, error)
 	for k := range q {
 		switch k {
 		case "region", "endpoint":
+		case "poison":
+			o.Poison = Poison(q.Get(k))
 		case "visibility":
 			d, err := time.ParseDuration(q.Get(k))
 			if err != nil || d < time.Second {
@@ -124,7 +167,7 @@ func FromURL(ctx context.Context, raw string, log *slog.Logger) (*Source, error)
 			}
 			o.Visibility = d
 		default:
-			return nil, fmt.Errorf("sqssrc: %q: unknown parameter %q (region, endpoint, visibility)", raw, k)
+			return nil, fmt.Errorf("sqssrc: %q: unknown parameter %q (region, endpoint, visibility, poison)", raw, k)
 		}
 	}
 	u.Scheme, u.RawQuery = "https", ""
@@ -138,11 +181,13 @@ func (s *Source) Name() string { return "sqs" }
 // Run receives until ctx is done.
 func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 	log := s.o.Logger.With("source", "sqs", "queue", s.o.QueueURL)
+	poison := s.poisonPolicy(ctx, log)
 	vis := int32(s.o.Visibility / time.Second)
 	backoff := time.Second
 	for ctx.Err() == nil {
 		out, err := s.c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &s.o.QueueURL, MaxNumberOfMessages: 10,
-			WaitTimeSeconds: int32(s.o.Wait / time.Second), VisibilityTimeout: vis})
+			WaitTimeSeconds: int32(s.o.Wait / time.Second), VisibilityTimeout: vis,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -156,7 +201,7 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		if len(out.Messages) == 0 {
 			continue
 		}
-		var ok []types.Message
+		var ok, bad []types.Message
 		var evs []event.Event
 		for _, m := range out.Messages {
 			got, rejected, err := event.ParseAll([]byte(aws.ToString(m.Body)))
@@ -164,11 +209,9 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 				err = rejected[0]
 			}
 			if err != nil {
-				// Left for the queue's redrive policy to move to its dead-letter
-				// queue after maxReceiveCount receives (configure one: without
-				// it SQS delivers the message until its retention ends).
-				log.Error("message is not an event; left for the queue's dead-letter redrive", "message_id", aws.ToString(m.MessageId), "err", err)
 				intake.Refused(sink, "sqs", 1)
+				s.logPoison(log, poison, m, err)
+				bad = append(bad, m)
 				continue
 			}
 			if len(rejected) > 0 {
@@ -178,20 +221,68 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 			ok = append(ok, m)
 			evs = append(evs, got...)
 		}
+		if len(bad) > 0 && poison == PoisonDelete {
+			s.delete(ctx, bad, log)
+		}
 		if len(ok) == 0 {
 			continue
 		}
 		_, err = intake.SubmitKeepingAlive(context.WithoutCancel(ctx), sink, "sqs", evs, s.o.Visibility/3, func() {
 			s.extend(ctx, ok, vis, log)
 		})
+		if errors.Is(err, intake.ErrInvalidEvent) {
+			// Cannot happen for what ParseAll returned, but a retry could
+			// never succeed either: the batch is poison.
+			for _, m := range ok {
+				s.logPoison(log, poison, m, err)
+			}
+			if poison == PoisonDelete {
+				s.delete(ctx, ok, log)
+			}
+			continue
+		}
 		if err != nil {
 			log.Warn("recording failed; the messages will be delivered again", "messages", len(ok), "err", err)
 			intake.Sleep(ctx, time.Second)
 			continue
 		}
-		s.delete(context.WithoutCancel(ctx), ok, log)
+		s.delete(ctx, ok, log)
 	}
 	return nil
+}
+
+// poisonPolicy resolves PoisonAuto from the queue's redrive policy.
+func (s *Source) poisonPolicy(ctx context.Context, log *slog.Logger) Poison {
+	if s.o.Poison != PoisonAuto {
+		return s.o.Poison
+	}
+	out, err := s.c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &s.o.QueueURL,
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedrivePolicy}})
+	if err != nil {
+		log.Warn("cannot read the queue's redrive policy; messages that are not events are left for it (grant sqs:GetQueueAttributes, or set poison=dlq or poison=delete)", "err", err)
+		return PoisonDLQ
+	}
+	if out.Attributes[string(types.QueueAttributeNameRedrivePolicy)] != "" {
+		log.Info("messages that are not events are left for the queue's redrive policy to dead-letter")
+		return PoisonDLQ
+	}
+	log.Info("the queue has no redrive policy: messages that are not events are logged and deleted")
+	return PoisonDelete
+}
+
+// logPoison logs a message that can never be recorded, with its body when it
+// is about to be deleted (the log is then the only copy).
+func (s *Source) logPoison(log *slog.Logger, poison Poison, m types.Message, err error) {
+	attrs := []any{"message_id", aws.ToString(m.MessageId), "receive_count", m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)], "err", err}
+	if poison == PoisonDelete {
+		body := aws.ToString(m.Body)
+		if len(body) > maxLoggedBody {
+			body = strings.ToValidUTF8(body[:maxLoggedBody], "") + "…(truncated)"
+		}
+		log.Error("message is not an event; deleted (its body is logged here)", append(attrs, "body", body)...)
+		return
+	}
+	log.Error("message is not an event; left for the queue's dead-letter redrive", attrs...)
 }
 
 // extend pushes the messages' visibility timeout out while they are recorded.
@@ -210,18 +301,24 @@ func (s *Source) extend(ctx context.Context, ms []types.Message, vis int32, log 
 	}
 }
 
-// delete removes recorded messages, retrying the entries that failed.
+// delete removes messages, retrying failed entries with backoff while their
+// receipt handles can still be valid: for half the visibility timeout (the
+// messages were made invisible for a whole one at their last receive or
+// extension), and not after ctx ends once one attempt was made. Whatever is
+// not deleted comes back and is recorded as a duplicate.
 func (s *Source) delete(ctx context.Context, ms []types.Message, log *slog.Logger) {
+	deadline := time.Now().Add(s.o.Visibility / 2)
 	pending := map[string]types.Message{}
 	for i, m := range ms {
 		pending[strconv.Itoa(i)] = m
 	}
-	for attempt := 1; len(pending) > 0; attempt++ {
+	wait := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
 		entries := make([]types.DeleteMessageBatchRequestEntry, 0, len(pending))
 		for id, m := range pending {
 			entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(id), ReceiptHandle: m.ReceiptHandle})
 		}
-		out, err := s.c.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: &s.o.QueueURL, Entries: entries})
+		out, err := s.c.DeleteMessageBatch(context.WithoutCancel(ctx), &sqs.DeleteMessageBatchInput{QueueUrl: &s.o.QueueURL, Entries: entries})
 		if err == nil {
 			for _, ok := range out.Successful {
 				delete(pending, aws.ToString(ok.Id))
@@ -236,10 +333,12 @@ func (s *Source) delete(ctx context.Context, ms []types.Message, log *slog.Logge
 		if len(pending) == 0 {
 			return
 		}
-		if attempt == 3 {
-			log.Warn("delete failed after 3 attempts; the messages will come back as duplicates", "messages", len(pending), "err", err)
+		if ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			log.Warn("delete failed; the messages will come back as duplicates", "messages", len(pending), "attempts", attempt, "err", err)
 			return
 		}
-		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+		log.Debug("delete failed; retrying", "messages", len(pending), "attempt", attempt, "err", err)
+		intake.Sleep(ctx, wait)
+		wait = min(wait*2, 5*time.Second)
 	}
 }

@@ -3,7 +3,10 @@ package sqssrc_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,7 +40,34 @@ func (s *sink) Submit(ctx context.Context, source string, evs []event.Event) ([]
 	return s.l.Record(ctx, source, evs)
 }
 
-func setup(t *testing.T, vis time.Duration) (*fakeSQS, *sink, *sqssrc.Source) {
+// logs collects the source's log lines and also passes them to t.Log, so a
+// failing test shows what the source saw.
+type logs struct {
+	t  *testing.T
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Write(p)
+	l.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+func (l *logs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func setup(t *testing.T, vis time.Duration, opts ...func(*sqssrc.Options)) (*fakeSQS, *sink, *sqssrc.Source) {
+	f, s, src, _ := setupLogs(t, vis, opts...)
+	return f, s, src
+}
+
+func setupLogs(t *testing.T, vis time.Duration, opts ...func(*sqssrc.Options)) (*fakeSQS, *sink, *sqssrc.Source, *logs) {
 	t.Helper()
 	f := newFakeSQS(t)
 	l, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "l.db"), nil)
@@ -45,12 +75,19 @@ func setup(t *testing.T, vis time.Duration) (*fakeSQS, *sink, *sqssrc.Source) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	c := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(f.srv.URL), Credentials: aws.AnonymousCredentials{}})
-	src, err := sqssrc.New(context.Background(), sqssrc.Options{QueueURL: f.queueURL(), Client: c, Visibility: vis, Wait: time.Second})
+	// No SDK-level retries: the source's own retries are under test.
+	c := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(f.srv.URL), Credentials: aws.AnonymousCredentials{}, RetryMaxAttempts: 1})
+	lg := &logs{t: t}
+	o := sqssrc.Options{QueueURL: f.queueURL(), Client: c, Visibility: vis, Wait: time.Second,
+		Logger: slog.New(slog.NewTextHandler(lg, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	src, err := sqssrc.New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f, &sink{l: l}, src
+	return f, &sink{l: l}, src, lg
 }
 
 func run(t *testing.T, src *sqssrc.Source, s *sink) (stop func()) {
@@ -101,7 +138,7 @@ func counts(t *testing.T, s *sink) (records, seen int) {
 // TestDeliversAndDeletes: messages (with a duplicate and a malformed one) are
 // recorded, then deleted; the malformed one stays for the redrive policy.
 func TestDeliversAndDeletes(t *testing.T) {
-	f, s, src := setup(t, 30*time.Second)
+	f, s, src := setup(t, 30*time.Second, func(o *sqssrc.Options) { o.Poison = sqssrc.PoisonDLQ })
 	for i := range 25 {
 		f.send(body(fmt.Sprintf("k%02d ü +", i), 1))
 	}
@@ -135,6 +172,23 @@ func TestLedgerDownNoDelete(t *testing.T) {
 	stop()
 	if recs, _ := counts(t, s); recs != 1 {
 		t.Fatalf("records %d, want 1", recs)
+	}
+}
+
+// TestDeleteRequestsFailing: whole DeleteMessageBatch requests that fail
+// (500) are retried with backoff while the receipt handles are valid, not
+// given up after a fixed three attempts (the messages then came back after
+// their visibility timeout and were recorded twice).
+func TestDeleteRequestsFailing(t *testing.T) {
+	f, s, src := setup(t, 30*time.Second)
+	for i := range 4 {
+		f.send(body(fmt.Sprint("k", i), 1))
+	}
+	f.failDeleteRequests = 5
+	run(t, src, s)
+	waitFor(t, "all deleted despite 5 failed delete requests", func() bool { return f.left() == 0 })
+	if recs, seen := counts(t, s); recs != 4 || seen != 4 {
+		t.Fatalf("records %d seen %d, want 4 and 4 (no redelivery needed)", recs, seen)
 	}
 }
 
@@ -177,5 +231,75 @@ func TestFromURL(t *testing.T) {
 		if _, err := sqssrc.FromURL(context.Background(), bad, nil); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+const poisonBody = `{"not": "an event", "secret": "\u001b]0;x\u0007"}`
+
+// TestPoisonDeletedWithoutRedrive: on a queue without a redrive policy, a
+// message that is not an event is logged with its body and deleted, not
+// received again for ever; the good messages beside it are recorded.
+func TestPoisonDeletedWithoutRedrive(t *testing.T) {
+	for _, policy := range []sqssrc.Poison{"", sqssrc.PoisonDelete} {
+		t.Run("policy="+string(policy), func(t *testing.T) {
+			f, s, src, lg := setupLogs(t, time.Second, func(o *sqssrc.Options) { o.Poison = policy })
+			if policy == sqssrc.PoisonDelete {
+				f.redrive = `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":"5"}`
+			}
+			f.send(body("good", 1))
+			f.send(poisonBody)
+			f.send(`{"Records":[{"eventName":"s3:ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"bad\u0000key","sequencer":"01"}}}]}`)
+			run(t, src, s)
+			waitFor(t, "poison deleted", func() bool { return f.left() == 0 })
+			if recs, _ := counts(t, s); recs != 1 {
+				t.Fatalf("records %d, want 1", recs)
+			}
+			out := lg.String()
+			if !strings.Contains(out, "deleted (its body is logged here)") || !strings.Contains(out, `an event`) || !strings.Contains(out, "receive_count=1") {
+				t.Fatalf("the poison message's body is not in the log:\n%s", out)
+			}
+			if strings.Contains(out, "\x1b") {
+				t.Fatal("raw escape character in the text log")
+			}
+		})
+	}
+}
+
+// TestPoisonLeftForRedrive: with a redrive policy (or when it cannot be read,
+// or with poison=dlq), a poison message is left for SQS to dead-letter; the
+// good messages are recorded and deleted.
+func TestPoisonLeftForRedrive(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		setup func(f *fakeSQS)
+		opt   sqssrc.Poison
+	}{
+		{"redrive policy", func(f *fakeSQS) {
+			f.redrive = `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":"5"}`
+		}, ""},
+		{"attributes denied", func(f *fakeSQS) { f.denyAttributes = true }, ""},
+		{"explicit dlq", func(*fakeSQS) {}, sqssrc.PoisonDLQ},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, s, src := setup(t, time.Second, func(o *sqssrc.Options) { o.Poison = c.opt })
+			c.setup(f)
+			f.send(body("good", 1))
+			f.send(poisonBody)
+			run(t, src, s)
+			waitFor(t, "poison received again", func() bool { return f.receivesOf(poisonBody) >= 2 })
+			waitFor(t, "good deleted", func() bool { return f.left() == 1 })
+			if f.receivesOf(poisonBody) < 2 {
+				t.Fatal("the poison message was deleted")
+			}
+		})
+	}
+}
+
+func TestPoisonOption(t *testing.T) {
+	if _, err := sqssrc.FromURL(context.Background(), "sqs://h/000000000000/q?poison=drop", nil); err == nil {
+		t.Fatal("poison=drop accepted")
+	}
+	if _, err := sqssrc.FromURL(context.Background(), "sqs://h/000000000000/q?poison=delete", nil); err != nil {
+		t.Fatal(err)
 	}
 }
