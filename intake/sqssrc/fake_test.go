@@ -50,9 +50,9 @@ type fakeSQS struct {
 	redrive string
 	// denyAttributes refuses GetQueueAttributes with AccessDenied.
 	denyAttributes bool
-	deletes     int
-	extends     int
-	receives    int
+	deletes        int
+	extends        int
+	receives       int
 }
 
 func newFakeSQS(t *testing.T) *fakeSQS {
