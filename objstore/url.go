@@ -29,10 +29,17 @@ func Register(scheme string, o Opener) { openers.Register("objstore", scheme, o)
 func Schemes() []string { return openers.Schemes() }
 
 // ParseURL parses a store URL. A string without "://" is a local path and becomes
-// a file:// URL (relative paths are made absolute).
+// a file:// URL (relative paths are made absolute), unless it starts with a URL
+// scheme ("s3:", "mem:"; a single letter is a Windows drive): that is a
+// mistyped URL, never a path. A URL other than file:// must name its bucket
+// (or store name): "s3:///reports/" is what an unset $BUCKET leaves, and is
+// refused rather than read as anything else.
 func ParseURL(raw string) (*url.URL, error) {
 	if strings.TrimSpace(raw) == "" {
 		return nil, fmt.Errorf("%w: empty; use s3://bucket/prefix, file:///dir, a directory path or mem://name", ErrInvalidURL)
+	}
+	if scheme, ok := schemePrefix(raw); ok && !strings.Contains(raw, "://") {
+		return nil, fmt.Errorf("%w: %q starts with the URL scheme %q but has no \"://\": write %s://… (or ./%s if it really is a local path)", ErrInvalidURL, raw, scheme+":", scheme, raw)
 	}
 	if !strings.Contains(raw, "://") {
 		abs, err := filepath.Abs(raw)
@@ -49,7 +56,30 @@ func ParseURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("%w: %q has no scheme; use s3://, file://, mem:// or a plain directory path", ErrInvalidURL, raw)
 	}
 	u.Scheme = strings.ToLower(u.Scheme)
+	if u.Host == "" && u.Scheme != "file" {
+		part, example := "store name", u.Scheme+"://NAME"
+		if u.Scheme == "s3" {
+			part, example = "bucket", "s3://BUCKET"
+		}
+		return nil, fmt.Errorf("%w: %q has no %s: it goes right after %s:// (%s%s); is the variable that should hold it unset?", ErrInvalidURL, raw, part, u.Scheme, example, u.EscapedPath())
+	}
 	return u, nil
+}
+
+// schemePrefix reports whether raw starts with "scheme:" (RFC 3986 scheme
+// characters, at least two of them so "C:" stays a Windows drive).
+func schemePrefix(raw string) (string, bool) {
+	i := strings.IndexByte(raw, ':')
+	if i < 2 {
+		return "", false
+	}
+	for j, c := range raw[:i] {
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		if !letter && (j == 0 || !(c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return "", false
+		}
+	}
+	return raw[:i], true
 }
 
 // Open opens the store a URL names: s3://bucket/prefix?endpoint=…&region=…&path_style=true,

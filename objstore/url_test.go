@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cairn-s3/cairn/objstore"
@@ -29,6 +30,34 @@ func TestSplitObjectURL(t *testing.T) {
 	for _, bad := range []string{"s3://bucket", "s3://bucket/", "file:///", ""} {
 		if _, _, err := objstore.SplitObjectURL(bad); !errors.Is(err, objstore.ErrInvalidURL) {
 			t.Errorf("SplitObjectURL(%q): %v, want ErrInvalidURL", bad, err)
+		}
+	}
+}
+
+// TestParseURLNeverGuessesAPath: a string that starts with a URL scheme is
+// never a local path (an unset $BUCKET in "s3://$BUCKET/reports/f.txt" once
+// wrote ./s3:/reports/f.txt and succeeded), and a URL without its bucket or
+// store name is refused with an error naming the missing part.
+func TestParseURLNeverGuessesAPath(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"s3:///reports/f.txt", "has no bucket"},
+		{"s3://", "has no bucket"},
+		{"mem:///k", "has no store name"},
+		{"s3:", `starts with the URL scheme "s3:"`},
+		{"s3:/reports/f.txt", `starts with the URL scheme "s3:"`},
+		{"mem:x", `starts with the URL scheme "mem:"`},
+	} {
+		_, err := objstore.ParseURL(tc.in)
+		if !errors.Is(err, objstore.ErrInvalidURL) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseURL(%q) = %v; want ErrInvalidURL saying %q", tc.in, err, tc.want)
+		}
+		if _, _, err := objstore.SplitObjectURL(tc.in); !errors.Is(err, objstore.ErrInvalidURL) {
+			t.Errorf("SplitObjectURL(%q) = %v; want ErrInvalidURL", tc.in, err)
+		}
+	}
+	for _, ok := range []string{"C:/data", "relative/dir", "./s3:x", "/abs/with:colon", "file:///abs"} {
+		if u, err := objstore.ParseURL(ok); err != nil || u.Scheme != "file" {
+			t.Errorf("ParseURL(%q) = %v, %v; want a file URL", ok, u, err)
 		}
 	}
 }

@@ -43,7 +43,7 @@ func TestExitCodesAndErrors(t *testing.T) {
 	}{
 		{[]string{"probe"}, cli.ExitUsage, "accepts 1 arg"},
 		{[]string{"probe", "ftp://x/y"}, cli.ExitUsage, "unknown scheme"},
-		{[]string{"probe", "s3://"}, cli.ExitUsage, "without a bucket"},
+		{[]string{"probe", "s3://"}, cli.ExitUsage, "has no bucket"},
 		{[]string{"probe", "file:///x?nosync=maybe"}, cli.ExitUsage, "not a boolean"},
 		{[]string{"probe", dir, "--require", "teleport"}, cli.ExitUsage, "not a probe check"},
 		{[]string{"probe", dir, "--no-such-flag"}, cli.ExitUsage, "unknown flag"},
