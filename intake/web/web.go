@@ -1,29 +1,53 @@
 // Package web is cairn serve's status page and its JSON API: the ledger's
 // totals, throughput over the last hour, the queue's depth and age, current
-// claims, recent failures, dead letters with a Replay action, and the last
+// claims, recent failures, dead letters with Replay actions, and the last
 // audit. The page is server-rendered HTML with its styles embedded: no
 // front-end build, and every view works without JavaScript.
 //
-// Actions (replay) need the operator token. From the page, a form posts it
-// with a CSRF token that only the page carries, and the request's Origin (when
-// the browser sends one) must be the page's own host; from the API, it is
-// "Authorization: Bearer TOKEN" (which browsers never add by themselves). With
-// no operator token configured, the page is read-only.
+// Routes: GET / (the page), GET /api/v1/status (the same as JSON), POST
+// /api/v1/replay (the API's action) and POST /actions/replay (the page's
+// forms). Who may use them:
+//
+//   - Reading (GET / and GET /api/v1/status) is open to anyone who can reach
+//     the port unless Options.ReadToken is set. What it shows is bucket names,
+//     keys, claim tokens and handlers' last errors (an exec handler's stderr),
+//     so set a read token wherever someone who should not see those can reach
+//     the port. With one, a read needs the read token or the operator token,
+//     either as "Authorization: Bearer TOKEN" or as HTTP Basic credentials
+//     with any user name and the token as the password (the browser asks for
+//     them: realm "cairn"). Anything else gets 401.
+//   - Actions (replay) need the operator token; with none configured the page
+//     is read-only and both POST routes answer 401. The operator token also
+//     grants reading, so the POST routes ask for no read token. The API takes
+//     the operator token only as "Authorization: Bearer TOKEN", which browsers
+//     never add by themselves (Basic credentials they do add, so the API does
+//     not accept them). The page's forms post it as a form field together with
+//     a CSRF token that only the page carries; and when the browser sends an
+//     Origin header, it must be the page's own origin (scheme https if the
+//     connection is TLS, else http; host and port from the Host header; a
+//     scheme's default port is the same as none) or one of
+//     Options.AllowedOrigins (the origin a TLS-terminating proxy serves the
+//     page at, say).
+//   - A replay is of one record, named by bucket and key, or explicitly of
+//     all records of a status (default dead): {"all": true} in the API, the
+//     page's separate "Replay all N dead letters" form. A request with neither
+//     both bucket and key nor "all", or with both, gets 400. "expect": N
+//     (which that form always sends, as the N it showed) replays nothing and
+//     gets 409 unless exactly N records would be replayed.
+//   - After a form action the page shows the server's message by a random id
+//     it stored the message under (/?flash=ID, kept a minute); an unknown id
+//     shows nothing, so no link can make the page say what the server did not.
 package web
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"embed"
-	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"html/template"
 	"net/http"
-	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/cairn-s3/cairn/audit"
@@ -46,7 +70,13 @@ var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 		}
 		return time.Until(t).Round(time.Second).String()
 	},
-	"statuses": func() []string { return []string{"pending", "claimed", "processed", "failed", "dead"} },
+	"statuses": func() []string {
+		out := make([]string, len(statuses))
+		for i, s := range statuses {
+			out[i] = string(s)
+		}
+		return out
+	},
 	"pct": func(n, max int) int {
 		if max == 0 {
 			return 0
@@ -55,17 +85,43 @@ var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	},
 }).ParseFS(files, "page.html"))
 
+// statuses are the ledger's, in the page's order.
+var statuses = []ledger.Status{ledger.Pending, ledger.Claimed, ledger.Processed, ledger.Failed, ledger.Dead}
+
 // Options configure the page.
 type Options struct {
 	Ledger ledger.Ledger // required
-	// OperatorToken enables actions; "" makes the page read-only.
+	// OperatorToken enables actions; "" makes the page read-only. It also
+	// grants reading.
 	OperatorToken string
+	// ReadToken, if set, is needed (or the operator token) to read the page and
+	// GET /api/v1/status; "" lets anyone who reaches the port read them.
+	ReadToken string
+	// AllowedOrigins are origins (scheme://host[:port]) besides the page's own
+	// whose form posts are accepted: where a TLS-terminating proxy serves the
+	// page, its https origin, which the page cannot see for itself.
+	AllowedOrigins []string
 	// Activity, if set, returns processed counts per minute, oldest first.
 	Activity func() []int
 	// LastAudit, if set, returns the last audit's report (nil if none yet).
 	LastAudit func() *audit.Report
 	// Title of the page. Default "cairn".
 	Title string
+}
+
+// Check reports Options that cannot work: no ledger, or an AllowedOrigins
+// entry that is not an origin. Handler does not check (an unusable origin
+// matches nothing); call Check first to refuse such settings.
+func (o Options) Check() error {
+	if o.Ledger == nil {
+		return errors.New("web: Options.Ledger is required")
+	}
+	for _, s := range o.AllowedOrigins {
+		if _, ok := normOrigin(s); !ok {
+			return errors.New("web: allowed origin " + quote(s) + " is not an origin: want scheme://host[:port], http or https, nothing after it (e.g. https://ops.example.com)")
+		}
+	}
+	return nil
 }
 
 // Status is what the page shows; GET /api/v1/status returns it as JSON.
@@ -85,9 +141,11 @@ type Status struct {
 }
 
 type handler struct {
-	o    Options
-	csrf string
-	tok  [32]byte
+	o              Options
+	csrf           string
+	operator, read secret
+	origins        []string // AllowedOrigins, normalised
+	flashes        *flashes
 }
 
 // Handler returns the page (GET /), the API (GET /api/v1/status, POST
@@ -97,11 +155,11 @@ func Handler(o Options) http.Handler {
 	if o.Title == "" {
 		o.Title = "cairn"
 	}
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	h := &handler{o: o, csrf: hex.EncodeToString(b[:])}
-	if o.OperatorToken != "" {
-		h.tok = sha256.Sum256([]byte(o.OperatorToken))
+	h := &handler{o: o, csrf: rand.Text(), operator: newSecret(o.OperatorToken), read: newSecret(o.ReadToken), flashes: newFlashes()}
+	for _, s := range o.AllowedOrigins {
+		if n, ok := normOrigin(s); ok {
+			h.origins = append(h.origins, n)
+		}
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", h.page)
@@ -121,7 +179,7 @@ func Mount(mux *http.ServeMux, o Options) {
 
 func (h *handler) status(ctx context.Context) (*Status, error) {
 	l := h.o.Ledger
-	st := &Status{Now: time.Now(), Counts: map[string]int{}, Actions: h.o.OperatorToken != ""}
+	st := &Status{Now: time.Now(), Counts: map[string]int{}, Actions: h.operator.set}
 	counts, err := l.Counts(ctx)
 	if err != nil {
 		return nil, err
@@ -164,6 +222,10 @@ func (h *handler) status(ctx context.Context) (*Status, error) {
 }
 
 func (h *handler) page(w http.ResponseWriter, r *http.Request) {
+	if !h.readOK(r) {
+		refuseRead(w, "this page needs the read token: sign in with any user name and the read token (or the operator token) as the password")
+		return
+	}
 	st, err := h.status(r.Context())
 	if err != nil {
 		http.Error(w, "the ledger did not answer: "+err.Error(), http.StatusServiceUnavailable)
@@ -172,7 +234,8 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 	data := struct {
 		*Status
 		Title, CSRF, Flash string
-	}{st, h.o.Title, h.csrf, r.URL.Query().Get("flash")}
+		DeadTotal          int
+	}{st, h.o.Title, h.csrf, h.flashes.get(r.URL.Query().Get("flash")), st.Counts[string(ledger.Dead)]}
 	var buf bytes.Buffer
 	if err := page.Execute(&buf, data); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -181,13 +244,18 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
 	_, _ = buf.WriteTo(w)
 }
 
 func (h *handler) apiStatus(w http.ResponseWriter, r *http.Request) {
+	if !h.readOK(r) {
+		refuseReadJSON(w, "this API needs the read token (or the operator token): Authorization: Bearer TOKEN")
+		return
+	}
 	st, err := h.status(r.Context())
 	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "the ledger did not answer: " + err.Error()})
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -195,86 +263,7 @@ func (h *handler) apiStatus(w http.ResponseWriter, r *http.Request) {
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-func (h *handler) tokenOK(got string) bool {
-	if h.o.OperatorToken == "" {
-		return false
-	}
-	sum := sha256.Sum256([]byte(got))
-	return subtle.ConstantTimeCompare(sum[:], h.tok[:]) == 1
-}
-
-// ReplayRequest is the body of POST /api/v1/replay.
-type ReplayRequest struct {
-	Bucket string `json:"bucket"`
-	Key    string `json:"key"`
-	Status string `json:"status,omitempty"` // default dead
-}
-
-func (h *handler) apiReplay(w http.ResponseWriter, r *http.Request) {
-	tok, _ := cutBearer(r.Header.Get("Authorization"))
-	if !h.tokenOK(tok) {
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong operator token (Authorization: Bearer …)"})
-		return
-	}
-	var req ReplayRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil || req.Bucket == "" || req.Key == "" {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want {\"bucket\":…,\"key\":…}"})
-		return
-	}
-	n, err := h.replay(r.Context(), req)
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]int{"replayed": n})
-}
-
-func cutBearer(v string) (string, bool) {
-	const p = "Bearer "
-	if len(v) > len(p) && v[:len(p)] == p {
-		return v[len(p):], true
-	}
-	return "", false
-}
-
-func (h *handler) replay(ctx context.Context, req ReplayRequest) (int, error) {
-	st := ledger.Dead
-	if req.Status != "" {
-		st = ledger.Status(req.Status)
-	}
-	return h.o.Ledger.Replay(ctx, ledger.Selection{Statuses: []ledger.Status{st}, Bucket: req.Bucket, Key: req.Key})
-}
-
-// formReplay is the page's Replay button: operator token, CSRF token, and
-// same-origin.
-func (h *handler) formReplay(w http.ResponseWriter, r *http.Request) {
-	if o := r.Header.Get("Origin"); o != "" {
-		if u, err := url.Parse(o); err != nil || u.Host != r.Host {
-			http.Error(w, "cross-origin request refused", http.StatusForbidden)
-			return
-		}
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "bad form", http.StatusBadRequest)
-		return
-	}
-	if subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf")), []byte(h.csrf)) != 1 {
-		http.Error(w, "stale or missing form token: reload the page", http.StatusForbidden)
-		return
-	}
-	if !h.tokenOK(r.PostForm.Get("token")) {
-		http.Error(w, "wrong operator token", http.StatusUnauthorized)
-		return
-	}
-	n, err := h.replay(r.Context(), ReplayRequest{Bucket: r.PostForm.Get("bucket"), Key: r.PostForm.Get("key")})
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	http.Redirect(w, r, "/?flash="+url.QueryEscape("replayed "+strconv.Itoa(n)+" record(s): "+r.PostForm.Get("key")), http.StatusSeeOther)
 }
