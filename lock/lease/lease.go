@@ -27,7 +27,9 @@
 //   - A crashed holder's lease is taken over after one TTL of silence.
 //   - Release writes a "released" state by compare-and-swap; it never deletes
 //     (MinIO ignores conditional DELETE, so a delete could remove a successor's
-//     lease).
+//     lease). The lease's object is its fencing counter: one small object per
+//     lease name, kept for good so that tokens never go backwards; using a
+//     lease again and again leaves nothing more behind.
 //   - These are cooperative locks: writers that bypass them are not stopped.
 //     Combine them with fencing, and with the write policy (objstore/policy).
 //

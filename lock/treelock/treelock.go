@@ -15,19 +15,93 @@
 // global order, so no two requests wait on each other in a cycle.
 //
 // A session is dead when an observer has watched its document keep one
-// revision for a whole TTL on the observer's own monotonic clock; its entries
-// are then pruned by whoever next updates their nodes. Its owner, for its
-// part, stops at its own deadline (TTL after the start of its last successful
-// renewal) and never renews again: Done() closes on every Held. So a crashed
-// holder's locks are released after one TTL, and no clocks of two machines are
-// compared.
+// revision for a whole TTL on the observer's own monotonic clock, or — for an
+// observer that has not watched it that long, such as a process started after
+// a kill -9 — when the store's own clock says it was last written more than
+// twice its TTL plus 2s ago (the Last-Modified of the session document against
+// the Last-Modified of a write of the observer's own session, plus the time
+// elapsed here since; two timestamps of one server, never two machines'
+// clocks). Its entries are then pruned by whoever next updates their nodes.
+// Its owner, for its part, stops at its own deadline (TTL after the start of
+// its last renewal confirmed before that deadline) and never renews again:
+// Done() closes on every Held. So a crashed holder's locks are released after
+// one TTL.
+//
+// # Fencing tokens
+//
+// Every grant on a node takes the next value of that node's counter, and the
+// holder reads it with Held.Token(path). The token of a path grows with every
+// grant on it, in any mode, by anyone — also across cleanup (below). Fence a
+// resource with the token of the path whose lock guards it, and lock it by
+// that same path everywhere: tokens of different paths come from different
+// counters and are not comparable (the holder of /a and the holder of /a/b
+// get unrelated numbers).
+//
+// # Where documents live, and cleanup
+//
+// Under Options.Prefix: "sessions/<random id>" (one per session) and
+// "paths/<escaped path>/<epoch>" (one per node; the root "/" is
+// "paths/%2F", with no epoch). A node's key names its parent's epoch, a
+// random id the parent's document carries: a request reads it from the
+// parent, which it holds, before it touches the child.
+//
+// Locks clean up after themselves; objects are deleted only where no one can
+// be using them, and never in a way that a late-landing or lost request, or a
+// kill -9, turns into two holders or a token that goes backwards:
+//
+//   - Sessions. Close deletes the session's document after stopping its
+//     renewals, and an owner that finds its deadline passed deletes it too
+//     (others then prune its entries at once; that is what its death means).
+//     Close also deletes other sessions' documents that are dead by the rule
+//     above. Session ids are random and never reused, so a delete that lands
+//     late can only remove a session that is already dead, and a renewal
+//     that lands after the delete fails its If-Match on the absent key. A
+//     session create that lands late (its Acquire failed) leaves a document
+//     no entry names; it looks alive for a while, then dead, and is deleted.
+//   - Nodes. When a release (or a withdrawal) leaves a node P with no entry
+//     of a live session, and a request has used paths below it, the releaser
+//     sweeps P's subtree while it still holds P's parent (so P's key is the
+//     current one): it lists every node document below P's path (of every
+//     epoch), reads each one's counter and floor, then writes P by
+//     compare-and-swap only if P's revision is still the one the release
+//     saw empty: Floor raised to every counter read, a new random Epoch.
+//     Only once that write is confirmed does it delete the listed documents.
+//     The unchanged revision proves that no request held P from before the
+//     listing to the write, and every legitimate user of a node below P holds
+//     P first; so nothing it deletes is in use, no grant below P was missed
+//     by the fold, and after the write every request derives new keys below
+//     P. A delete that lands late — MinIO ignores If-Match on DELETE, so every
+//     delete here is unconditional — can only remove a key of a retired
+//     epoch, which no request will use again. A late write of a retired node
+//     (a step or withdrawal of a request that gave up) recreates an orphan
+//     document at a retired key; the next sweep of P or of an ancestor
+//     removes it. A compare-and-swap of P whose outcome is unknown deletes
+//     nothing (if it lands later, it lands on the same unchanged P). When P's
+//     parent will probably be emptied by this same release, P is left to the
+//     parent's sweep. The root's document is never deleted: it keeps the
+//     floor of the whole tree.
+//   - Tokens stay monotonic: a grant on a node takes one more than the
+//     largest of the node's counter and the floors of all its ancestors as
+//     the request read them while holding them, and a sweep folds every
+//     counter and floor it deletes into the floor of the node it sweeps from,
+//     before deleting.
+//   - A killed holder's nodes are pruned of its entries once its session is
+//     dead (above), and swept by the next release that empties their parent;
+//     its session document is deleted by the next Close that finds it dead.
+//     Under constant load a busy parent is never empty, so nodes below it
+//     stay until a quiet moment; a whole quiet tree shrinks to the root's
+//     document.
+//
+// All processes that share a store's tree locks must run a cairn with this
+// layout: an older cairn kept nodes under "nodes/" (left in place; delete
+// them once no older cairn runs) and would not see these locks.
 //
 // # Limits
 //
 //   - A request costs about two requests to the store (GET and conditional PUT)
 //     per node to acquire and again to release; a write of /a/b/c touches four
-//     nodes. Node documents stay in the store after use (MinIO does not enforce
-//     conditional DELETE, so deleting one could lose a concurrent entry).
+//     nodes. A release that empties a node others used paths below also lists,
+//     reads and deletes what is below it.
 //   - Waiters poll (Options.Poll); a grant is seen within one poll interval.
 //   - Cooperative: writers that bypass the lock are not stopped, and a holder
 //     paused past its TTL can act after losing its locks. Check Held.Done
@@ -36,9 +110,10 @@
 // # Late-landing writes
 //
 // A write the client gave up on (a reset, a timeout, a 502/504) may still be
-// applied by the store later. Every write here is a compare-and-swap of a
-// document (package docs), so a late one lands only while the ETag it was
-// conditional on is current, and never once the document has moved on:
+// applied by the store later. Every write of a node or session here is a
+// compare-and-swap of a document (package docs), so a late one lands only
+// while the ETag it was conditional on is current, and never once the
+// document has moved on (deletes: see cleanup above):
 //
 //   - A late step (joining a node's holders or queue) could land after the
 //     request gave up and withdrew. So a withdrawal always writes the node —
@@ -49,10 +124,11 @@
 //     asked again (it finds its own entry if the first landed) a few times
 //     before the request gives up.
 //   - A late session renewal can only make a session look alive for up to
-//     one more TTL (its owner's deadline counts only confirmed renewals), so
-//     it delays others and never lets two conflicting holders act.
+//     one more TTL (its owner's deadline counts only renewals confirmed
+//     before that deadline), so it delays others and never lets two
+//     conflicting holders act.
 //   - A late session create whose Acquire failed leaves an unused session
-//     document: no entry names it.
+//     document: no entry names it, and Close deletes it once it is dead.
 package treelock
 
 import (
@@ -64,6 +140,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -97,6 +174,7 @@ type entry struct {
 	Session string        `json:"s"`
 	Req     string        `json:"r"`
 	Mode    pathlock.Mode `json:"m"`
+	Token   int64         `json:"t,omitempty"` // holders: the fencing token of the grant
 }
 
 type nodeDoc struct {
@@ -106,6 +184,15 @@ type nodeDoc struct {
 	// absent) so that its ETag moves on, and a late-landing write of the
 	// withdrawn request, conditional on an earlier ETag, can never land.
 	Seals int64 `json:"seals,omitempty"`
+	// Token is the path's fencing counter: the token of its latest grant.
+	Token int64 `json:"token,omitempty"`
+	// Floor is at least every counter and floor a sweep of this node has
+	// deleted below it; grants below take tokens above it.
+	Floor int64 `json:"floor,omitempty"`
+	// Epoch names the documents of this node's children; a sweep replaces it.
+	Epoch string `json:"epoch,omitempty"`
+	// Kids: some request that held or waited here also locked paths below.
+	Kids bool `json:"kids,omitempty"`
 }
 
 type sessionDoc struct {
@@ -114,19 +201,33 @@ type sessionDoc struct {
 	Renewals int64  `json:"renewals"`
 }
 
-// Manager takes tree locks for one process. Close it to end its session.
-type Manager struct {
-	opts  Options
-	nodes docs.Doc[nodeDoc]
-	sess  docs.Doc[sessionDoc]
+// clockSlack is added to twice a session's TTL before the store's clock
+// judges it dead: Last-Modified has whole seconds, and a store of several
+// servers has several clocks.
+const clockSlack = 2 * time.Second
 
-	mu       sync.Mutex
-	session  string // current session id ("" until first use)
-	deadline time.Time
+// session is one session of a Manager.
+type session struct {
+	id       string
+	deadline time.Time // guarded by Manager.mu
 	lost     chan struct{}
 	stop     chan struct{}
 	stopped  chan struct{}
-	watch    map[string]observation
+}
+
+// Manager takes tree locks for one process. Close it to end its session.
+type Manager struct {
+	opts  Options
+	s     *objstore.Store
+	nodes docs.Doc[nodeDoc]
+	sess  docs.Doc[sessionDoc]
+
+	mu    sync.Mutex
+	cur   *session // current session (nil until first use)
+	watch map[string]observation
+	// The store's clock: clockLM is the Last-Modified of a write of our own
+	// session, read back at clockLocal on our monotonic clock (zero: unknown).
+	clockLM, clockLocal time.Time
 	// pending are withdrawals not yet confirmed (node key → request ids):
 	// retried on every renewal while the session lives, so an entry of ours
 	// that a late-landing write put in a node is removed.
@@ -140,7 +241,7 @@ type observation struct {
 
 // New returns a Manager on s.
 func New(s *objstore.Store, opts *Options) *Manager {
-	m := &Manager{watch: map[string]observation{}, pending: map[string]map[string]bool{}}
+	m := &Manager{s: s, watch: map[string]observation{}, pending: map[string]map[string]bool{}}
 	if opts != nil {
 		m.opts = *opts
 	}
@@ -167,59 +268,86 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func (m *Manager) nodeKey(path string) string {
-	return m.opts.Prefix + "nodes/" + url.PathEscape(path) // one flat segment per path
+func (m *Manager) pathsPrefix() string { return m.opts.Prefix + "paths/" }
+
+// nodeKey is a node's document: one flat segment per path, then the
+// parent's epoch (the root has none).
+func (m *Manager) nodeKey(path, parentEpoch string) string {
+	k := m.pathsPrefix() + url.PathEscape(path)
+	if path == "/" {
+		return k
+	}
+	return k + "/" + parentEpoch
 }
 
-func (m *Manager) sessionKey(id string) string { return m.opts.Prefix + "sessions/" + id }
+// subtreePrefix lists the documents of every node below path, of every epoch
+// (and, for the root, the root's own document).
+func (m *Manager) subtreePrefix(path string) string {
+	if path == "/" {
+		return m.pathsPrefix() + url.PathEscape("/")
+	}
+	return m.pathsPrefix() + url.PathEscape(path) + url.PathEscape("/")
+}
+
+func (m *Manager) sessionsPrefix() string      { return m.opts.Prefix + "sessions/" }
+func (m *Manager) sessionKey(id string) string { return m.sessionsPrefix() + id }
 
 // ensureSession starts (or returns) this process's live session.
-func (m *Manager) ensureSession(ctx context.Context) (string, <-chan struct{}, error) {
+func (m *Manager) ensureSession(ctx context.Context) (*session, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.session != "" && m.opts.Now().Before(m.deadline) {
-		return m.session, m.lost, nil
+	if m.cur != nil && m.opts.Now().Before(m.cur.deadline) {
+		return m.cur, nil
 	}
+	// An expired session's renewer notices by itself, closes its Done and
+	// deletes its document.
 	id := randomID()
 	start := m.opts.Now()
 	host, _ := os.Hostname()
 	if _, err := m.sess.Create(ctx, m.sessionKey(id), sessionDoc{Holder: fmt.Sprintf("%s/%d", host, os.Getpid()), TTLms: m.opts.TTL.Milliseconds()}); err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	m.session, m.deadline = id, start.Add(m.opts.TTL)
-	m.lost, m.stop, m.stopped = make(chan struct{}), make(chan struct{}), make(chan struct{})
-	go m.renew(id, m.lost, m.stop, m.stopped)
-	return id, m.lost, nil
+	s := &session{id: id, deadline: start.Add(m.opts.TTL), lost: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{})}
+	m.cur = s
+	m.clockLM = time.Time{} // read back from this session when needed
+	go m.renew(s)
+	return s, nil
 }
 
-func (m *Manager) renew(id string, lost, stop, stopped chan struct{}) {
-	defer close(stopped)
+func (m *Manager) renew(s *session) {
+	defer close(s.stopped)
 	for {
 		m.mu.Lock()
-		wait := min(m.opts.TTL/3, m.deadline.Sub(m.opts.Now()))
+		wait := min(m.opts.TTL/3, s.deadline.Sub(m.opts.Now()))
 		m.mu.Unlock()
 		t := time.NewTimer(max(wait, 0))
 		select {
-		case <-stop:
+		case <-s.stop:
 			t.Stop()
 			return
 		case <-t.C:
 		}
 		m.mu.Lock()
-		expired := !m.opts.Now().Before(m.deadline)
+		expired := !m.opts.Now().Before(s.deadline)
 		m.mu.Unlock()
 		if expired {
-			close(lost) // never renew again: others may already have pruned us
+			close(s.lost) // never renew again: others may already have pruned us
+			ctx, cancel := context.WithTimeout(context.Background(), m.opts.TTL)
+			_ = m.s.Delete(ctx, m.sessionKey(s.id), objstore.Condition{}) // others prune us at once
+			cancel()
 			return
 		}
 		start := m.opts.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), m.opts.TTL/3)
-		_, _, err := m.sess.Update(ctx, m.sessionKey(id), func(s *sessionDoc, _ docs.Meta) error { s.Renewals++; return nil })
+		_, _, err := m.sess.Update(ctx, m.sessionKey(s.id), func(d *sessionDoc, _ docs.Meta) error { d.Renewals++; return nil })
 		cancel()
 		if err == nil {
 			m.mu.Lock()
-			if m.session == id {
-				m.deadline = start.Add(m.opts.TTL)
+			// Only a renewal confirmed before the deadline extends it: one
+			// confirmed later may have landed after an observer judged the
+			// session dead.
+			if m.opts.Now().Before(s.deadline) {
+				s.deadline = start.Add(m.opts.TTL)
 			}
 			m.mu.Unlock()
 		}
@@ -249,27 +377,106 @@ func (m *Manager) retryWithdrawals(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			m.withdrawKey(ctx, key, r)
+			_, _, _ = m.withdrawKey(ctx, key, r)
 		}
 	}
 }
 
-// Close ends the session (its entries are pruned by others after one TTL, or
-// at once where released first). Release held requests before closing.
+// Close ends the session: it stops renewing, closes Done on every Held,
+// deletes the session's document (so entries still held are pruned by
+// others at once), and deletes the documents of other sessions that are dead
+// (see the package doc). Release held requests before closing.
 func (m *Manager) Close() {
 	m.mu.Lock()
-	stop, stopped := m.stop, m.stopped
-	m.session, m.stop = "", nil
+	s := m.cur
+	m.cur = nil
 	m.mu.Unlock()
-	if stop != nil {
-		close(stop)
-		<-stopped
+	if s == nil {
+		return
 	}
+	close(s.stop)
+	<-s.stopped
+	select {
+	case <-s.lost:
+	default:
+		close(s.lost)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(m.opts.TTL, 10*time.Second))
+	defer cancel()
+	now, known := m.storeNow(ctx, s.id) // before our document goes
+	_ = m.s.Delete(ctx, m.sessionKey(s.id), objstore.Condition{})
+	m.sweepSessions(ctx, s.id, now, known)
 }
 
-// dead refreshes the observations of sessions and returns those that kept one
-// revision for a whole TTL as watched from here (or no longer exist).
+// storeNow estimates the store's clock from below: the Last-Modified of a
+// write of session self, plus the time elapsed here since it was read.
+func (m *Manager) storeNow(ctx context.Context, self string) (time.Time, bool) {
+	m.mu.Lock()
+	lm, local := m.clockLM, m.clockLocal
+	m.mu.Unlock()
+	if lm.IsZero() {
+		info, err := m.s.Head(ctx, m.sessionKey(self))
+		if err != nil || info.LastModified.IsZero() {
+			return time.Time{}, false
+		}
+		lm, local = info.LastModified, m.opts.Now()
+		m.mu.Lock()
+		if m.cur != nil && m.cur.id == self {
+			m.clockLM, m.clockLocal = lm, local
+		}
+		m.mu.Unlock()
+	}
+	return lm.Add(m.opts.Now().Sub(local)), true
+}
+
+// sweepSessions deletes the documents of dead sessions other than self.
+func (m *Manager) sweepSessions(ctx context.Context, self string, now time.Time, known bool) {
+	infos, err := m.s.ListAll(ctx, m.sessionsPrefix(), nil)
+	if err != nil {
+		return
+	}
+	var cands []string
+	for _, in := range infos {
+		id := strings.TrimPrefix(in.Key, m.sessionsPrefix())
+		if id == self || strings.Contains(id, "/") {
+			continue
+		}
+		m.mu.Lock()
+		_, watched := m.watch[id]
+		m.mu.Unlock()
+		// Only these can be dead by either rule: read no others.
+		if watched || known && now.Sub(in.LastModified) > clockSlack {
+			cands = append(cands, id)
+		}
+	}
+	var keys []string
+	for id := range m.judge(ctx, cands, self, now, known) {
+		keys = append(keys, m.sessionKey(id))
+	}
+	if len(keys) > 0 {
+		slices.Sort(keys)
+		_, _ = m.s.DeleteMany(ctx, keys, 8)
+	}
+	m.mu.Lock()
+	for _, k := range keys {
+		delete(m.watch, strings.TrimPrefix(k, m.sessionsPrefix()))
+	}
+	m.mu.Unlock()
+}
+
+// dead refreshes the observations of sessions and returns those that are
+// dead: kept one revision for a whole TTL as watched from here, last written
+// more than 2×TTL+clockSlack ago by the store's clock, or gone.
 func (m *Manager) dead(ctx context.Context, sessions []string, self string) map[string]bool {
+	var now time.Time
+	known := false
+	if slices.ContainsFunc(sessions, func(s string) bool { return s != self }) {
+		now, known = m.storeNow(ctx, self)
+	}
+	return m.judge(ctx, sessions, self, now, known)
+}
+
+func (m *Manager) judge(ctx context.Context, sessions []string, self string, storeNow time.Time, known bool) map[string]bool {
 	out := map[string]bool{}
 	for _, s := range sessions {
 		if s == self || out[s] {
@@ -287,6 +494,8 @@ func (m *Manager) dead(ctx context.Context, sessions []string, self string) map[
 			out[s] = true
 		case err != nil:
 			// Unknown: treat as alive.
+		case known && !meta.LastModified.IsZero() && storeNow.Sub(meta.LastModified) > 2*ttl+clockSlack:
+			out[s] = true // expired beyond doubt by the store's clock
 		default:
 			o, ok := m.watch[s]
 			if !ok || o.rev != meta.Rev {
@@ -302,15 +511,51 @@ func (m *Manager) dead(ctx context.Context, sessions []string, self string) map[
 
 // Held is an acquired request.
 type Held struct {
-	m     *Manager
-	req   string
-	steps []pathlock.Step
-	lost  <-chan struct{}
-	once  sync.Once
+	m      *Manager
+	req    string
+	self   string
+	steps  []pathlock.Step
+	keys   []string // node document per step
+	kids   []bool   // per step: the request locks paths below it
+	parent []int    // per step: the step of its parent path (-1 for the root)
+	tokens []int64  // per step: the fencing token of its grant
+	lost   <-chan struct{}
+	once   sync.Once
 }
 
-// Done is closed if the session behind the held locks is lost.
+// Done is closed if the session behind the held locks is lost (or the
+// Manager is closed).
 func (h *Held) Done() <-chan struct{} { return h.lost }
+
+// Token is the fencing token of the grant on path (written as in the
+// request; ancestors the request locked in an intention mode have tokens
+// too), or 0 if the request did not lock path. See the package doc.
+func (h *Held) Token(path string) int64 {
+	p := cleanPath(path)
+	for i, st := range h.steps {
+		if st.Path == p {
+			return h.tokens[i]
+		}
+	}
+	return 0
+}
+
+// cleanPath is a path as pathlock.Plan writes it ("/a/b/" → "/a/b").
+func cleanPath(p string) string {
+	p = strings.TrimSuffix(p, "/")
+	if p == "" {
+		return "/"
+	}
+	return p
+}
+
+func parentPath(p string) string {
+	i := strings.LastIndexByte(p, '/')
+	if i <= 0 {
+		return "/"
+	}
+	return p[:i]
+}
 
 // Acquire waits until every path of r is locked, or ctx is done.
 func (m *Manager) Acquire(ctx context.Context, r Request) (*Held, error) {
@@ -327,17 +572,36 @@ func (m *Manager) acquire(ctx context.Context, r Request, wait bool) (*Held, err
 	if err != nil {
 		return nil, err
 	}
-	sid, lost, err := m.ensureSession(ctx)
+	s, err := m.ensureSession(ctx)
 	if err != nil {
 		return nil, err
 	}
-	h := &Held{m: m, req: randomID(), steps: steps, lost: lost}
-	me := func(mode pathlock.Mode) entry { return entry{Session: sid, Req: h.req, Mode: mode} }
+	n := len(steps)
+	h := &Held{m: m, req: randomID(), self: s.id, steps: steps, lost: s.lost,
+		keys: make([]string, n), kids: make([]bool, n), parent: make([]int, n), tokens: make([]int64, n)}
+	epochs, floors := make([]string, n), make([]int64, n)
 	for i, st := range steps {
+		h.parent[i] = -1
+		if st.Path != "/" {
+			pp := parentPath(st.Path)
+			h.parent[i] = slices.IndexFunc(steps[:i], func(o pathlock.Step) bool { return o.Path == pp })
+		}
+		h.kids[i] = slices.ContainsFunc(steps[i+1:], func(o pathlock.Step) bool { return parentPath(o.Path) == st.Path && o.Path != "/" })
+	}
+	me := func(mode pathlock.Mode) entry { return entry{Session: s.id, Req: h.req, Mode: mode} }
+	for i, st := range steps {
+		var floor int64
+		parentEpoch := ""
+		if p := h.parent[i]; p >= 0 {
+			parentEpoch, floor = epochs[p], floors[p]
+		}
+		h.keys[i] = m.nodeKey(st.Path, parentEpoch)
 		ambiguous := 0
 		for {
-			granted, err := m.step(ctx, st, me(st.Mode), wait)
+			doc, granted, err := m.step(ctx, h.keys[i], me(st.Mode), wait, h.kids[i], floor)
 			if err == nil && granted {
+				k := slices.IndexFunc(doc.Holders, func(e entry) bool { return e.Req == h.req })
+				h.tokens[i], epochs[i], floors[i] = doc.Holders[k].Token, doc.Epoch, max(floor, doc.Floor)
 				break
 			}
 			// A write of ours to the node may still land: asking again is
@@ -358,15 +622,14 @@ func (m *Manager) acquire(ctx context.Context, r Request, wait bool) (*Held, err
 				case <-ctx.Done():
 					t.Stop()
 					err = fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
-				case <-lost:
+				case <-s.lost:
 					t.Stop()
 					err = ErrSessionLost
 				}
 			}
 			// Give up: leave the queue and release what we hold.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.TTL)
-			m.withdraw(rctx, st, h.req)
-			m.release(rctx, h.req, steps[:i])
+			m.release(rctx, h, i+1)
 			cancel()
 			return nil, err
 		}
@@ -374,27 +637,27 @@ func (m *Manager) acquire(ctx context.Context, r Request, wait bool) (*Held, err
 	return h, nil
 }
 
-// step tries to be granted st on its node, queueing if wait. It reports
-// whether the grant is held.
-func (m *Manager) step(ctx context.Context, st pathlock.Step, me entry, wait bool) (bool, error) {
-	key := m.nodeKey(st.Path)
+// step tries to be granted me on the node at key, queueing if wait, and
+// returns the node as written. A grant takes the token one above the node's
+// counter and floor, the ancestors' floor included.
+func (m *Manager) step(ctx context.Context, key string, me entry, wait, kids bool, floor int64) (nodeDoc, bool, error) {
 	cur, _, err := m.nodes.Load(ctx, key)
 	if err != nil && !errors.Is(err, objstore.ErrNotFound) {
-		return false, err
+		return nodeDoc{}, false, err
 	}
 	var sessions []string
 	for _, e := range append(slices.Clone(cur.Holders), cur.Queue...) {
 		sessions = append(sessions, e.Session)
 	}
 	dead := m.dead(ctx, sessions, me.Session)
-	granted := false
-	_, _, err = m.nodes.Update(ctx, key, func(n *nodeDoc, _ docs.Meta) error {
-		granted = false
+	doc, _, err := m.nodes.Update(ctx, key, func(n *nodeDoc, _ docs.Meta) error {
 		live := func(e entry) bool { return !dead[e.Session] }
 		n.Holders = slices.DeleteFunc(n.Holders, func(e entry) bool { return !live(e) })
 		n.Queue = slices.DeleteFunc(n.Queue, func(e entry) bool { return !live(e) })
+		if n.Epoch == "" {
+			n.Epoch = randomID()
+		}
 		if slices.ContainsFunc(n.Holders, func(e entry) bool { return e.Req == me.Req }) {
-			granted = true
 			return nil
 		}
 		pos := slices.IndexFunc(n.Queue, func(e entry) bool { return e.Req == me.Req })
@@ -411,19 +674,28 @@ func (m *Manager) step(ctx context.Context, st pathlock.Step, me entry, wait boo
 			if pos >= 0 {
 				n.Queue = slices.Delete(n.Queue, pos, pos+1)
 			}
+			n.Token = max(n.Token, n.Floor, floor) + 1
+			me.Token = n.Token
 			n.Holders = append(n.Holders, me)
-			granted = true
 		case pos < 0 && wait:
 			n.Queue = append(n.Queue, me)
 		case pos < 0:
 			return errNoChange
 		}
+		// Set before any child exists: the child is made only after a grant.
+		n.Kids = n.Kids || kids
 		return nil
 	})
 	if errors.Is(err, errNoChange) {
-		return false, nil
+		return nodeDoc{}, false, nil
 	}
-	return granted, err
+	if err != nil {
+		return nodeDoc{}, false, err
+	}
+	// Judge by the value committed: after a resolved lost response it is an
+	// earlier run's.
+	granted := slices.ContainsFunc(doc.Holders, func(e entry) bool { return e.Req == me.Req })
+	return doc, granted, nil
 }
 
 var errNoChange = errors.New("no change")
@@ -436,21 +708,20 @@ func retryable(err error) bool {
 	return errors.Is(err, objstore.ErrAmbiguous) || errors.Is(err, docs.ErrContention)
 }
 
-func (m *Manager) withdraw(ctx context.Context, st pathlock.Step, req string) {
-	m.withdrawKey(ctx, m.nodeKey(st.Path), req)
-}
-
-// withdrawKey removes req's entries from a node. It always writes the node
-// (creating it if absent): a step of req whose write failed ambiguously may
-// still land, but only on the ETag it was conditional on, and a confirmed
-// withdrawal has moved the ETag past it. An unconfirmed withdrawal is kept
-// and retried on every renewal while the session lives; once the session
-// ends, others prune its entries anyway.
-func (m *Manager) withdrawKey(ctx context.Context, key, req string) {
-	_, _, err := m.nodes.Update(ctx, key, func(n *nodeDoc, meta docs.Meta) error {
+// withdrawKey removes req's entries from a node and returns the node as
+// written. It always writes the node (creating it if absent): a step of req
+// whose write failed ambiguously may still land, but only on the ETag it was
+// conditional on, and a confirmed withdrawal has moved the ETag past it. An
+// unconfirmed withdrawal is kept and retried on every renewal while the
+// session lives; once the session ends, others prune its entries anyway.
+func (m *Manager) withdrawKey(ctx context.Context, key, req string) (nodeDoc, docs.Meta, error) {
+	doc, meta, err := m.nodes.Update(ctx, key, func(n *nodeDoc, _ docs.Meta) error {
 		n.Queue = slices.DeleteFunc(n.Queue, func(e entry) bool { return e.Req == req })
 		n.Holders = slices.DeleteFunc(n.Holders, func(e entry) bool { return e.Req == req })
 		n.Seals++
+		if n.Epoch == "" {
+			n.Epoch = randomID()
+		}
 		return nil
 	})
 	m.mu.Lock()
@@ -462,21 +733,106 @@ func (m *Manager) withdrawKey(ctx context.Context, key, req string) {
 				delete(m.pending, key)
 			}
 		}
-		return
+		return doc, meta, nil
 	}
 	if m.pending[key] == nil {
 		m.pending[key] = map[string]bool{}
 	}
 	m.pending[key][req] = true
+	return doc, meta, err
 }
 
-func (m *Manager) release(ctx context.Context, req string, steps []pathlock.Step) {
-	for i := len(steps) - 1; i >= 0; i-- {
-		m.withdraw(ctx, steps[i], req)
+// release withdraws h from its first k steps, deepest first, sweeping below
+// each node it leaves without a live entry (see the package doc). Every
+// sweep runs while h still holds the node's ancestors.
+func (m *Manager) release(ctx context.Context, h *Held, k int) {
+	for i := k - 1; i >= 0; i-- {
+		doc, meta, err := m.withdrawKey(ctx, h.keys[i], h.req)
+		if err != nil || !doc.Kids || ctx.Err() != nil {
+			continue
+		}
+		if p := h.parent[i]; p >= 0 && m.onlyOurs(ctx, h.keys[p], h.req) {
+			continue // the parent's sweep, a moment later, covers this one
+		}
+		m.sweep(ctx, h, i, doc, meta)
 	}
 }
 
-// Release unlocks every node of h.
+// onlyOurs reports whether req is all the node at key holds and queues.
+func (m *Manager) onlyOurs(ctx context.Context, key, req string) bool {
+	n, _, err := m.nodes.Load(ctx, key)
+	if err != nil {
+		return false
+	}
+	for _, e := range append(n.Holders, n.Queue...) {
+		if e.Req != req {
+			return false
+		}
+	}
+	return true
+}
+
+// sweep deletes every node document below step i's node, whose release
+// left it as doc at meta, if no live session holds or queues there.
+func (m *Manager) sweep(ctx context.Context, h *Held, i int, doc nodeDoc, meta docs.Meta) {
+	var sessions []string
+	for _, e := range append(doc.Holders, doc.Queue...) {
+		if e.Session == h.self {
+			return // another request of ours
+		}
+		sessions = append(sessions, e.Session)
+	}
+	dead := map[string]bool{}
+	if len(sessions) > 0 {
+		dead = m.dead(ctx, sessions, h.self)
+		for _, s := range sessions {
+			if !dead[s] {
+				return
+			}
+		}
+	}
+	key := h.keys[i]
+	infos, err := m.s.ListAll(ctx, m.subtreePrefix(h.steps[i].Path), nil)
+	if err != nil {
+		return
+	}
+	var below []string
+	var folded int64
+	for _, in := range infos {
+		if in.Key == key {
+			continue
+		}
+		n, _, err := m.nodes.Load(ctx, in.Key)
+		switch {
+		case errors.Is(err, objstore.ErrNotFound):
+			// Deleted since the listing: by a late delete of a retired
+			// epoch, whose counters were folded into a floor we hold.
+			continue
+		case err != nil:
+			return // its counter is unknown: delete nothing
+		}
+		folded = max(folded, n.Token, n.Floor)
+		below = append(below, in.Key)
+	}
+	_, _, err = m.nodes.Update(ctx, key, func(n *nodeDoc, cur docs.Meta) error {
+		if cur.Rev != meta.Rev {
+			return errNoChange // someone came by since: not ours to sweep
+		}
+		n.Holders = slices.DeleteFunc(n.Holders, func(e entry) bool { return dead[e.Session] })
+		n.Queue = slices.DeleteFunc(n.Queue, func(e entry) bool { return dead[e.Session] })
+		n.Floor = max(n.Floor, folded)
+		n.Epoch = randomID()
+		n.Kids = false
+		return nil
+	})
+	if err != nil || len(below) == 0 {
+		return // not confirmed: delete nothing (a late write lands on the same P)
+	}
+	_, _ = m.s.DeleteMany(ctx, below, 8)
+}
+
+// Release unlocks every node of h, and cleans up below the nodes it leaves
+// free (see the package doc).
 func (h *Held) Release(ctx context.Context) {
-	h.once.Do(func() { h.m.release(ctx, h.req, h.steps) })
+	h.once.Do(func() { h.m.release(ctx, h, len(h.steps)) })
 }

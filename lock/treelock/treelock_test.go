@@ -68,7 +68,7 @@ func TestCrashedSessionReleased(t *testing.T) {
 	if _, err := a.Acquire(ctx, treelock.Request{Write: []string{"/jobs/x"}}); err != nil {
 		t.Fatal(err)
 	}
-	a.Close() // stops renewing without releasing: a crash
+	a.Crash() // stops renewing without releasing: a crash
 	b := treelock.New(s, &treelock.Options{TTL: ttl})
 	defer b.Close()
 	if _, err := b.TryAcquire(ctx, treelock.Request{Read: []string{"/jobs"}}); !errors.Is(err, treelock.ErrNotAcquired) {
@@ -96,6 +96,7 @@ func TestRandomLoadInvariant(t *testing.T) {
 	paths := []string{"/a", "/a/x", "/a/y", "/b", "/b/x", "/b/x/1"}
 	var mu sync.Mutex
 	active := map[int]treelock.Request{}
+	lastToken := map[string]int64{}
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -126,6 +127,7 @@ func TestRandomLoadInvariant(t *testing.T) {
 						t.Errorf("conflicting requests held together: %+v and %+v", r, o)
 					}
 				}
+				checkTokens(t, h, r, lastToken)
 				active[id] = r
 				mu.Unlock()
 				time.Sleep(time.Millisecond)
@@ -150,7 +152,7 @@ func TestLateLandingStepLeavesNoEntry(t *testing.T) {
 	ctx := context.Background()
 	var late atomic.Bool
 	fb := faulty.New(mem.NewBackend(""), &faulty.Options{LateDelay: 150 * time.Millisecond, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
-		if late.Load() && op == faulty.OpPut && strings.Contains(key, "/nodes/") {
+		if late.Load() && op == faulty.OpPut && strings.Contains(key, "/paths/") {
 			return faulty.LateApply, 0
 		}
 		return faulty.None, 0
@@ -196,6 +198,7 @@ func TestRandomLoadLateLanding(t *testing.T) {
 	paths := []string{"/a", "/a/x", "/b", "/b/x"}
 	var mu sync.Mutex
 	active := map[int]treelock.Request{}
+	lastToken := map[string]int64{}
 	var wg sync.WaitGroup
 	var failures atomic.Int64
 	for g := range 4 {
@@ -229,6 +232,7 @@ func TestRandomLoadLateLanding(t *testing.T) {
 						t.Errorf("conflicting requests held together: %+v and %+v", r, o)
 					}
 				}
+				checkTokens(t, h, r, lastToken)
 				active[id] = r
 				mu.Unlock()
 				time.Sleep(time.Millisecond)
@@ -255,4 +259,23 @@ func TestRandomLoadLateLanding(t *testing.T) {
 		h.Release(ctx)
 	}
 	t.Logf("faults %+v, acquisitions failed by faults: %d", fb.Stats(), failures.Load())
+}
+
+// checkTokens: a write excludes every other grant on its path, so the tokens
+// of its path's writers grow in the order they hold it — across the cleanups
+// that releases do in between.
+func checkTokens(t *testing.T, h *treelock.Held, r treelock.Request, last map[string]int64) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, p := range r.Write {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		tok := h.Token(p)
+		if tok <= last[p] {
+			t.Errorf("a writer of %s holds token %d after a writer with %d", p, tok, last[p])
+		}
+		last[p] = tok
+	}
 }
