@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -207,13 +208,24 @@ func lockTreeCmd(e *env) *cobra.Command {
 		Short: "Run a command holding a distributed hierarchical lock on pseudo-folder paths",
 		Long: `tree locks paths like /datasets/orders across processes and machines: a write
 of a path excludes every read and write of its ancestors and descendants; reads
-share. Lock documents live under cairn-locks/tree/ in the store; a crashed
-holder's locks are released after --ttl.
+share. Lock documents live under cairn-locks/tree/ in the store and are deleted
+again once no one uses them; a crashed holder's locks are released after --ttl.
+
+CMD gets a fencing token for each path it names: every grant of a path takes a
+token larger than every earlier one of that path. Pass it on to whatever CMD
+writes, and have it refuse tokens lower than the highest it has seen for that
+path (tokens of different paths are not comparable).
+  CAIRN_FENCING_TOKEN   the token of the first --write path (of the first
+                        --read path if there is no --write)
+  CAIRN_FENCING_TOKENS  every path named, as given, with its token:
+                        PATH=TOKEN,PATH=TOKEN,… (--read paths first, then --write)
+  CAIRN_TREE_LOCK       the request: r:PATH,…,w:PATH,…
 
 Exit codes: CMD's own; 3 if not acquired within --wait (0: try once); 4 if the
 lock's session was lost while CMD ran (CMD gets SIGTERM).`,
-		Example: `  cairn lock tree --store s3://lake --write /datasets/orders --read /reference -- ./rebuild.sh`,
-		Args:    cobra.MinimumNArgs(1),
+		Example: `  cairn lock tree --store s3://lake --write /datasets/orders --read /reference -- ./rebuild.sh
+  cairn lock tree --store s3://lake --write /datasets/orders -- sh -c 'rebuild --fencing-token "$CAIRN_FENCING_TOKEN"'`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 0 {
 				return usagef("put the command after --: cairn lock tree --store URL --write /p -- CMD ARGS…")
@@ -242,8 +254,9 @@ lock's session was lost while CMD ran (CMD gets SIGTERM).`,
 			case err != nil:
 				return err
 			}
-			code, lost := runHeld(e, args, []string{"CAIRN_TREE_LOCK=" + strings.Join(append(prefixed("r:", reads), prefixed("w:", writes)...), ",")},
-				h.Done(), func() error { return treelock.ErrSessionLost })
+			env := append(treeTokens(h, reads, writes), "CAIRN_TREE_LOCK="+strings.Join(append(prefixed("r:", reads), prefixed("w:", writes)...), ","))
+			e.log.Info("tree lock acquired", "tokens", env[1])
+			code, lost := runHeld(e, args, env, h.Done(), func() error { return treelock.ErrSessionLost })
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			h.Release(rctx)
 			cancel()
@@ -271,4 +284,20 @@ func prefixed(p string, xs []string) []string {
 		out[i] = p + x
 	}
 	return out
+}
+
+// treeTokens is CAIRN_FENCING_TOKEN (the first write path's token, else the
+// first read path's) and CAIRN_FENCING_TOKENS (every path as given, once,
+// reads first: PATH=TOKEN,…).
+func treeTokens(h *treelock.Held, reads, writes []string) []string {
+	first := append(slices.Clone(writes), reads...)[0]
+	var all []string
+	seen := map[string]bool{}
+	for _, p := range append(slices.Clone(reads), writes...) {
+		if !seen[p] {
+			seen[p] = true
+			all = append(all, p+"="+strconv.FormatInt(h.Token(p), 10))
+		}
+	}
+	return []string{"CAIRN_FENCING_TOKEN=" + strconv.FormatInt(h.Token(first), 10), "CAIRN_FENCING_TOKENS=" + strings.Join(all, ",")}
 }

@@ -148,3 +148,96 @@ func TestLockCommandsMinIO(t *testing.T) {
 		t.Fatalf("lock tree on MinIO: %q exit %d", out, code)
 	}
 }
+
+// The command gets the fencing token of every path it names: one more than
+// the path's last, also after the lock documents were cleaned up.
+func TestLockTreeFencingTokens(t *testing.T) {
+	t.Parallel()
+	bin := buildCairn(t)
+	store := t.TempDir()
+	run := func(args ...string) string {
+		t.Helper()
+		c := exec.Command(bin, append(append([]string{"lock", "tree", "--store", store}, args...),
+			"--", "sh", "-c", `echo "$CAIRN_FENCING_TOKEN $CAIRN_FENCING_TOKENS"`)...)
+		out, err := c.Output()
+		if err != nil {
+			t.Fatalf("cairn lock tree %q: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if out := run("--write", "/data/orders"); out != "1 /data/orders=1" {
+		t.Fatalf("first lock of /data/orders: token and tokens %q, want %q", out, "1 /data/orders=1")
+	}
+	if out := run("--write", "/data/orders/"); out != "2 /data/orders/=2" {
+		t.Fatalf("second lock of /data/orders: %q, want %q", out, "2 /data/orders/=2")
+	}
+	out := run("--read", "/reference", "--write", "/data/orders", "--read", "/reference")
+	token, tokens, _ := strings.Cut(out, " ")
+	ref, orders, ok := strings.Cut(tokens, ",")
+	if !ok || !strings.HasPrefix(ref, "/reference=") || orders != "/data/orders=3" || token != "3" {
+		t.Fatalf("reading /reference and writing /data/orders: %q, want the write path's token 3 first, then /reference=N,/data/orders=3", out)
+	}
+	if n, err := strconv.Atoi(strings.TrimPrefix(ref, "/reference=")); err != nil || n < 1 {
+		t.Fatalf("token of /reference in %q", out)
+	}
+}
+
+// On MinIO, through the binary: commands leave no lock objects but the
+// root's (each left a session and a node per new path before), and a holder
+// killed with kill -9 has its objects removed by a later command that waits
+// for its lock.
+func TestLockTreeCleansUpMinIO(t *testing.T) {
+	t.Parallel()
+	ep := testenv.S3(t)
+	bk, url := testenv.NewBucket(t, ep)
+	s := objstore.New(bk, nil)
+	bin := buildCairn(t)
+	command := func(args ...string) *exec.Cmd {
+		c := exec.Command(bin, append([]string{"lock", "tree", "--store", url}, args...)...)
+		c.Env = append(c.Environ(), ep.Env()...)
+		return c
+	}
+	objects := func() []string {
+		t.Helper()
+		infos, err := s.ListAll(context.Background(), "cairn-locks/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, in := range infos {
+			keys = append(keys, in.Key)
+		}
+		return keys
+	}
+	for i := range 6 {
+		if out, err := command("--write", "/runs/"+strconv.Itoa(i)+"/out", "--", "true").CombinedOutput(); err != nil {
+			t.Fatalf("lock tree #%d: %v %s", i, err, out)
+		}
+		if keys := objects(); len(keys) != 1 {
+			t.Fatalf("after %d commands: %d lock objects %v, want only the root's", i+1, len(keys), keys)
+		}
+	}
+	holder := command("--write", "/runs/held", "--ttl", "1s", "--", "sh", "-c", "echo holding; exec sleep 60")
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Process.Kill()
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "holding\n" {
+		t.Fatalf("holder: %q %v", line, err)
+	}
+	_ = holder.Process.Kill() // kill -9: no release, no Close
+	_ = holder.Wait()
+	if keys := objects(); len(keys) < 4 {
+		t.Fatalf("the killed holder left %v, want its session and three nodes", keys)
+	}
+	if out, err := command("--write", "/runs", "--ttl", "1s", "--wait", "1m", "--", "true").CombinedOutput(); err != nil {
+		t.Fatalf("lock tree after the holder was killed: %v %s", err, out)
+	}
+	if keys := objects(); len(keys) != 1 {
+		t.Fatalf("after a later command: %d lock objects %v, want only the root's", len(keys), keys)
+	}
+}
