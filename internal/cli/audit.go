@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-s3/cairn/audit"
+	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/objstore"
 )
@@ -119,7 +120,7 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 			if o.DryRun {
 				verb = "would resubmit (dry run)"
 			}
-			fmt.Fprintf(e.stdout, "audit of %s: %d objects listed in %.2fs; %s %d\n", redact(storeURL), rep.Listed, rep.Seconds, verb, rep.Resubmitted)
+			fmt.Fprintf(e.stdout, "audit of %s: %d objects listed in %.2fs; %s %d\n", safetext.URL(storeURL), rep.Listed, rep.Seconds, verb, rep.Resubmitted)
 			classes := make([]string, 0, len(rep.Counts))
 			for c := range rep.Counts {
 				classes = append(classes, c)
@@ -136,7 +137,8 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 						fmt.Fprintf(tw, "…\t%d more (--json lists up to 1,000)\t\t\t\n", len(rep.Findings)-50)
 						break
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.Class, f.Key, f.ETag, f.LedgerETag, f.Status)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", safetext.Escape(f.Class), safetext.Escape(f.Key), safetext.Escape(f.ETag),
+						safetext.Escape(f.LedgerETag), safetext.Escape(string(f.Status)))
 				}
 				tw.Flush()
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/cairn-s3/cairn/audit"
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/internal/bench"
+	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
@@ -117,7 +118,7 @@ reports the ratio and the audit's peak Go heap.`,
 			if rep.Listed != int64(n) || rep.Counts[audit.Missing]+rep.Counts[audit.Changed]+rep.Counts[audit.Gone] != 0 {
 				return fmt.Errorf("audit listed %d of %d objects with findings %v: the bench's ledger is wrong", rep.Listed, n, rep.Counts)
 			}
-			r := bench.NewResult(fmt.Sprintf("audit of %d objects on %s (ledger holding them) vs a bare LIST", n, redact(storeURL)), "seconds",
+			r := bench.NewResult(fmt.Sprintf("audit of %d objects on %s (ledger holding them) vs a bare LIST", n, safetext.URL(storeURL)), "seconds",
 				bare.Seconds(), took.Seconds())
 			r.Lower = true
 			r.BaselineDesc, r.CairnDesc = "bare LIST", "cairn audit (LIST + ledger lookups + the ledger walk for gone objects)"

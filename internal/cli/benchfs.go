@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairn-s3/cairn/folder"
 	"github.com/cairn-s3/cairn/internal/bench"
+	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/lock/treelock"
 	"github.com/cairn-s3/cairn/objstore"
 )
@@ -83,7 +84,7 @@ Everything the bench writes is under cairn-bench-fs/ and is deleted after.`,
 			if res.Objects != int64(objects) {
 				return fmt.Errorf("cairn renamed %d objects, want %d", res.Objects, objects)
 			}
-			r := bench.NewResult(fmt.Sprintf("rename of %d small objects on %s", objects, redact(storeURL)), "objects/s",
+			r := bench.NewResult(fmt.Sprintf("rename of %d small objects on %s", objects, safetext.URL(storeURL)), "objects/s",
 				float64(objects)/naive.Seconds(), float64(objects)/took.Seconds())
 			r.BaselineDesc = "naive loop: list, copy one, delete one"
 			r.CairnDesc = fmt.Sprintf("cairn fs mv, %d in flight, tree lock + journal", concurrency)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/internal/bench"
+	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/objledger"
 	"github.com/cairn-s3/cairn/objstore"
@@ -59,7 +60,7 @@ object-store ledger's prefix): point them at scratch locations.`,
 			for _, url := range urls {
 				rs, err := benchOneLedger(cmd.Context(), url, evs, keys, naiveEvents, batch, workers, claims)
 				if err != nil {
-					return fmt.Errorf("%s: %w", redact(url), err)
+					return fmt.Errorf("%s: %w", safetext.URL(url), err)
 				}
 				results = append(results, rs...)
 			}

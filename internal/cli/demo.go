@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-s3/cairn/internal/demo"
+	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/objstore"
 )
@@ -80,7 +81,7 @@ one change, a stale overwrite, or an object served wrong at the end.`,
 			}
 			defer led.Close()
 			if c, err := led.Counts(ctx); err == nil && len(c) > 0 && sum(c) > 0 {
-				return usagef("--ledger %s already holds %d records: the demo needs an empty ledger", redact(ledgerURL), sum(c))
+				return usagef("--ledger %s already holds %d records: the demo needs an empty ledger", safetext.URL(ledgerURL), sum(c))
 			}
 			o.Store, o.Ledger, o.Dir, o.Logger = store, led, dir, e.log
 			tty := isTerminal(e.stderr)
@@ -113,7 +114,7 @@ one change, a stale overwrite, or an object served wrong at the end.`,
 			}
 			if !rep.InvariantOK {
 				return exitError{code: ExitRuntime, err: fmt.Errorf("an invariant failed: cairn double-processed %d, stale %d, wrong %d (%s)",
-					rep.Cairn.DoubleProcessed, rep.Cairn.StaleOverwrites, rep.Cairn.Wrong, strings.Join(rep.Cairn.WrongKeys, ", "))}
+					rep.Cairn.DoubleProcessed, rep.Cairn.StaleOverwrites, rep.Cairn.Wrong, strings.Join(escapeAll(rep.Cairn.WrongKeys), ", "))}
 			}
 			return nil
 		},
@@ -143,7 +144,7 @@ func sum(c ledger.Counts) int {
 
 func printDemo(e *env, r demo.Report, storeURL, ledgerURL string) {
 	w := e.stdout
-	fmt.Fprintf(w, "cairn demo: %d writes (%d deletes) to %d keys in %s; ledger %s\n", r.Writes, r.Deletes, r.Keys, redact(storeURL), redact(ledgerURL))
+	fmt.Fprintf(w, "cairn demo: %d writes (%d deletes) to %d keys in %s; ledger %s\n", r.Writes, r.Deletes, r.Keys, safetext.URL(storeURL), safetext.URL(ledgerURL))
 	fmt.Fprintf(w, "deliveries: %d, with %d duplicates (%d concurrent, %d late), %d overwrites out of order, %d events lost\n\n",
 		r.Deliveries, r.Duplicates, r.Concurrent, r.Late, r.Reordered, r.Lost)
 	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', tabwriter.AlignRight)

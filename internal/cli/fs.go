@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairn-s3/cairn/folder"
 	"github.com/cairn-s3/cairn/internal/progress"
+	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/lock/pathlock"
 	"github.com/cairn-s3/cairn/lock/treelock"
 	"github.com/cairn-s3/cairn/objstore"
@@ -135,7 +136,8 @@ func resolveFolders(ctx context.Context, f fsFlags, args []string) (*objstore.St
 			return nil, nil, usageError{err}
 		}
 		if storeURL != "" && su != storeURL {
-			return nil, nil, usagef("%q and %q are in different stores (%s, %s); give --store URL and paths inside it", args[0], a, storeURL, su)
+			return nil, nil, usagef("%q and %q are in different stores (%s, %s); give --store URL and paths inside it",
+				safetext.Redact(args[0]), safetext.Redact(a), safetext.URL(storeURL), safetext.URL(su))
 		}
 		storeURL = su
 		keys = append(keys, key)
@@ -201,7 +203,7 @@ func (e *env) runFolder(ctx context.Context, f fsFlags, args []string, run func(
 		if r.Op == "snapshot" {
 			w = e.stderr // stdout holds the archive
 		}
-		fmt.Fprintf(w, "%s %s%s: %d objects, %s in %.2fs", r.Op, r.Src, arrow(r.Dst), r.Objects, progress.Bytes(r.Bytes), r.Seconds)
+		fmt.Fprintf(w, "%s %s%s: %d objects, %s in %.2fs", r.Op, safetext.Escape(r.Src), arrow(r.Dst), r.Objects, progress.Bytes(r.Bytes), r.Seconds)
 		if r.Recovered > 0 {
 			fmt.Fprintf(w, " (finished %d interrupted operations first)", r.Recovered)
 		}
@@ -216,7 +218,7 @@ func arrow(dst string) string {
 	if dst == "" {
 		return ""
 	}
-	return " -> " + dst
+	return " -> " + safetext.Escape(dst)
 }
 
 func (e *env) fsList(ctx context.Context, f fsFlags, arg string) error {
@@ -254,9 +256,9 @@ func (e *env) fsList(ctx context.Context, f fsFlags, arg string) error {
 			continue
 		}
 		if r.Folder {
-			fmt.Fprintf(out, "%s\t\t\t\n", r.Key)
+			fmt.Fprintf(out, "%s\t\t\t\n", safetext.Escape(r.Key))
 		} else {
-			fmt.Fprintf(out, "%s\t%d\t%s\t%s\n", r.Key, r.Size, r.ETag, r.Modified.Format(time.RFC3339))
+			fmt.Fprintf(out, "%s\t%d\t%s\t%s\n", safetext.Escape(r.Key), r.Size, safetext.Escape(r.ETag), r.Modified.Format(time.RFC3339))
 		}
 	}
 	if tw != nil {

@@ -6,9 +6,11 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
 	// Ledger backends, linked in for their URL schemes.
 	_ "github.com/cairn-s3/cairn/ledger/objledger" // s3://, file://
@@ -68,8 +70,9 @@ default ./cairn-data/ledger.db.`,
 							return err
 						}
 					} else {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Bucket, r.Key, r.Status, r.Seq, r.Attempts, r.Seen,
-							r.Updated.Format(time.RFC3339), oneLine(r.LastError, 60))
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", safetext.Escape(r.Bucket), safetext.Escape(r.Key),
+							safetext.Escape(string(r.Status)), safetext.Escape(r.Seq), r.Attempts, r.Seen,
+							r.Updated.Format(time.RFC3339), safetext.Escape(oneLine(r.LastError, 60)))
 					}
 					shown++
 				}
@@ -120,7 +123,7 @@ default ./cairn-data/ledger.db.`,
 					{"lease until", fmtTime(r.LeaseUntil)}, {"next attempt", fmtTime(r.NextAttempt)}, {"first seen", fmtTime(r.FirstSeen)},
 					{"updated", fmtTime(r.Updated)}, {"seen", fmt.Sprint(r.Seen)}, {"stale", fmt.Sprint(r.Stale)},
 					{"source", r.Source}, {"last error", r.LastError}, {"result", r.Result}} {
-					fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
+					fmt.Fprintf(tw, "%s:\t%s\n", kv[0], safetext.Escape(kv[1]))
 				}
 				tw.Flush()
 				fmt.Fprintln(e.stdout)
@@ -139,10 +142,20 @@ func fmtTime(t time.Time) string {
 	return t.Format(time.RFC3339Nano)
 }
 
+// oneLine is s on one line, cut to at most n runes.
 func oneLine(s string, n int) string {
 	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > n {
-		return s[:n-1] + "…"
+	if utf8.RuneCountInString(s) > n {
+		return string([]rune(s)[:n-1]) + "…"
 	}
 	return s
+}
+
+// escapeAll is keys as they may be shown (safetext.Escape).
+func escapeAll(keys []string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = safetext.Escape(k)
+	}
+	return out
 }

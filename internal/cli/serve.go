@@ -25,6 +25,7 @@ import (
 	"github.com/cairn-s3/cairn/intake/natssrc"
 	"github.com/cairn-s3/cairn/intake/sqssrc"
 	"github.com/cairn-s3/cairn/intake/web"
+	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/objstore"
 )
@@ -128,7 +129,7 @@ Also served: GET /healthz, GET /readyz (ledger reachable), GET /metrics.`,
 			case f.handlerHTTP != "":
 				u, err := url.Parse(f.handlerHTTP)
 				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-					return usagef("--handler-http %q: want an http:// or https:// URL", f.handlerHTTP)
+					return usagef("--handler-http %q: want an http:// or https:// URL", safetext.Redact(f.handlerHTTP))
 				}
 				h = &intake.HTTPHandler{URL: f.handlerHTTP}
 			default:
@@ -185,7 +186,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		// The queue URL keeps its scheme (SQS-compatible servers over http).
 		s, err := sqssrc.New(ctx, sqssrc.Options{QueueURL: f.sqsQueueURL, Logger: log})
 		if err != nil {
-			return usagef("--sqs-queue-url: %v", err)
+			return usagef("--sqs-queue-url: %s", safetext.Redact(err.Error()))
 		}
 		sources = append(sources, s)
 	}
@@ -220,7 +221,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 			onListen(ln.Addr().String())
 		}
 	}
-	log.Info("cairn serve started", "ledger", redact(f.ledgerURL), "sources", len(sources), "concurrency", f.concurrency, "lease", f.lease)
+	log.Info("cairn serve started", "ledger", safetext.Redact(f.ledgerURL), "sources", len(sources), "concurrency", f.concurrency, "lease", f.lease)
 	var lastAudit atomic.Pointer[audit.Report]
 	if auditStore != nil {
 		actx, stopAudits := context.WithCancel(ctx)
@@ -362,15 +363,6 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// redact hides a URL's password for logs.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	return u.Redacted()
-}
-
 // openSource opens a pull source by URL scheme.
 func openSource(ctx context.Context, raw string, log *slog.Logger) (intake.Source, error) {
 	scheme, _, _ := strings.Cut(raw, "://")
@@ -384,10 +376,10 @@ func openSource(ctx context.Context, raw string, log *slog.Logger) (intake.Sourc
 	case "sqs":
 		s, err = sqssrc.FromURL(ctx, raw, log)
 	default:
-		return nil, usagef("--source %q: want nats://, kafka:// or sqs://", raw)
+		return nil, usagef("--source %q: want nats://, kafka:// or sqs://", safetext.Redact(raw))
 	}
 	if err != nil {
-		return nil, usagef("--source: %v", err)
+		return nil, usagef("--source %q: %s", safetext.Redact(raw), safetext.Redact(err.Error()))
 	}
 	return s, nil
 }
