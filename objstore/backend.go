@@ -10,16 +10,16 @@ import (
 
 // Info describes an object.
 type Info struct {
-	Key          string
-	Size         int64
-	ETag         string // normalised: no quotes, no W/ prefix
-	LastModified time.Time
-	VersionID    string            // empty unless the bucket is versioned
-	ContentType  string            // empty in listings
-	Metadata     map[string]string // user metadata, keys lowercase; nil in listings
+	Key          string            `json:"key"`
+	Size         int64             `json:"size"`
+	ETag         string            `json:"etag"` // normalised: no quotes, no W/ prefix
+	LastModified time.Time         `json:"last_modified,omitzero"`
+	VersionID    string            `json:"version_id,omitempty"`   // empty unless the bucket is versioned
+	ContentType  string            `json:"content_type,omitempty"` // empty in listings
+	Metadata     map[string]string `json:"metadata,omitempty"`     // user metadata, keys lowercase; nil in listings
 	// IsPrefix is set on listing entries that stand for a common prefix (a
 	// "folder") when ListOptions.Delimiter is used; only Key is meaningful then.
-	IsPrefix bool
+	IsPrefix bool `json:"is_prefix,omitempty"`
 }
 
 // Condition is the precondition of a write. The zero value means unconditional.

@@ -56,3 +56,14 @@ func wrapErr(op, key string, err error) error {
 	}
 	return &Error{Op: op, Key: key, Err: err}
 }
+
+// Detail returns the backend's raw error chain behind err (for S3: the SDK's
+// operation, request and host ids, retry attempts), which err's own message
+// leaves out to stay readable; "" if err carries none. Log it at debug level.
+func Detail(err error) string {
+	var d interface{ Detail() string }
+	if errors.As(err, &d) {
+		return d.Detail()
+	}
+	return ""
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/objstore"
 	// Store backends, linked in for their URL schemes.
@@ -56,12 +57,18 @@ type env struct {
 	stdout, stderr io.Writer
 	log            *slog.Logger
 	json           bool
-	logLevel       string
+	level          slog.Level
 }
 
-// logger logs at lvl to stderr: text on a terminal, JSON otherwise.
+// logger logs at lvl to stderr: text on a terminal, JSON otherwise. Durations
+// are written as Go durations ("30s"), not nanoseconds, in both.
 func (e *env) logger(lvl slog.Level) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: lvl}
+	opts := &slog.HandlerOptions{Level: lvl, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Value.Kind() == slog.KindDuration {
+			a.Value = slog.StringValue(a.Value.Duration().String())
+		}
+		return a
+	}}
 	if isTerminal(e.stderr) {
 		return slog.New(slog.NewTextHandler(e.stderr, opts))
 	}
@@ -84,11 +91,16 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		SilenceErrors: true,
 		Version:       Version,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			var lvl slog.Level
-			if err := lvl.UnmarshalText([]byte(e.logLevel)); err != nil {
-				return usagef("--log-level %q: use debug, info, warn or error", e.logLevel)
+			// A command with --config (cairn serve) also takes its settings,
+			// the global ones (--log-level, --json) included, from CAIRN_*
+			// variables and the file: through the flags' own parsing, and
+			// before anything is logged.
+			if f := cmd.Flags().Lookup("config"); f != nil {
+				if err := applyEnvAndConfig(cmd, f.Value.String()); err != nil {
+					return err
+				}
 			}
-			e.log = e.logger(lvl)
+			e.log = e.logger(e.level)
 			return nil
 		},
 	}
@@ -97,7 +109,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().BoolVar(&e.json, "json", false, "machine-readable JSON output")
-	root.PersistentFlags().StringVar(&e.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	e.level = slog.LevelWarn
+	root.PersistentFlags().Var((*levelFlag)(&e.level), "log-level", "log level: debug, info, warn, error")
 	var cpuProfile string
 	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file")
 	_ = root.PersistentFlags().MarkHidden("cpuprofile")
@@ -129,11 +142,37 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return xe.code // the command's own status: it has spoken for itself
 	}
 	msg := err.Error()
+	if e.log != nil {
+		if d := objstore.Detail(err); d != "" {
+			e.log.Debug("the error in full", "detail", d)
+		}
+	}
 	if code == ExitUsage && !strings.Contains(msg, "cairn help") {
 		msg += " (see 'cairn help')"
 	}
-	fmt.Fprintln(stderr, "cairn: "+strings.ReplaceAll(msg, "\n", " "))
+	msg = strings.ReplaceAll(msg, "\n", " ")
+	if e.json { // encoding/json escapes what a terminal would obey
+		b, _ := json.Marshal(map[string]any{"error": msg, "exit_code": code})
+		fmt.Fprintln(stderr, string(b))
+		return code
+	}
+	fmt.Fprintln(stderr, "cairn: "+safetext.Escape(msg)) // keys in errors are data others control
 	return code
+}
+
+// levelFlag is --log-level: it validates when set, so a bad value from a
+// flag, CAIRN_LOG_LEVEL or a config file is refused the same way.
+type levelFlag slog.Level
+
+func (l *levelFlag) String() string { return strings.ToLower((*slog.Level)(l).String()) }
+func (l *levelFlag) Type() string   { return "level" }
+func (l *levelFlag) Set(v string) error {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(v)); err != nil {
+		return fmt.Errorf("%q is not a log level: use debug, info, warn or error", v)
+	}
+	*l = levelFlag(lvl)
+	return nil
 }
 
 func chainPreRun(first func(*cobra.Command, []string) error, then func() error) func(*cobra.Command, []string) error {

@@ -1,21 +1,25 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"os"
+	"path"
 
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-s3/cairn/internal/progress"
+	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/policy"
 )
 
 func putCmd(e *env) *cobra.Command {
 	var ifAbsent, retryOnChange bool
-	var ifMatch string
+	var ifMatch, contentType string
 	var partSize int64
 	var concurrency, retries int
 	cmd := &cobra.Command{
@@ -67,6 +71,9 @@ condition fails the upload is aborted and nothing is left behind.
 			if args[0] == "-" && retryOnChange {
 				return usagef("--retry-on-change needs a file it can read again, not stdin")
 			}
+			if contentType == "" {
+				contentType = detectContentType(key, args[0])
+			}
 			for attempt := 0; ; attempt++ {
 				cond := objstore.Condition{Absent: ifAbsent, Match: ifMatch}
 				if retryOnChange {
@@ -74,13 +81,15 @@ condition fails the upload is aborted and nothing is left behind.
 					if cond, err = objstore.Replacing(s.Head(ctx, key)); err != nil {
 						return err
 					}
+				} else if err := precheck(ctx, s, key, cond); err != nil {
+					return err
 				}
 				r, closeFn, err := open()
 				if err != nil {
 					return err
 				}
 				bar := progress.New(e.stderr, key, size)
-				info, err := s.Upload(ctx, key, r, &objstore.UploadOptions{PutOptions: objstore.PutOptions{If: cond},
+				info, err := s.Upload(ctx, key, r, &objstore.UploadOptions{PutOptions: objstore.PutOptions{If: cond, ContentType: contentType},
 					PartSize: partSize, Concurrency: concurrency, Progress: bar.Set})
 				closeFn()
 				bar.Done()
@@ -104,6 +113,7 @@ condition fails the upload is aborted and nothing is left behind.
 	}
 	cmd.Flags().BoolVar(&ifAbsent, "if-absent", false, "write only if the key is free (If-None-Match: *)")
 	cmd.Flags().StringVar(&ifMatch, "if-match", "", "replace only the object with this ETag")
+	cmd.Flags().StringVar(&contentType, "content-type", "", "the object's Content-Type (default: from the key's or the file's extension, else application/octet-stream)")
 	cmd.Flags().BoolVar(&retryOnChange, "retry-on-change", false, "replace the current version; start over if it changes during the upload")
 	cmd.Flags().IntVar(&retries, "retries", 5, "attempts for --retry-on-change")
 	cmd.Flags().Int64Var(&partSize, "part-size", 16<<20, "multipart part size in bytes")
@@ -148,4 +158,41 @@ package to enforce the same rules in every cairn client.`,
 	gen.Flags().StringVar(&principal, "principal", "", "IAM principal ARN the policy applies to (default: everyone)")
 	cmd.AddCommand(gen)
 	return cmd
+}
+
+// precheck refuses a conditional put whose condition already fails, before a
+// byte is uploaded (a wrong --if-match used to upload all of a 100 MiB file
+// first). The conditional completion still decides: the object may change
+// between this HEAD and the end of the upload. A HEAD that fails for another
+// reason leaves the decision to the upload.
+func precheck(ctx context.Context, s *objstore.Store, key string, cond objstore.Condition) error {
+	if !cond.Absent && cond.Match == "" {
+		return nil
+	}
+	info, err := s.Head(ctx, key)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound) && cond.Match != "":
+		return fmt.Errorf("%w: %s does not exist, so it has no ETag %s; nothing was uploaded (drop --if-match to create it, or use --if-absent)", objstore.ErrPreconditionFailed, safetext.Escape(key), cond.Match)
+	case err != nil:
+		return nil
+	case cond.Absent:
+		return fmt.Errorf("%w: %s already exists (ETag %s); nothing was uploaded (drop --if-absent to replace it, or use --if-match %s)", objstore.ErrPreconditionFailed, safetext.Escape(key), info.ETag, info.ETag)
+	case info.ETag != objstore.NormalizeETag(cond.Match):
+		return fmt.Errorf("%w: %s has ETag %s now, not %s: it changed since you read it; nothing was uploaded (read it again, then put with the new ETag)", objstore.ErrPreconditionFailed, safetext.Escape(key), info.ETag, objstore.NormalizeETag(cond.Match))
+	}
+	return nil
+}
+
+// detectContentType guesses the Content-Type from the key's extension, else
+// the file's; "" (the store's default, application/octet-stream) if neither
+// is known.
+func detectContentType(key, file string) string {
+	for _, name := range []string{key, file} {
+		if ext := path.Ext(name); ext != "" {
+			if t := mime.TypeByExtension(ext); t != "" {
+				return t
+			}
+		}
+	}
+	return ""
 }

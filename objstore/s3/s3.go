@@ -222,7 +222,10 @@ func condHeaders(cond objstore.Condition) (ifMatch, ifNoneMatch *string) {
 	return
 }
 
-// mapErr maps SDK errors to objstore sentinels, once, for every operation.
+// mapErr maps SDK errors to objstore sentinels, once, for every operation,
+// and reduces the SDK's chain (operation, status, request and host ids, retry
+// attempts) to one sentence that leads with what happened; the chain itself
+// stays reachable with errors.As and through objstore.Detail.
 func (b *Backend) mapErr(err error, write bool) error {
 	if err == nil {
 		return nil
@@ -236,30 +239,33 @@ func (b *Backend) mapErr(err error, write bool) error {
 	if errors.As(err, &ae) {
 		code = ae.ErrorCode()
 	}
+	wrap := func(kind error, format string, a ...any) error {
+		return &sdkError{kind: kind, msg: fmt.Sprintf(format, a...), raw: err}
+	}
+	what := summary(err, status, ae)
 	var noKey *types.NoSuchKey
 	var noBucket *types.NoSuchBucket
 	var noUpload *types.NoSuchUpload
 	switch {
 	case errors.As(err, &noBucket) || code == "NoSuchBucket":
-		return fmt.Errorf("%w: bucket %q does not exist at %s; create it or fix the URL: %v", objstore.ErrBucketNotFound, b.bucket, b.where, err)
-	case errors.As(err, &noKey) || code == "NoSuchKey" || code == "NotFound":
-		return fmt.Errorf("%w: %v", objstore.ErrNotFound, err)
-	case errors.As(err, &noUpload):
-		return fmt.Errorf("%w: %v", objstore.ErrNotFound, err)
+		return &sdkError{kind: objstore.ErrBucketNotFound, alone: true, raw: err,
+			msg: fmt.Sprintf("bucket %q does not exist at %s; create it or fix the URL", b.bucket, b.where)}
+	case errors.As(err, &noKey) || code == "NoSuchKey" || code == "NotFound" || errors.As(err, &noUpload):
+		return wrap(objstore.ErrNotFound, "%s", what)
 	case status == http.StatusPreconditionFailed || code == "PreconditionFailed":
-		return fmt.Errorf("%w: %v", objstore.ErrPreconditionFailed, err)
+		return wrap(objstore.ErrPreconditionFailed, "%s", what)
 	case status == http.StatusConflict:
-		return fmt.Errorf("%w: %v", objstore.ErrConflict, err)
+		return wrap(objstore.ErrConflict, "%s", what)
 	case status == http.StatusNotFound:
-		return fmt.Errorf("%w: %v", objstore.ErrNotFound, err)
+		return wrap(objstore.ErrNotFound, "%s", what)
 	case status == http.StatusNotImplemented || code == "NotImplemented":
-		return fmt.Errorf("%w: %v", objstore.ErrNotSupported, err)
+		return wrap(objstore.ErrNotSupported, "%s", what)
 	case code == "InvalidAccessKeyId" || code == "SignatureDoesNotMatch" || code == "ExpiredToken" || code == "InvalidToken":
-		return fmt.Errorf("%s rejected the credentials (%s); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the profile: %w", b.where, code, err)
+		return wrap(nil, "%s rejected the credentials (%s); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the profile", b.where, what)
 	case code == "AccessDenied" || status == http.StatusForbidden:
-		return fmt.Errorf("%s denied access (%s); check the bucket policy and the IAM permissions: %w", b.where, code, err)
+		return wrap(nil, "%s denied access (%s); check the bucket policy and the IAM permissions", b.where, what)
 	case code == "KeyTooLongError" || code == "XMinioInvalidObjectName" || code == "InvalidObjectName":
-		return fmt.Errorf("%w: %v", objstore.ErrInvalidKey, err)
+		return wrap(objstore.ErrInvalidKey, "%s", what)
 	}
 	// A write the SDK sent more than once (unconditional writes keep its
 	// retries) may have been applied by an earlier attempt, whatever the last
@@ -267,24 +273,87 @@ func (b *Backend) mapErr(err error, write bool) error {
 	// applied.
 	var retried *retry.MaxAttemptsError
 	if write && (errors.As(err, &retried) && retried.Attempt > 1 || status >= 200 && status < 300) {
-		return fmt.Errorf("%w: %w", objstore.ErrAmbiguous, err)
+		return wrap(objstore.ErrAmbiguous, "%s", what)
 	}
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "dial" {
-		return fmt.Errorf("cannot reach %s (is the server running and the endpoint right?): %w", b.where, err)
+		return wrap(nil, "cannot reach %s (is the server running and the endpoint right?): %v", b.where, oe)
 	}
 	if status == 0 && strings.Contains(err.Error(), "get identity") {
-		return fmt.Errorf("no usable AWS credentials for %s: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run where an IAM role is available: %w", b.where, err)
+		return wrap(nil, "no usable AWS credentials for %s: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run where an IAM role is available", b.where)
 	}
 	// A write is ambiguous only if it may have reached the server: a 5xx, or a
 	// failure (or cancellation) while the request was being sent.
 	var sendErr *smithyhttp.RequestSendError
 	var canceled *smithy.CanceledError
 	if write && (status >= 500 || errors.As(err, &sendErr) || errors.As(err, &canceled)) {
-		return fmt.Errorf("%w: %w", objstore.ErrAmbiguous, err)
+		return wrap(objstore.ErrAmbiguous, "%s", what)
 	}
-	return err
+	return wrap(nil, "%s", what)
 }
+
+// summary is the SDK error in a few words: "PutObject: HTTP 412
+// PreconditionFailed: At least one of the pre-conditions you specified did not
+// hold", or the operation and the underlying cause for a transport failure.
+func summary(err error, status int, ae smithy.APIError) string {
+	var oe *smithy.OperationError
+	op := ""
+	if errors.As(err, &oe) {
+		op = oe.Operation() + ": "
+	}
+	if ae != nil || status != 0 {
+		var parts []string
+		if status != 0 {
+			parts = append(parts, fmt.Sprintf("HTTP %d", status))
+		}
+		if ae != nil && ae.ErrorCode() != "" {
+			parts = append(parts, ae.ErrorCode())
+		}
+		out := op + strings.Join(parts, " ")
+		if ae != nil && ae.ErrorMessage() != "" {
+			out += ": " + ae.ErrorMessage()
+		}
+		return out
+	}
+	// Transport failures: the innermost cause says it best ("connection
+	// reset by peer", "context deadline exceeded").
+	cause := err
+	for {
+		next := errors.Unwrap(cause)
+		if next == nil {
+			break
+		}
+		cause = next
+	}
+	return op + cause.Error()
+}
+
+// sdkError is an S3 error in one readable sentence, matching its objstore
+// sentinel (kind, when there is one) and, through the raw error, every SDK
+// type errors.As looks for.
+type sdkError struct {
+	kind  error
+	msg   string
+	alone bool // msg says what kind says; do not prefix it
+	raw   error
+}
+
+func (e *sdkError) Error() string {
+	if e.kind == nil || e.alone {
+		return e.msg
+	}
+	return e.kind.Error() + ": " + e.msg
+}
+
+func (e *sdkError) Unwrap() []error {
+	if e.kind == nil {
+		return []error{e.raw}
+	}
+	return []error{e.kind, e.raw}
+}
+
+// Detail is the SDK's whole chain, for debug logs.
+func (e *sdkError) Detail() string { return e.raw.Error() }
 
 func infoFrom(key string, size *int64, etag *string, lm *time.Time, vid *string, ct *string, md map[string]string) objstore.Info {
 	i := objstore.Info{Key: key, Size: aws.ToInt64(size), ETag: objstore.NormalizeETag(aws.ToString(etag)),
