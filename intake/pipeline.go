@@ -47,6 +47,10 @@ type Options struct {
 	// OnOutcome, if set, is called after each handler attempt's outcome is
 	// settled in the ledger (tests, benchmarks).
 	OnOutcome func(w Work, outcome string, err error)
+	// EveryVersion says the ledger keys work by version id (its
+	// Options.EveryVersion): the pipeline then warns, once, when events carry
+	// no version id, because their versions coalesce per key as without it.
+	EveryVersion bool
 }
 
 // The outcomes of one handler attempt, as metrics label them.
@@ -74,6 +78,8 @@ type Pipeline struct {
 	idle atomic.Bool
 
 	act activity
+
+	warnedUnversioned atomic.Bool
 
 	hctx     context.Context // handlers' parent context, cancelled after Grace at shutdown
 	handlers sync.WaitGroup
@@ -147,6 +153,10 @@ func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event)
 		if err := ev.Validate(); err != nil {
 			p.m.rejected.WithLabelValues(source, "invalid_record").Inc()
 			return nil, fmt.Errorf("intake: event %d of %d: %w: %w", i+1, len(evs), ErrInvalidEvent, err)
+		}
+		if p.o.EveryVersion && ev.VersionID == "" && !event.IsAudit(ev.Name) && p.warnedUnversioned.CompareAndSwap(false, true) {
+			p.log.Warn("events carry no version id (an unversioned bucket, or a source that drops it): every-version processing cannot tell their versions apart, so they coalesce per key as without it; enable versioning on the bucket",
+				"source", source, "bucket", ev.Bucket, "key", ev.Key)
 		}
 	}
 	select {

@@ -1,11 +1,14 @@
 package intake_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -492,3 +495,34 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return sum
 }
+
+// TestEveryVersionWarnsUnversioned: with every-version processing, events
+// without a version id (an unversioned bucket) are warned about once, instead
+// of coalescing per key without a word.
+func TestEveryVersionWarnsUnversioned(t *testing.T) {
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	lw := writerFunc(func(b []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(b) })
+	p, err := intake.New(intake.Options{Ledger: newLedger(t, &ledger.Options{EveryVersion: true}), EveryVersion: true,
+		Logger:  slog.New(slog.NewTextHandler(lw, nil)),
+		Handler: intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, p)
+	for i := range 3 {
+		ev := event.Event{Bucket: "b", Key: "k", Kind: event.Created, Sequencer: fmt.Sprintf("%02X", i+1), ETag: "e"}
+		if _, err := p.Submit(context.Background(), "test", []event.Event{ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(buf.String(), "events carry no version id"); n != 1 {
+		t.Fatalf("warned %d times, want once:\n%s", n, buf.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

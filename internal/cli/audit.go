@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-s3/cairn/audit"
+	"github.com/cairn-s3/cairn/internal/durflag"
 	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/objstore"
@@ -151,8 +152,8 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 	fs.StringVar(&inventory, "inventory", "", "read the objects from an S3 Inventory report (CSV) instead of LISTing: the URL of its manifest.json")
 	fs.StringVar(&bucket, "bucket", "", "bucket name the events carry (default: the s3:// URL's bucket)")
 	fs.StringArrayVar(&o.Prefixes, "prefix", nil, "audit only keys under this prefix (repeatable)")
-	fs.DurationVar(&o.Grace, "grace", audit.DefaultGrace, "skip objects modified more recently (their events may still be coming); 0: none")
-	fs.DurationVar(&o.Horizon, "horizon", 30*24*time.Hour, "skip missing objects older than this (the ledger's retention)")
+	durflag.Var(fs, &o.Grace, "grace", audit.DefaultGrace, "skip objects modified more recently (their events may still be coming); 0: none")
+	durflag.Var(fs, &o.Horizon, "horizon", 30*24*time.Hour, "skip missing objects older than this (the ledger's retention)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "report only; resubmit nothing")
 	fs.BoolVar(&o.ResubmitFailed, "resubmit-failed", false, "also resubmit failed and dead records")
 	fs.IntVar(&o.Parallel, "parallel-prefixes", 1, "list this many top-level folders at once")

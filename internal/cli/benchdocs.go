@@ -17,6 +17,7 @@ import (
 
 	"github.com/cairn-s3/cairn/docs"
 	"github.com/cairn-s3/cairn/internal/bench"
+	"github.com/cairn-s3/cairn/internal/durflag"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
@@ -87,7 +88,7 @@ checks that the counter equals the number of updates reported committed.`,
 	}
 	cmd.Flags().StringVar(&storeURL, "store", "./cairn-data/bench", "store URL")
 	cmd.Flags().StringVar(&writersList, "writers", "1,4,16,64", "writer counts to measure")
-	cmd.Flags().DurationVar(&duration, "duration", 3*time.Second, "how long each phase runs")
+	durflag.Var(cmd.Flags(), &duration, "duration", 3*time.Second, "how long each phase runs")
 	cmd.Flags().IntVar(&procs, "procs", 4, "OS processes for the multi-process phase (0 skips it)")
 	cmd.Flags().IntVar(&procWriters, "proc-writers", 16, "writers in each process")
 	return cmd
@@ -291,7 +292,7 @@ func benchDocsWorkerCmd(e *env) *cobra.Command {
 	cmd.Flags().StringVar(&mode, "mode", "cairn", "")
 	cmd.Flags().StringVar(&key, "key", "", "")
 	cmd.Flags().IntVar(&writers, "writers", 16, "")
-	cmd.Flags().DurationVar(&duration, "duration", 3*time.Second, "")
+	durflag.Var(cmd.Flags(), &duration, "duration", 3*time.Second, "")
 	cmd.Flags().Int64Var(&startNs, "start", 0, "")
 	return cmd
 }

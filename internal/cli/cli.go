@@ -16,6 +16,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 
@@ -89,7 +91,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		Long:          "cairn makes S3 and S3-compatible object stores safe as the shared source of truth for many writers and for event-driven pipelines.\n\nStore URLs: s3://bucket/prefix?endpoint=URL&region=R&path_style=true, file:///abs/dir, a directory path, mem://name.\nS3 credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, roles, …).\n\nExit codes: 0 ok, 1 runtime error, 2 usage error, 3 precondition not met / not acquired in time, 4 lease lost.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       Version,
+		Version:       buildVersion().Version,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			// A command with --config (cairn serve) also takes its settings,
 			// the global ones (--log-level, --json) included, from CAIRN_*
@@ -219,14 +221,57 @@ func openStore(ctx context.Context, raw string) (*objstore.Store, error) {
 func versionCmd(e *env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print cairn's version",
+		Short: "Print cairn's version, commit and Go version",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
+			v := buildVersion()
 			if e.json {
-				return e.writeJSON(map[string]string{"version": Version})
+				return e.writeJSON(v)
 			}
-			_, err := fmt.Fprintln(e.stdout, "cairn", Version)
+			line := "cairn " + v.Version
+			if v.Commit != "" {
+				line += " (commit " + v.Commit
+				if v.Modified {
+					line += ", modified"
+				}
+				line += ")"
+			}
+			_, err := fmt.Fprintln(e.stdout, line+" "+v.Go)
 			return err
 		},
 	}
+}
+
+// versionInfo is what `cairn version` reports.
+type versionInfo struct {
+	Version  string `json:"version"`
+	Commit   string `json:"commit,omitempty"`
+	Modified bool   `json:"modified,omitempty"`
+	Go       string `json:"go"`
+}
+
+// buildVersion reads the module version (set by `go install …@vX`), the VCS
+// commit (set by `go build` in a checkout) and the Go version from the
+// binary's build info; -ldflags "-X …cli.Version=…" overrides the version.
+func buildVersion() versionInfo {
+	v := versionInfo{Version: Version, Go: runtime.Version()}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	if v.Version == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v.Version = bi.Main.Version
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			v.Commit = s.Value
+			if len(v.Commit) > 12 {
+				v.Commit = v.Commit[:12]
+			}
+		case "vcs.modified":
+			v.Modified = s.Value == "true"
+		}
+	}
+	return v
 }

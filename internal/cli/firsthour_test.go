@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -225,4 +226,15 @@ func TestPutAndErrorsOnMinIO(t *testing.T) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// TestVersionReportsBuild: version says which Go built it (and the module
+// version and commit when the build info has them), not only "dev".
+func TestVersionReportsBuild(t *testing.T) {
+	t.Parallel()
+	code, out, _ := run(t, "version", "--json")
+	var v map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v["go"] != runtime.Version() || v["version"] == "" {
+		t.Fatalf("version --json: %d %q", code, out)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-s3/cairn/folder"
+	"github.com/cairn-s3/cairn/internal/durflag"
 	"github.com/cairn-s3/cairn/internal/progress"
 	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/lock/pathlock"
@@ -53,7 +54,7 @@ changed meanwhile (named on stderr).`,
 	pf.StringVar(&f.store, "store", "", "store URL; folders are then paths inside it")
 	pf.IntVar(&f.concurrency, "concurrency", 16, "copies or deletes in flight")
 	pf.BoolVar(&f.localLock, "local-lock", false, "lock in this process only (nothing else touches the bucket)")
-	pf.DurationVar(&f.lockTTL, "lock-ttl", 30*time.Second, "TTL of the distributed lock session (a killed holder's locks go after it)")
+	durflag.Var(pf, &f.lockTTL, "lock-ttl", 30*time.Second, "TTL of the distributed lock session (a killed holder's locks go after it)")
 
 	two := func(use, short string, run func(*folder.Ops, context.Context, string, string) (folder.Result, error)) *cobra.Command {
 		c := &cobra.Command{Use: use, Short: short, Args: cobra.ExactArgs(2), RunE: func(cmd *cobra.Command, args []string) error {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-s3/cairn/internal/durflag"
 	"github.com/cairn-s3/cairn/lock/lease"
 	"github.com/cairn-s3/cairn/lock/pathlock"
 	"github.com/cairn-s3/cairn/lock/treelock"
@@ -97,8 +98,8 @@ SIGTERM, and SIGKILL 10s later).`,
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "lease time-to-live (renewed every ttl/3)")
-	cmd.Flags().DurationVar(&wait, "wait", 0, "how long to wait for the lease (0: try once)")
+	durflag.Var(cmd.Flags(), &ttl, "ttl", 30*time.Second, "lease time-to-live (renewed every ttl/3)")
+	durflag.Var(cmd.Flags(), &wait, "wait", 0, "how long to wait for the lease (0: try once)")
 	return cmd
 }
 
@@ -272,8 +273,8 @@ lock's session was lost while CMD ran (CMD gets SIGTERM).`,
 	cmd.Flags().StringVar(&storeURL, "store", "", "store URL holding the lock documents")
 	cmd.Flags().StringArrayVar(&reads, "read", nil, "path to lock for reading (repeatable)")
 	cmd.Flags().StringArrayVar(&writes, "write", nil, "path to lock for writing (repeatable)")
-	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "session time-to-live")
-	cmd.Flags().DurationVar(&wait, "wait", 0, "how long to wait (0: try once)")
+	durflag.Var(cmd.Flags(), &ttl, "ttl", 30*time.Second, "session time-to-live")
+	durflag.Var(cmd.Flags(), &wait, "wait", 0, "how long to wait (0: try once)")
 	_ = cmd.MarkFlagRequired("store")
 	return cmd
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-s3/cairn/internal/durflag"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
@@ -73,7 +74,7 @@ Replaying processed records re-runs finished work; it needs --force.`,
 	fs.StringVar(&bucket, "bucket", "", "only this bucket")
 	fs.StringVar(&prefix, "prefix", "", "only keys under this prefix")
 	fs.StringVar(&key, "key", "", "only this key (with --bucket)")
-	fs.DurationVar(&since, "since", 0, "only records updated within this long")
+	durflag.Var(fs, &since, "since", 0, "only records updated within this long")
 	fs.BoolVar(&dryRun, "dry-run", false, "count only")
 	fs.BoolVar(&force, "force", false, "allow replaying processed records")
 	return cmd
@@ -106,7 +107,7 @@ func purgeCmd(e *env, url *string) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&olderThan, "older-than", 30*24*time.Hour, "retention: purge records last updated before this long ago")
+	durflag.Var(cmd.Flags(), &olderThan, "older-than", 30*24*time.Hour, "retention: purge records last updated before this long ago")
 	cmd.Flags().BoolVar(&includeDead, "include-dead", false, "purge failed and dead records too")
 	return cmd
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/cairn-s3/cairn/intake/natssrc"
 	"github.com/cairn-s3/cairn/intake/sqssrc"
 	"github.com/cairn-s3/cairn/intake/web"
+	"github.com/cairn-s3/cairn/internal/durflag"
 	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/objstore"
@@ -32,29 +33,31 @@ import (
 
 // serveFlags are cairn serve's settings (also from CAIRN_* and --config).
 type serveFlags struct {
-	ledgerURL    string
-	listen       string
-	token        string
-	sources      []string
-	origins      []string
-	sqsQueueURL  string
-	handlerExec  string
-	handlerHTTP  string
-	concurrency  int
-	lease        time.Duration
-	timeout      time.Duration
-	grace        time.Duration
-	maxAttempts  int
-	everyVersion bool
-	maxBody      int64
-	config       string
-	storeURL     string
-	bucket       string
-	auditEvery   time.Duration
-	auditGrace   time.Duration
-	retention    time.Duration
-	operator     string
-	handlerState string
+	ledgerURL     string
+	listen        string
+	token         string
+	sources       []string
+	origins       []string
+	sqsQueueURL   string
+	handlerExec   string
+	handlerHTTP   string
+	concurrency   int
+	lease         time.Duration
+	timeout       time.Duration
+	grace         time.Duration
+	maxAttempts   int
+	everyVersion  bool
+	maxBody       int64
+	config        string
+	storeURL      string
+	bucket        string
+	auditEvery    time.Duration
+	auditGrace    time.Duration
+	retention     time.Duration
+	operator      string
+	readToken     string
+	statusOrigins []string
+	handlerState  string
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
@@ -68,20 +71,22 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.handlerExec, "handler-exec", "", "command run per claim by /bin/sh -c (exit 0 processed, 75 retry, other failure)")
 	fs.StringVar(&f.handlerHTTP, "handler-http", "", "URL each claim is POSTed to (2xx processed, 429/5xx retry, other failure)")
 	fs.IntVar(&f.concurrency, "concurrency", 16, "handlers running at once")
-	fs.DurationVar(&f.lease, "lease", 30*time.Second, "claim lease, renewed every third of it while a handler runs")
-	fs.DurationVar(&f.timeout, "handler-timeout", 0, "kill a handler attempt after this long and retry it (0: no limit)")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "at shutdown, how long running handlers may finish before their work is released")
+	durflag.Var(fs, &f.lease, "lease", 30*time.Second, "claim lease, renewed every third of it while a handler runs")
+	durflag.Var(fs, &f.timeout, "handler-timeout", 0, "kill a handler attempt after this long and retry it (0: no limit)")
+	durflag.Var(fs, &f.grace, "grace", 10*time.Second, "at shutdown, how long running handlers may finish before their work is released")
 	fs.IntVar(&f.maxAttempts, "max-attempts", 5, "attempts before a record is dead (a dead letter)")
 	fs.BoolVar(&f.everyVersion, "every-version", false, "process every version of a key (versioned buckets) instead of the latest state")
 	fs.Int64Var(&f.maxBody, "max-body", 4<<20, "largest webhook body accepted, bytes")
 	fs.StringVar(&f.config, "config", "", "YAML file of settings (keys are these flags' names)")
 	fs.StringVar(&f.storeURL, "store", "", "the bucket the events are about (store URL), for --audit-every")
 	fs.StringVar(&f.bucket, "bucket", "", "bucket name the events carry (default: the s3:// --store URL's bucket)")
-	fs.DurationVar(&f.auditEvery, "audit-every", 0, "audit the --store bucket against the ledger this often and resubmit what events never announced (0: never)")
-	fs.DurationVar(&f.auditGrace, "audit-grace", 15*time.Minute, "the audit skips objects modified more recently")
-	fs.StringVar(&f.operator, "operator-token", "", "token the status page's actions (Replay) and POST /api/v1/replay require; none: read-only")
+	durflag.Var(fs, &f.auditEvery, "audit-every", 0, "audit the --store bucket against the ledger this often and resubmit what events never announced (0: never)")
+	durflag.Var(fs, &f.auditGrace, "audit-grace", 15*time.Minute, "the audit skips objects modified more recently")
+	fs.StringVar(&f.operator, "operator-token", "", "token the status page's actions (Replay, Replay all) and POST /api/v1/replay require (it also grants reading); none: read-only")
+	fs.StringVar(&f.readToken, "read-token", "", "token that reading the status page (GET /) and GET /api/v1/status requires: a browser signs in with any user name and the token as the password, API clients send Authorization: Bearer TOKEN; none: anyone who reaches --listen can read keys and handler errors")
+	fs.StringArrayVar(&f.statusOrigins, "status-allow-origin", nil, "origin (scheme://host[:port]) besides the status page's own whose Replay form posts are accepted, repeatable: e.g. the https origin a TLS-terminating proxy serves the page at")
 	fs.StringVar(&f.handlerState, "handler-state", "", "directory where running exec handlers are recorded, so that a restart kills what a killed daemon left running (default: beside a SQLite or file:// ledger, else $XDG_STATE_HOME/cairn/handlers)")
-	fs.DurationVar(&f.retention, "retention", 30*24*time.Hour, "purge processed records older than this, hourly (0: never); the audit's horizon")
+	durflag.Var(fs, &f.retention, "retention", 30*24*time.Hour, "purge processed records older than this, hourly (0: never); the audit's horizon")
 }
 
 func serveCmd(e *env) *cobra.Command {
@@ -113,9 +118,6 @@ case, dashes as underscores: CAIRN_WEBHOOK_TOKEN) or in a YAML --config file.
 Also served: GET /healthz, GET /readyz (ledger reachable), GET /metrics.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyEnvAndConfig(cmd, f.config); err != nil {
-				return err
-			}
 			var h intake.Handler
 			switch {
 			case f.handlerExec != "" && f.handlerHTTP != "":
@@ -195,6 +197,13 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		return err
 	}
 	defer led.Close()
+	wo := web.Options{Ledger: led, OperatorToken: f.operator, ReadToken: f.readToken, AllowedOrigins: f.statusOrigins}
+	if err := wo.Check(); err != nil {
+		return usagef("--status-allow-origin: %v", err)
+	}
+	if f.listen != "" && !loopback(f.listen) && f.readToken == "" {
+		log.Warn("the status page and /api/v1/status (keys, handler errors) are readable by anyone who reaches --listen; set --read-token to require a token", "listen", f.listen)
+	}
 	if x, ok := h.(*intake.ExecHandler); ok {
 		if err := reapHandlers(ctx, log, f, x); err != nil {
 			return err
@@ -204,7 +213,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p, err := intake.New(intake.Options{Ledger: led, Handler: h, Concurrency: f.concurrency, Lease: f.lease, Timeout: f.timeout,
-		Grace: f.grace, Registerer: reg, Logger: log})
+		Grace: f.grace, Registerer: reg, Logger: log, EveryVersion: f.everyVersion})
 	if err != nil {
 		return err
 	}
@@ -232,8 +241,9 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		}
 		go auditLoop(actx, log, audit.Options{Store: auditStore, Ledger: led, Bucket: f.bucket, Grace: f.auditGrace, Horizon: horizon}, f.auditEvery, &lastAudit)
 	}
+	wo.Activity, wo.LastAudit = p.Activity, lastAudit.Load
 	d.Extra = func(mux *http.ServeMux) {
-		web.Mount(mux, web.Options{Ledger: led, OperatorToken: f.operator, Activity: p.Activity, LastAudit: lastAudit.Load})
+		web.Mount(mux, wo)
 	}
 	if f.retention > 0 {
 		pctx, stopPurges := context.WithCancel(ctx)
