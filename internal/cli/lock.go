@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-s3/cairn/internal/durflag"
+	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/lock/lease"
 	"github.com/cairn-s3/cairn/lock/pathlock"
 	"github.com/cairn-s3/cairn/lock/treelock"
@@ -123,7 +124,7 @@ func runHeld(e *env, argv, extraEnv []string, done <-chan struct{}, why func() e
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	withParentDeath(c.SysProcAttr)
 	if err := c.Start(); err != nil {
-		fmt.Fprintln(e.stderr, "cairn:", err)
+		fmt.Fprintln(e.stderr, "cairn:", safetext.Escape(err.Error()))
 		return 127, false
 	}
 	sigs := make(chan os.Signal, 2)
@@ -189,11 +190,11 @@ func lockStatusCmd(e *env) *cobra.Command {
 					"last_write": meta.LastModified})
 			}
 			if !held {
-				fmt.Fprintf(e.stdout, "%s: free (last fencing token %d)\n", args[0], st.Token)
+				fmt.Fprintf(e.stdout, "%s: free (last fencing token %d)\n", safetext.Redact(safetext.Escape(args[0])), st.Token)
 				return nil
 			}
 			fmt.Fprintf(e.stdout, "%s: held by %s (pid %d on %s)\nfencing token: %d\nttl: %s, renewals: %d, revision %d\nacquired: %s (holder's clock)\nlast write: %s (store's clock); expires if not renewed within the ttl\n",
-				args[0], st.Holder, st.PID, st.Host, st.Token, time.Duration(st.TTLms)*time.Millisecond, st.Renewals, meta.Rev,
+				safetext.Redact(safetext.Escape(args[0])), safetext.Escape(st.Holder), st.PID, safetext.Escape(st.Host), st.Token, time.Duration(st.TTLms)*time.Millisecond, st.Renewals, meta.Rev,
 				st.Acquired, meta.LastModified.Format(time.RFC3339Nano))
 			return nil
 		},
