@@ -190,11 +190,11 @@ func lockStatusCmd(e *env) *cobra.Command {
 					"last_write": meta.LastModified})
 			}
 			if !held {
-				fmt.Fprintf(e.stdout, "%s: free (last fencing token %d)\n", safetext.Redact(safetext.Escape(args[0])), st.Token)
+				fmt.Fprintf(e.stdout, "%s: free (last fencing token %d)\n", safetext.URL(args[0]), st.Token)
 				return nil
 			}
 			fmt.Fprintf(e.stdout, "%s: held by %s (pid %d on %s)\nfencing token: %d\nttl: %s, renewals: %d, revision %d\nacquired: %s (holder's clock)\nlast write: %s (store's clock); expires if not renewed within the ttl\n",
-				safetext.Redact(safetext.Escape(args[0])), safetext.Escape(st.Holder), st.PID, safetext.Escape(st.Host), st.Token, time.Duration(st.TTLms)*time.Millisecond, st.Renewals, meta.Rev,
+				safetext.URL(args[0]), safetext.Escape(st.Holder), st.PID, safetext.Escape(st.Host), st.Token, time.Duration(st.TTLms)*time.Millisecond, st.Renewals, meta.Rev,
 				st.Acquired, meta.LastModified.Format(time.RFC3339Nano))
 			return nil
 		},
