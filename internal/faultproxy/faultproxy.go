@@ -49,6 +49,11 @@ type Options struct {
 	// A late request reaches the server LateDelay plus up to LateJitter after
 	// the client's connection was dropped. Default jitter: 60ms.
 	LateDelay, LateJitter time.Duration
+	// StripConditions removes If-Match and If-None-Match from every request:
+	// the server then behaves like one that accepts conditional headers and
+	// ignores them. Only in front of a server that checks no signatures
+	// (gofakes3): the headers are signed, so a signing server would refuse.
+	StripConditions bool
 }
 
 // Stats count what the proxy did.
@@ -170,6 +175,13 @@ func drop(w http.ResponseWriter) {
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	strip := p.opts.StripConditions
+	p.mu.Unlock()
+	if strip {
+		r.Header.Del("If-Match")
+		r.Header.Del("If-None-Match")
+	}
 	f, delay := p.decide(r)
 	if f == None {
 		p.rp.ServeHTTP(w, r)

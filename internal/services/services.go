@@ -1,6 +1,8 @@
 // Package services starts the real servers cairn's tests and developers use —
-// MinIO for S3 and PostgreSQL for the shared ledger — on free 127.0.0.1 ports with
-// throw-away data directories. Tests start them with DieWithParent, so a killed
+// S3 servers (MinIO, versitygw with its posix backend, gofakes3 with its memory
+// backend; each built once from the Go module proxy at a pinned version) and
+// PostgreSQL for the shared ledger — on free 127.0.0.1 ports with throw-away
+// data directories. Tests start them with DieWithParent, so a killed
 // test process takes its servers with it; `go run ./internal/cmd/services` starts
 // them for a developer shell and stops them on request.
 package services
@@ -22,6 +24,113 @@ import (
 
 // MinIOModule is the pinned MinIO version built from the Go module proxy.
 const MinIOModule = "github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c"
+
+// An S3Server is an S3 implementation the tests run, built from the Go module
+// proxy.
+type S3Server struct {
+	Name   string // "minio", "versitygw", "gofakes3"
+	Module string // module path@version of its main package
+}
+
+// S3Servers are the S3 servers the test suite proves cairn on. MinIO's
+// community edition is maintenance-only (archived December 2025); versitygw is
+// where many of its users go; gofakes3 is the emulator many Go projects test
+// with, and enforces conditions on PutObject only.
+var S3Servers = []S3Server{
+	{"minio", MinIOModule},
+	{"versitygw", "github.com/versity/versitygw/cmd/versitygw@v1.8.0"},
+	{"gofakes3", "github.com/johannesboyne/gofakes3/cmd/gofakes3@v1.2.0"},
+}
+
+// Binary returns the path of the named server's binary (<CacheDir>/bin/NAME;
+// $CAIRN_MINIO_BIN for MinIO) and whether it exists.
+func Binary(name string) (string, bool) {
+	if name == "minio" {
+		return MinIOBinary()
+	}
+	p := filepath.Join(CacheDir(), "bin", name)
+	_, err := os.Stat(p)
+	return p, err == nil
+}
+
+// Module returns the pinned module of the named server ("" if unknown).
+func Module(name string) string {
+	for _, s := range S3Servers {
+		if s.Name == name {
+			return s.Module
+		}
+	}
+	return ""
+}
+
+// StartS3 starts the named S3 server on a free loopback port.
+func StartS3(ctx context.Context, name, bin string, o Options) (*Server, error) {
+	switch name {
+	case "minio":
+		return StartMinIO(ctx, bin, o)
+	case "versitygw", "gofakes3":
+	default:
+		return nil, fmt.Errorf("unknown S3 server %q", name)
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	var cmd *exec.Cmd
+	if name == "versitygw" {
+		data := filepath.Join(o.DataDir, "data")
+		if err := os.MkdirAll(data, 0o755); err != nil {
+			return nil, err
+		}
+		cmd = exec.Command(bin, "--port", addr, "--access", "cairnadmin", "--secret", "cairnadmin-secret", "--quiet", "posix", data)
+	} else {
+		// gofakes3 checks no signatures: any credentials do.
+		cmd = exec.Command(bin, "-backend", "memory", "-host", addr)
+	}
+	cmd.Env = append(os.Environ(), o.Env...)
+	s, err := start(cmd, o)
+	if err != nil {
+		return nil, err
+	}
+	s.URL, s.AccessKey, s.SecretKey = "http://"+addr, "cairnadmin", "cairnadmin-secret"
+	// Ready once it answers HTTP at all (an anonymous GET / is 403 on
+	// versitygw, 200 on gofakes3).
+	if err := waitReady(ctx, s, name, o, func() bool {
+		resp, err := http.Get(s.URL + "/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func waitReady(ctx context.Context, s *Server, name string, o Options, ready func() bool) error {
+	logPath := o.LogFile
+	if logPath == "" {
+		logPath = filepath.Join(o.DataDir, "server.log")
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !ready() {
+		select {
+		case <-s.done:
+			return fmt.Errorf("%s exited during start-up: %s", name, tail(logPath))
+		case <-ctx.Done():
+			s.Stop()
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			return fmt.Errorf("%s did not become ready in 60s: %s", name, tail(logPath))
+		}
+	}
+	return nil
+}
 
 // PostgresBinDir is where Debian's PostgreSQL 15 server binaries live.
 const PostgresBinDir = "/usr/lib/postgresql/15/bin"
@@ -159,28 +268,17 @@ func StartMinIO(ctx context.Context, bin string, o Options) (*Server, error) {
 		return nil, err
 	}
 	s.URL, s.AccessKey, s.SecretKey = "http://"+addr, "cairnadmin", "cairnadmin-secret"
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	if err := waitReady(ctx, s, "minio", o, func() bool {
 		resp, err := http.Get(s.URL + "/minio/health/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s, nil
-			}
+		if err != nil {
+			return false
 		}
-		select {
-		case <-s.done:
-			return nil, fmt.Errorf("minio exited during start-up: %s", tail(filepath.Join(o.DataDir, "server.log")))
-		case <-ctx.Done():
-			s.Stop()
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.Stop()
-			return nil, fmt.Errorf("minio did not become ready in 60s: %s", tail(filepath.Join(o.DataDir, "server.log")))
-		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}); err != nil {
+		return nil, err
 	}
+	return s, nil
 }
 
 // StartPostgres initialises a cluster in o.DataDir and starts PostgreSQL on a free

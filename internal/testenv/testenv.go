@@ -1,6 +1,8 @@
-// Package testenv gives tests real servers: MinIO for S3 and PostgreSQL. Each is
-// taken from the environment when set (CAIRN_TEST_S3_ENDPOINT with
-// CAIRN_TEST_S3_ACCESS_KEY / CAIRN_TEST_S3_SECRET_KEY; CAIRN_TEST_POSTGRES_URL),
+// Package testenv gives tests real servers: S3 servers (MinIO, versitygw,
+// gofakes3) and PostgreSQL. Each is taken from the environment when set
+// (CAIRN_TEST_S3_ENDPOINT with CAIRN_TEST_S3_ACCESS_KEY /
+// CAIRN_TEST_S3_SECRET_KEY for MinIO, CAIRN_TEST_VERSITYGW_* and
+// CAIRN_TEST_GOFAKES3_* likewise; CAIRN_TEST_POSTGRES_URL),
 // else started once per test binary on 127.0.0.1 and killed when the binary
 // exits (call Stop from TestMain; a killed binary takes them along by
 // Pdeathsig). When a server cannot be had, a test fails if
@@ -33,10 +35,10 @@ type S3Endpoint struct {
 }
 
 var (
-	mu       sync.Mutex
-	minio    *services.Server
-	minioErr error
-	tmpDirs  []string
+	mu      sync.Mutex
+	s3s     = map[string]*services.Server{}
+	s3Errs  = map[string]error{}
+	tmpDirs []string
 )
 
 func required() bool {
@@ -51,11 +53,23 @@ func unavailable(t testing.TB, what string, err error) {
 	t.Skipf("%s unavailable (run the README's test command to have it installed and started): %v", what, err)
 }
 
-// S3 returns the S3 endpoint for tests, starting MinIO if needed.
+// S3 returns the MinIO endpoint for tests, starting MinIO if needed.
 func S3(t testing.TB) S3Endpoint {
 	t.Helper()
-	if u := os.Getenv("CAIRN_TEST_S3_ENDPOINT"); u != "" {
-		ep := S3Endpoint{URL: u, AccessKey: os.Getenv("CAIRN_TEST_S3_ACCESS_KEY"), SecretKey: os.Getenv("CAIRN_TEST_S3_SECRET_KEY")}
+	return S3Server(t, "minio")
+}
+
+// S3Server returns the endpoint of the named S3 server ("minio", "versitygw",
+// "gofakes3"; see services.S3Servers), starting it if its CAIRN_TEST_*
+// variables are not set.
+func S3Server(t testing.TB, name string) S3Endpoint {
+	t.Helper()
+	prefix := "CAIRN_TEST_" + strings.ToUpper(name) + "_"
+	if name == "minio" {
+		prefix = "CAIRN_TEST_S3_"
+	}
+	if u := os.Getenv(prefix + "ENDPOINT"); u != "" {
+		ep := S3Endpoint{URL: u, AccessKey: os.Getenv(prefix + "ACCESS_KEY"), SecretKey: os.Getenv(prefix + "SECRET_KEY")}
 		if ep.AccessKey == "" {
 			ep.AccessKey, ep.SecretKey = "minioadmin", "minioadmin"
 		}
@@ -63,26 +77,24 @@ func S3(t testing.TB) S3Endpoint {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if minio == nil && minioErr == nil {
-		bin, ok := services.MinIOBinary()
+	if s3s[name] == nil && s3Errs[name] == nil {
+		bin, ok := services.Binary(name)
 		if !ok {
-			minioErr = fmt.Errorf("no MinIO binary at %s (build it: GOBIN=%s/bin go install %s)", bin, services.CacheDir(), services.MinIOModule)
+			s3Errs[name] = fmt.Errorf("no %s binary at %s (build it: go run ./internal/cmd/services install)", name, bin)
+		} else if dir, err := os.MkdirTemp("", "cairn-"+name+"-"); err != nil {
+			s3Errs[name] = err
 		} else {
-			dir, err := os.MkdirTemp("", "cairn-minio-")
-			if err != nil {
-				minioErr = err
-			} else {
-				tmpDirs = append(tmpDirs, dir)
-				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-				minio, minioErr = services.StartMinIO(ctx, bin, services.Options{DataDir: dir, DieWithParent: true})
-				cancel()
-			}
+			tmpDirs = append(tmpDirs, dir)
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			s3s[name], s3Errs[name] = services.StartS3(ctx, name, bin, services.Options{DataDir: dir, DieWithParent: true})
+			cancel()
 		}
 	}
-	if minioErr != nil {
-		unavailable(t, "MinIO", minioErr)
+	if err := s3Errs[name]; err != nil {
+		unavailable(t, name, err)
 	}
-	return S3Endpoint{URL: minio.URL, AccessKey: minio.AccessKey, SecretKey: minio.SecretKey}
+	x := s3s[name]
+	return S3Endpoint{URL: x.URL, AccessKey: x.AccessKey, SecretKey: x.SecretKey}
 }
 
 // Stop stops the servers this binary started and removes their data. Call it
@@ -90,8 +102,10 @@ func S3(t testing.TB) S3Endpoint {
 func Stop() {
 	mu.Lock()
 	defer mu.Unlock()
-	minio.Stop()
-	minio = nil
+	for name, x := range s3s {
+		x.Stop()
+		delete(s3s, name)
+	}
 	pg.Stop()
 	pg = nil
 	for _, d := range tmpDirs {

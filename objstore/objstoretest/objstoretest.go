@@ -40,6 +40,10 @@ type Instance struct {
 	Env []string
 	// Uploads, if set, counts multipart uploads in progress (to check aborts).
 	Uploads func() int
+	// Declared, if set, is what the test knows this server enforces (measured
+	// and recorded for a pinned server version): the probe must find exactly
+	// that. Backends that declare their own capabilities need not set it.
+	Declared *objstore.Capabilities
 }
 
 // Harness makes stores for the suite.
@@ -190,8 +194,34 @@ func testNotFound(t *testing.T, in Instance) {
 	}
 }
 
+// needPut skips a test of conditional PUTs on a store that does not enforce
+// them, after checking that Store refuses them there (ErrNotSupported, nothing
+// written) instead of writing unconditionally.
+func needPut(t *testing.T, ctx context.Context, s *objstore.Store, absent bool) {
+	t.Helper()
+	caps, err := s.Capabilities(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cond, has := objstore.IfMatch("0123456789abcdef0123456789abcdef"), caps.PutIfMatch
+	if absent {
+		cond, has = objstore.IfAbsent(), caps.PutIfAbsent
+	}
+	if has {
+		return
+	}
+	if _, err := s.PutBytes(ctx, "unenforced", []byte("x"), &objstore.PutOptions{If: cond}); !errors.Is(err, objstore.ErrNotSupported) {
+		t.Fatalf("put %s on a store that does not enforce it: %v, want ErrNotSupported", cond, err)
+	}
+	if _, err := s.Head(ctx, "unenforced"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("a refused conditional put wrote the object (head: %v)", err)
+	}
+	t.Skipf("the store does not enforce put %s (probe); checked that Store refuses it", cond)
+}
+
 func testPutIfAbsent(t *testing.T, in Instance) {
 	ctx, s := ctxT(t), in.Store
+	needPut(t, ctx, s, true)
 	first := mustPut(t, ctx, s, "once", "first", &objstore.PutOptions{If: objstore.IfAbsent()})
 	_, err := s.PutBytes(ctx, "once", []byte("second"), &objstore.PutOptions{If: objstore.IfAbsent()})
 	if !errors.Is(err, objstore.ErrPreconditionFailed) {
@@ -204,6 +234,7 @@ func testPutIfAbsent(t *testing.T, in Instance) {
 
 func testPutIfMatch(t *testing.T, in Instance) {
 	ctx, s := ctxT(t), in.Store
+	needPut(t, ctx, s, false)
 	v1 := mustPut(t, ctx, s, "cas", "v1", nil)
 	_, err := s.PutBytes(ctx, "cas", []byte("bad"), &objstore.PutOptions{If: objstore.IfMatch("0123456789abcdef0123456789abcdef")})
 	if !errors.Is(err, objstore.ErrPreconditionFailed) {
@@ -255,8 +286,10 @@ func testDeleteIfMatch(t *testing.T, in Instance) {
 	if err := s.Delete(ctx, "del", objstore.IfMatch(v.ETag)); err != nil {
 		t.Fatalf("delete with right if-match: %v", err)
 	}
-	if err := s.Delete(ctx, "del", objstore.IfMatch(v.ETag)); !errors.Is(err, objstore.ErrNotFound) {
-		t.Errorf("conditional delete of a missing key: %v, want ErrNotFound", err)
+	// A quirk, not a failure: AWS and MinIO answer 404, versitygw 204. Either
+	// way nothing was deleted, which is all a caller may rely on.
+	if err := s.Delete(ctx, "del", objstore.IfMatch(v.ETag)); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("conditional delete of a missing key: %v, want ErrNotFound or nil", err)
 	}
 }
 
@@ -543,8 +576,10 @@ func testUpload(t *testing.T, in Instance) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(info.ETag, "-3") {
-		t.Errorf("multipart ETag = %q, want the S3 form ending in -3", info.ETag)
+	// The S3 form ("-3") on most servers; the whole body's MD5 on servers
+	// that store that (gofakes3). Either way the one a HEAD shows, below.
+	if !strings.HasSuffix(info.ETag, "-3") && info.ETag != md5hex(data) {
+		t.Errorf("multipart ETag = %q, want the S3 form ending in -3 or the body's MD5", info.ETag)
 	}
 	if last != int64(len(data)) {
 		t.Errorf("progress ended at %d, want %d", last, len(data))
@@ -572,12 +607,14 @@ func testUploadConditional(t *testing.T, in Instance) {
 	data := pattern(int(part + 10))
 	existing := mustPut(t, ctx, s, "mp", "existing", nil)
 	_, err = s.Upload(ctx, "mp", bytes.NewReader(data), &objstore.UploadOptions{PartSize: part, PutOptions: objstore.PutOptions{If: objstore.IfAbsent()}})
-	if !caps.MultipartIfAbsent {
+	if !caps.MultipartIfAbsent && !caps.PutIfAbsent {
 		if !errors.Is(err, objstore.ErrNotSupported) {
 			t.Fatalf("conditional multipart on a store that ignores it: %v, want ErrNotSupported", err)
 		}
 		return
 	}
+	// A store that enforces the condition on a PUT but not on a multipart
+	// completion gets one conditional PUT of the whole body instead.
 	if !errors.Is(err, objstore.ErrPreconditionFailed) {
 		t.Fatalf("if-absent multipart upload onto an existing key: %v, want ErrPreconditionFailed", err)
 	}
@@ -620,6 +657,9 @@ func testContextCanceled(t *testing.T, in Instance) {
 func testProbe(t *testing.T, in Instance) {
 	ctx, s := ctxT(t), in.Store
 	declared, known := s.Backend().Capabilities()
+	if in.Declared != nil {
+		declared, known = *in.Declared, true
+	}
 	rep, err := objstore.Probe(ctx, s, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -640,6 +680,7 @@ func testProbe(t *testing.T, in Instance) {
 
 func testRacingCreates(t *testing.T, in Instance) {
 	ctx, s := ctxT(t), in.Store
+	needPut(t, ctx, s, true)
 	const n = 32
 	for round := range 3 {
 		key := fmt.Sprintf("race/%d", round)
@@ -700,6 +741,8 @@ func increment(ctx context.Context, s *objstore.Store, key string) error {
 
 func testCASIncrements(t *testing.T, in Instance) {
 	ctx, s := ctxT(t), in.Store
+	needPut(t, ctx, s, true)
+	needPut(t, ctx, s, false)
 	const writers, each = 8, 25
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)

@@ -254,6 +254,11 @@ func (b *Backend) mapErr(err error, write bool) error {
 		return wrap(objstore.ErrNotFound, "%s", what)
 	case status == http.StatusPreconditionFailed || code == "PreconditionFailed":
 		return wrap(objstore.ErrPreconditionFailed, "%s", what)
+	case code == "ExistingObjectIsDirectory" || code == "ObjectParentIsFile":
+		// versitygw's posix backend keeps objects as files: "a/b" and
+		// "a/b/c" cannot both exist. Not a race to retry: the key is invalid
+		// on this store, as on the directory store.
+		return wrap(objstore.ErrInvalidKey, "%s: this server stores objects as files, so a key cannot be both an object and a folder of others", what)
 	case status == http.StatusConflict:
 		return wrap(objstore.ErrConflict, "%s", what)
 	case status == http.StatusNotFound:
@@ -424,6 +429,13 @@ func (b *Backend) Delete(ctx context.Context, key string, cond objstore.Conditio
 }
 
 // List implements objstore.Backend.
+//
+// Two server bugs are corrected here, as every caller would otherwise have to
+// (found on gofakes3): a common prefix repeated on the next page, and a common
+// prefix returned although it sorts before StartAfter (S3 and MinIO never
+// return one, even with keys after StartAfter under it). The cursor carries
+// the last entry yielded, and nothing at or before it, or at or before
+// StartAfter, is yielded.
 func (b *Backend) List(ctx context.Context, prefix, cursor string, opts objstore.ListOptions) (objstore.ListPage, error) {
 	in := &s3.ListObjectsV2Input{Bucket: &b.bucket, Prefix: aws.String(prefix), MaxKeys: aws.Int32(int32(opts.PageSize))}
 	if opts.Delimiter != "" {
@@ -432,8 +444,9 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, opts objstore
 	if opts.StartAfter != "" {
 		in.StartAfter = aws.String(opts.StartAfter)
 	}
-	if cursor != "" {
-		in.ContinuationToken = aws.String(cursor)
+	token, last := splitCursor(cursor)
+	if token != "" {
+		in.ContinuationToken = aws.String(token)
 	}
 	out, err := b.c.ListObjectsV2(ctx, in)
 	if err != nil {
@@ -443,19 +456,34 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, opts objstore
 	page := objstore.ListPage{Entries: make([]objstore.Info, 0, len(out.Contents)+len(out.CommonPrefixes))}
 	ci, pi := 0, 0
 	for ci < len(out.Contents) || pi < len(out.CommonPrefixes) {
+		var e objstore.Info
 		if pi < len(out.CommonPrefixes) && (ci == len(out.Contents) || aws.ToString(out.CommonPrefixes[pi].Prefix) < aws.ToString(out.Contents[ci].Key)) {
-			page.Entries = append(page.Entries, objstore.Info{Key: aws.ToString(out.CommonPrefixes[pi].Prefix), IsPrefix: true})
+			e = objstore.Info{Key: aws.ToString(out.CommonPrefixes[pi].Prefix), IsPrefix: true}
 			pi++
-			continue
+		} else {
+			o := out.Contents[ci]
+			e = infoFrom(aws.ToString(o.Key), o.Size, o.ETag, o.LastModified, nil, nil, nil)
+			ci++
 		}
-		o := out.Contents[ci]
-		page.Entries = append(page.Entries, infoFrom(aws.ToString(o.Key), o.Size, o.ETag, o.LastModified, nil, nil, nil))
-		ci++
+		if e.Key <= last || e.Key <= opts.StartAfter && opts.StartAfter != "" {
+			continue // repeated from an earlier page, or before StartAfter
+		}
+		page.Entries = append(page.Entries, e)
+		last = e.Key
 	}
 	if aws.ToBool(out.IsTruncated) {
-		page.Next = aws.ToString(out.NextContinuationToken)
+		page.Next = joinCursor(aws.ToString(out.NextContinuationToken), last)
 	}
 	return page, nil
+}
+
+// A cursor is the server's continuation token, NUL, and the last key yielded
+// (keys and tokens never contain NUL).
+func joinCursor(token, last string) string { return token + "\x00" + last }
+
+func splitCursor(c string) (token, last string) {
+	token, last, _ = strings.Cut(c, "\x00")
+	return token, last
 }
 
 // copySource URL-encodes bucket/key for x-amz-copy-source, escaping everything

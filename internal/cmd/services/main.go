@@ -1,6 +1,7 @@
-// Command services starts the real servers cairn's tests use — MinIO (built once
-// from the Go module proxy at a pinned version, cached) and PostgreSQL (the
-// machine's binaries) — on free 127.0.0.1 ports with temporary data.
+// Command services starts the real servers cairn's tests use — the S3 servers
+// MinIO, versitygw and gofakes3 (each built once from the Go module proxy at a
+// pinned version, cached) and PostgreSQL (the machine's binaries) — on free
+// 127.0.0.1 ports with temporary data.
 //
 //	go run ./internal/cmd/services run [--no-postgres] -- CMD ARGS…
 //	    start both, run CMD with CAIRN_TEST_* set, stop both (the test entry point)
@@ -8,7 +9,7 @@
 //	    start both in the background for a developer shell; prints export lines
 //	go run ./internal/cmd/services stop
 //	go run ./internal/cmd/services install
-//	    build MinIO into the cache if it is not there yet
+//	    build the S3 servers into the cache if they are not there yet
 //
 // Servers started by run die with it; servers started by start belong to a
 // detached supervisor that stops them on `stop`, after --ttl, or when killed.
@@ -39,7 +40,7 @@ func main() {
 	var err error
 	switch os.Args[1] {
 	case "install":
-		_, err = ensureMinIO(context.Background())
+		err = ensureAll(context.Background())
 	case "run":
 		err = runCmd(os.Args[2:])
 	case "start":
@@ -66,44 +67,76 @@ func usage() {
 	os.Exit(2)
 }
 
-// ensureMinIO returns the MinIO binary, building it into the cache if needed.
-func ensureMinIO(ctx context.Context) (string, error) {
-	bin, ok := services.MinIOBinary()
+// ensure returns the named S3 server's binary, building it into the cache if
+// needed.
+func ensure(ctx context.Context, name string) (string, error) {
+	bin, ok := services.Binary(name)
 	if ok {
 		return bin, nil
 	}
-	fmt.Fprintf(os.Stderr, "services: building MinIO (%s) into %s once; this takes a few minutes\n", services.MinIOModule, filepath.Dir(bin))
-	cmd := exec.CommandContext(ctx, "go", "install", services.MinIOModule)
+	mod := services.Module(name)
+	fmt.Fprintf(os.Stderr, "services: building %s (%s) into %s once\n", name, mod, filepath.Dir(bin))
+	cmd := exec.CommandContext(ctx, "go", "install", mod)
 	cmd.Env = append(os.Environ(), "GOBIN="+filepath.Dir(bin), "GOFLAGS=-buildvcs=false", "CGO_ENABLED=0")
 	cmd.Dir = os.TempDir() // outside any module
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("building MinIO: %w", err)
+		return "", fmt.Errorf("building %s: %w", name, err)
 	}
-	if _, ok := services.MinIOBinary(); !ok {
+	if _, ok := services.Binary(name); !ok {
 		return "", fmt.Errorf("go install succeeded but %s is missing", bin)
 	}
 	return bin, nil
 }
 
+// ensureAll builds every S3 server that is not in the cache yet, in parallel.
+func ensureAll(ctx context.Context) error {
+	errs := make(chan error, len(services.S3Servers))
+	for _, srv := range services.S3Servers {
+		go func() {
+			_, err := ensure(ctx, srv.Name)
+			errs <- err
+		}()
+	}
+	var first error
+	for range services.S3Servers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 type started struct {
-	minio, pg *services.Server
-	dirs      []string
+	s3   map[string]*services.Server
+	pg   *services.Server
+	dirs []string
 }
 
 func (s *started) stop() {
-	s.minio.Stop()
+	for _, srv := range s.s3 {
+		srv.Stop()
+	}
 	s.pg.Stop()
 	for _, d := range s.dirs {
 		os.RemoveAll(d)
 	}
 }
 
+// env is what tests read: CAIRN_TEST_S3_* for MinIO (the default S3 server),
+// CAIRN_TEST_<NAME>_* for the others.
 func (s *started) env() []string {
-	e := []string{
-		"CAIRN_TEST_S3_ENDPOINT=" + s.minio.URL,
-		"CAIRN_TEST_S3_ACCESS_KEY=" + s.minio.AccessKey,
-		"CAIRN_TEST_S3_SECRET_KEY=" + s.minio.SecretKey,
+	var e []string
+	for _, srv := range services.S3Servers {
+		x, ok := s.s3[srv.Name]
+		if !ok {
+			continue
+		}
+		p := "CAIRN_TEST_" + strings.ToUpper(srv.Name) + "_"
+		if srv.Name == "minio" {
+			p = "CAIRN_TEST_S3_"
+		}
+		e = append(e, p+"ENDPOINT="+x.URL, p+"ACCESS_KEY="+x.AccessKey, p+"SECRET_KEY="+x.SecretKey)
 	}
 	if s.pg != nil {
 		e = append(e, "CAIRN_TEST_POSTGRES_URL="+s.pg.URL)
@@ -112,21 +145,26 @@ func (s *started) env() []string {
 }
 
 func startAll(ctx context.Context, withPG bool, o services.Options) (*started, error) {
-	bin, err := ensureMinIO(ctx)
-	if err != nil {
+	if err := ensureAll(ctx); err != nil {
 		return nil, err
 	}
-	st := &started{}
-	mdir, err := os.MkdirTemp("", "cairn-minio-")
-	if err != nil {
-		return nil, err
-	}
-	st.dirs = append(st.dirs, mdir)
-	mo := o
-	mo.DataDir = mdir
-	if st.minio, err = services.StartMinIO(ctx, bin, mo); err != nil {
-		st.stop()
-		return nil, err
+	st := &started{s3: map[string]*services.Server{}}
+	for _, srv := range services.S3Servers {
+		bin, _ := services.Binary(srv.Name)
+		dir, err := os.MkdirTemp("", "cairn-"+srv.Name+"-")
+		if err != nil {
+			st.stop()
+			return nil, err
+		}
+		st.dirs = append(st.dirs, dir)
+		so := o
+		so.DataDir = dir
+		x, err := services.StartS3(ctx, srv.Name, bin, so)
+		if err != nil {
+			st.stop()
+			return nil, err
+		}
+		st.s3[srv.Name] = x
 	}
 	if withPG {
 		pdir, err := os.MkdirTemp("", "cairn-pg-")
@@ -137,9 +175,10 @@ func startAll(ctx context.Context, withPG bool, o services.Options) (*started, e
 		st.dirs = append(st.dirs, pdir)
 		po := o
 		po.DataDir = pdir
-		if st.pg, err = services.StartPostgres(ctx, services.PostgresBinDir, po); err != nil {
+		var err2 error
+		if st.pg, err2 = services.StartPostgres(ctx, services.PostgresBinDir, po); err2 != nil {
 			st.stop()
-			return nil, err
+			return nil, err2
 		}
 	}
 	return st, nil
@@ -186,7 +225,7 @@ func startCmd(args []string) error {
 	if pid, ok := supervisorPID(); ok {
 		return fmt.Errorf("dev services already running (supervisor pid %d); run `stop` first", pid)
 	}
-	if _, err := ensureMinIO(context.Background()); err != nil {
+	if err := ensureAll(context.Background()); err != nil {
 		return err
 	}
 	self, err := os.Executable()
@@ -239,7 +278,7 @@ func superviseCmd(args []string) error {
 	for _, kv := range st.env() {
 		fmt.Println("export " + kv)
 	}
-	fmt.Printf("export AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s AWS_REGION=us-east-1\n", st.minio.AccessKey, st.minio.SecretKey)
+	fmt.Printf("export AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s AWS_REGION=us-east-1\n", st.s3["minio"].AccessKey, st.s3["minio"].SecretKey)
 	fmt.Println("ready")
 	os.Stdout.Close()
 	// Detach from the terminal's output entirely.
