@@ -62,6 +62,14 @@ func TestAudit(t *testing.T) {
 			b, _ := testenv.NewBucket(t, testenv.S3(t))
 			return objstore.New(b, nil)
 		},
+		"versitygw": func(t *testing.T) *objstore.Store {
+			b, _ := testenv.NewBucket(t, testenv.S3Server(t, "versitygw"))
+			return objstore.New(b, nil)
+		},
+		"gofakes3": func(t *testing.T) *objstore.Store {
+			b, _ := testenv.NewBucket(t, testenv.S3Server(t, "gofakes3"))
+			return objstore.New(b, nil)
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

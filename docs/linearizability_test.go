@@ -305,16 +305,21 @@ func TestGoldenHistories(t *testing.T) {
 	}
 }
 
-func TestLinearizableOnMinIO(t *testing.T) {
-	t.Parallel()
-	ep := testenv.S3(t)
-	b, _ := testenv.NewBucket(t, ep)
-	f := faulty.New(b, &faulty.Options{Seed: 9, LostResponseRate: 0.06, LostRequestRate: 0.04, FailRate: 0.03,
-		LateApplyRate: 0.08, LateJitter: 10 * time.Millisecond})
-	clean := objstore.New(b, nil)
-	ops, v := checkMixedClients(t, faultyOver(t, clean, f), clean, 9, f.Wait)
-	st := f.Stats()
-	t.Logf("%d ops on MinIO, final %d; injected %d late (%d landed), %d lost responses, %d lost requests, %d failures", len(ops), v, st.LateApplied, st.LateLanded, st.LostResponses, st.LostRequests, st.Failed)
+// Linearizable under faults on every S3 server the suite runs.
+func TestLinearizableOnS3Servers(t *testing.T) {
+	for _, server := range []string{"minio", "versitygw", "gofakes3"} {
+		t.Run(server, func(t *testing.T) {
+			t.Parallel()
+			ep := testenv.S3Server(t, server)
+			b, _ := testenv.NewBucket(t, ep)
+			f := faulty.New(b, &faulty.Options{Seed: 9, LostResponseRate: 0.06, LostRequestRate: 0.04, FailRate: 0.03,
+				LateApplyRate: 0.08, LateJitter: 10 * time.Millisecond})
+			clean := objstore.New(b, nil)
+			ops, v := checkMixedClients(t, faultyOver(t, clean, f), clean, 9, f.Wait)
+			st := f.Stats()
+			t.Logf("%d ops on %s, final %d; injected %d late (%d landed), %d lost responses, %d lost requests, %d failures", len(ops), server, v, st.LateApplied, st.LateLanded, st.LostResponses, st.LostRequests, st.Failed)
+		})
+	}
 }
 
 // checkMixedClients runs 8 clients on s (half with group commit, half

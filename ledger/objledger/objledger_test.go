@@ -51,8 +51,14 @@ func TestConformanceDirectory(t *testing.T) {
 	}})
 }
 
-func TestConformanceMinIO(t *testing.T) {
-	ep := testenv.S3(t)
+func TestConformanceMinIO(t *testing.T) { conformanceS3(t, "minio") }
+
+func TestConformanceVersityGW(t *testing.T) { conformanceS3(t, "versitygw") }
+
+func TestConformanceGofakes3(t *testing.T) { conformanceS3(t, "gofakes3") }
+
+func conformanceS3(t *testing.T, server string) {
+	ep := testenv.S3Server(t, server)
 	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string) {
 		b, url := testenv.NewBucket(t, ep)
 		url = strings.Replace(url, "?", "/ledger?", 1) + "&shards=8&compact_at=64"

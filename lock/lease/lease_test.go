@@ -268,11 +268,18 @@ func TestProcessesFS(t *testing.T) {
 	runProcessScenarios(t, func(p string) string { return "file://" + dir + "/" + p }, []string{"CAIRN_LEASE_SKEW=1h"})
 }
 
-func TestProcessesMinIO(t *testing.T) {
-	t.Parallel()
-	ep := testenv.S3(t)
-	_, url := testenv.NewBucket(t, ep)
-	u, _ := objstore.ParseURL(url)
-	runProcessScenarios(t, func(p string) string { return fmt.Sprintf("s3://%s/%s?%s", u.Host, p, u.RawQuery) },
-		append(ep.Env(), "CAIRN_LEASE_SKEW=1h"))
+// kill -9 takeover and fencing of a paused holder with real processes on
+// every S3 server the suite runs (each enforces conditional PUTs, all a lease
+// needs).
+func TestProcessesS3Servers(t *testing.T) {
+	for _, server := range []string{"minio", "versitygw", "gofakes3"} {
+		t.Run(server, func(t *testing.T) {
+			t.Parallel()
+			ep := testenv.S3Server(t, server)
+			_, url := testenv.NewBucket(t, ep)
+			u, _ := objstore.ParseURL(url)
+			runProcessScenarios(t, func(p string) string { return fmt.Sprintf("s3://%s/%s?%s", u.Host, p, u.RawQuery) },
+				append(ep.Env(), "CAIRN_LEASE_SKEW=1h"))
+		})
+	}
 }
