@@ -197,6 +197,12 @@ type Options struct {
 	// Now is the clock (tests). Default: time.Now; PostgreSQL uses the database
 	// server's clock unless Now is set.
 	Now func() time.Time
+	// MustExist opens only a ledger that already exists, for commands that
+	// read one (or change its records) but must never make one: nothing is
+	// created (no SQLite file or directory, no PostgreSQL schema table, no
+	// object-store descriptor or directory), and a ledger that is missing is
+	// ErrNoLedger. An existing ledger of an older schema is still upgraded.
+	MustExist bool
 }
 
 // WithDefaults fills the zero fields.

@@ -63,6 +63,11 @@ type Ledger interface {
 // ErrInvalidURL: a ledger URL names no known backend.
 var ErrInvalidURL = errors.New("invalid ledger URL")
 
+// ErrNoLedger: Options.MustExist was set and there is no ledger where the URL
+// points (no SQLite file or one without the ledger's tables, a PostgreSQL
+// database without them, an object store without the ledger's descriptor).
+var ErrNoLedger = errors.New("no ledger")
+
 // An Opener opens a ledger from a URL; backends register one per scheme.
 type Opener func(ctx context.Context, url string, opts *Options) (Ledger, error)
 
@@ -82,6 +87,12 @@ const DefaultURL = "cairn-data/ledger.db"
 // refused (ErrInvalidURL) before anything is created: a libpq keyword/value
 // string (host=… password=…), a URL missing its // (postgres:…), a path with
 // control characters. Errors never show a password the URL carries.
+//
+// Open creates the ledger if it does not exist (a SQLite file and its
+// directories, the PostgreSQL tables, the object store's descriptor), except
+// with opts.MustExist: then nothing at all is created, and a missing ledger is
+// ErrNoLedger. Commands that only read a ledger, or change records it already
+// holds, open it so.
 func Open(ctx context.Context, url string, opts *Options) (Ledger, error) {
 	scheme, _, ok := strings.Cut(url, "://")
 	if !ok {

@@ -89,7 +89,14 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 				defer s.Close()
 				o.Store = s
 			}
-			l, err := ledger.Open(ctx, ledgerURL, nil)
+			// A dry run only reads the ledger: it never creates one.
+			var l ledger.Ledger
+			var err error
+			if o.DryRun {
+				l, err = openExistingLedger(ctx, ledgerURL)
+			} else {
+				l, err = ledger.Open(ctx, ledgerURL, nil)
+			}
 			if err != nil {
 				return err
 			}

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,6 +23,36 @@ import (
 func openLedger(ctx context.Context, url string) (ledger.Ledger, error) {
 	return ledger.Open(ctx, url, nil)
 }
+
+// openExistingLedger opens the ledger at url for a command that reads it or
+// changes the records it holds: it never creates one (ledger.Options.MustExist)
+// and says how to get one when there is none.
+func openExistingLedger(ctx context.Context, url string) (ledger.Ledger, error) {
+	l, err := ledger.Open(ctx, url, &ledger.Options{MustExist: true})
+	if errors.Is(err, ledger.ErrNoLedger) {
+		return nil, noLedgerError{url: url, err: err}
+	}
+	return l, err
+}
+
+// noLedgerError: there is no ledger at url.
+type noLedgerError struct {
+	url string
+	err error
+}
+
+func (e noLedgerError) Error() string {
+	shown := e.url
+	if shown == "" {
+		shown = ledger.DefaultURL
+	}
+	if !strings.Contains(shown, "://") && !filepath.IsAbs(shown) && !strings.HasPrefix(shown, ".") {
+		shown = "./" + shown
+	}
+	return fmt.Sprintf("no ledger at %s: run cairn serve (or pass --ledger URL) first", safetext.URL(shown))
+}
+
+func (e noLedgerError) Unwrap() error { return e.err }
 
 func ledgerCmd(e *env) *cobra.Command {
 	var url string
@@ -47,16 +79,16 @@ default ./cairn-data/ledger.db.`,
 			default:
 				return usagef("--status %q: use pending, claimed, processed, failed or dead", status)
 			}
-			l, err := openLedger(cmd.Context(), url)
+			l, err := openExistingLedger(cmd.Context(), url)
 			if err != nil {
 				return err
 			}
 			defer l.Close()
 			f := ledger.Filter{Status: ledger.Status(status), Prefix: prefix, Bucket: bucket, Limit: min(limit, 1000)}
-			var tw *tabwriter.Writer
+			var tab *textTable
 			if !e.json {
-				tw = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "BUCKET\tKEY\tSTATUS\tSEQUENCER\tATTEMPTS\tSEEN\tUPDATED\tLAST ERROR")
+				tab = &textTable{}
+				tab.add("BUCKET", "KEY", "STATUS", "SEQUENCER", "ATTEMPTS", "SEEN", "UPDATED", "LAST ERROR")
 			}
 			shown := 0
 			for shown < limit {
@@ -70,9 +102,8 @@ default ./cairn-data/ledger.db.`,
 							return err
 						}
 					} else {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", safetext.Escape(r.Bucket), safetext.Escape(r.Key),
-							safetext.Escape(string(r.Status)), safetext.Escape(r.Seq), r.Attempts, r.Seen,
-							r.Updated.Format(time.RFC3339), safetext.Escape(oneLine(r.LastError, 60)))
+						tab.add(safetext.Escape(r.Bucket), safetext.Escape(r.Key), safetext.Escape(string(r.Status)), safetext.Escape(r.Seq),
+							fmt.Sprint(r.Attempts), fmt.Sprint(r.Seen), r.Updated.Format(time.RFC3339), safetext.Escape(oneLine(r.LastError, 60)))
 					}
 					shown++
 				}
@@ -81,8 +112,8 @@ default ./cairn-data/ledger.db.`,
 				}
 				f.AfterBucket, f.AfterIdent = page[len(page)-1].Bucket, page[len(page)-1].Ident
 			}
-			if tw != nil {
-				return tw.Flush()
+			if tab != nil {
+				return tab.write(e.stdout)
 			}
 			return nil
 		},
@@ -100,7 +131,7 @@ default ./cairn-data/ledger.db.`,
 			if !ok || bucket == "" || key == "" {
 				return usagef("%q: give BUCKET/KEY", args[0])
 			}
-			l, err := openLedger(cmd.Context(), url)
+			l, err := openExistingLedger(cmd.Context(), url)
 			if err != nil {
 				return err
 			}
@@ -120,8 +151,8 @@ default ./cairn-data/ledger.db.`,
 				for _, kv := range [][2]string{{"bucket", r.Bucket}, {"key", r.Key}, {"version", r.VersionID}, {"etag", r.ETag},
 					{"size", fmt.Sprint(r.Size)}, {"kind", string(r.Kind)}, {"event", r.Name}, {"sequencer", r.Seq},
 					{"status", string(r.Status)}, {"attempts", fmt.Sprint(r.Attempts)}, {"token", fmt.Sprint(r.Token)},
-					{"lease until", fmtTime(r.LeaseUntil)}, {"next attempt", fmtTime(r.NextAttempt)}, {"first seen", fmtTime(r.FirstSeen)},
-					{"updated", fmtTime(r.Updated)}, {"seen", fmt.Sprint(r.Seen)}, {"stale", fmt.Sprint(r.Stale)},
+					{"lease until", fmtTime(r.LeaseUntil)}, {"next attempt", nextAttempt(r)}, {"first seen", fmtTime(r.FirstSeen)},
+					{"updated", fmtTime(r.Updated)}, {"seen", fmt.Sprint(r.Seen)}, {"stale", fmt.Sprint(r.Stale)}, {"replays", fmt.Sprint(r.Replays)},
 					{"source", r.Source}, {"last error", r.LastError}, {"result", r.Result}} {
 					fmt.Fprintf(tw, "%s:\t%s\n", kv[0], safetext.Escape(kv[1]))
 				}
@@ -133,6 +164,17 @@ default ./cairn-data/ledger.db.`,
 	}
 	cmd.AddCommand(ls, show, purgeCmd(e, &url))
 	return cmd
+}
+
+// nextAttempt is when the record's work is retried: only a failed record, or
+// a pending one that failed before (its retry waits out the backoff), has a
+// retry scheduled. The ledger keeps a time for the others too (when pending
+// work arrived, when it was finished), which is no attempt.
+func nextAttempt(r ledger.Record) string {
+	if r.Status == ledger.Failed || (r.Status == ledger.Pending && r.Attempts > 0) {
+		return fmtTime(r.NextAttempt)
+	}
+	return "-"
 }
 
 func fmtTime(t time.Time) string {

@@ -48,7 +48,7 @@ Replaying processed records re-runs finished work; it needs --force.`,
 			if since > 0 {
 				sel.UpdatedSince = time.Now().Add(-since)
 			}
-			l, err := openLedger(cmd.Context(), url)
+			l, err := openExistingLedger(cmd.Context(), url)
 			if err != nil {
 				return err
 			}
@@ -91,7 +91,7 @@ func purgeCmd(e *env, url *string) *cobra.Command {
 			if olderThan <= 0 {
 				return usagef("--older-than must be positive")
 			}
-			l, err := openLedger(cmd.Context(), *url)
+			l, err := openExistingLedger(cmd.Context(), *url)
 			if err != nil {
 				return err
 			}

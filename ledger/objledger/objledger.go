@@ -120,8 +120,20 @@ func openURL(ctx context.Context, raw string, opts *ledger.Options) (ledger.Ledg
 	if err != nil {
 		return nil, err
 	}
+	if opts != nil && opts.MustExist {
+		// A directory store must not be created to look for a ledger in it.
+		if u, err := url.Parse(storeURL); err == nil && u.Scheme == "file" {
+			q := u.Query()
+			q.Set("nocreate", "true")
+			u.RawQuery = q.Encode()
+			storeURL = u.String()
+		}
+	}
 	s, err := objstore.Open(ctx, storeURL, nil)
 	if err != nil {
+		if opts != nil && opts.MustExist && errors.Is(err, objstore.ErrBucketNotFound) {
+			return nil, fmt.Errorf("%w at %s: %v", ledger.ErrNoLedger, raw, err)
+		}
 		return nil, fmt.Errorf("ledger: opening the store of %s: %w", raw, err)
 	}
 	l, err := New(ctx, s, opts, &cfg)
@@ -163,11 +175,22 @@ func ParseURL(raw string) (storeURL string, cfg Config, err error) {
 }
 
 // New opens (creating if needed) the ledger kept in s. It refuses a store
-// whose capability probe shows that conditional writes are not enforced.
+// whose capability probe shows that conditional writes are not enforced. With
+// Options.MustExist a store without the ledger's descriptor is
+// ledger.ErrNoLedger, found before anything is written (not even the probe).
 func New(ctx context.Context, s *objstore.Store, opts *ledger.Options, cfg *Config) (*Ledger, error) {
 	c := cfg.withDefaults()
 	if c.Shards > maxShards {
 		return nil, fmt.Errorf("objledger: %d shards is more than the %d allowed", c.Shards, maxShards)
+	}
+	if opts != nil && opts.MustExist {
+		_, err := s.Head(ctx, metaKey)
+		if errors.Is(err, objstore.ErrNotFound) || errors.Is(err, objstore.ErrBucketNotFound) {
+			return nil, fmt.Errorf("%w in %s (no %s)", ledger.ErrNoLedger, s, metaKey)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("objledger: %w: reading %s in %s: %w", ledger.ErrUnavailable, metaKey, s, err)
+		}
 	}
 	if err := requireCAS(ctx, s); err != nil {
 		return nil, err
@@ -216,6 +239,9 @@ func (l *Ledger) loadMeta(ctx context.Context) (meta, error) {
 	var m meta
 	for range 3 {
 		data, _, err := l.d.LoadBytes(ctx, metaKey)
+		if errors.Is(err, objstore.ErrNotFound) && l.opts.MustExist {
+			return m, fmt.Errorf("%w in %s (no %s)", ledger.ErrNoLedger, l.s, metaKey)
+		}
 		if errors.Is(err, objstore.ErrNotFound) {
 			mine, _ := json.Marshal(meta{Format: formatVersion, Shards: l.cfg.Shards, Made: time.Now().UnixMilli()})
 			_, _, err := l.d.UpdateJSON(ctx, metaKey, func(cur []byte, m docs.Meta) ([]byte, error) {

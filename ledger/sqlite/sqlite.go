@@ -71,9 +71,27 @@ func busy(err error) bool {
 	return errors.As(err, &se) && (se.Code()&0xff == 5 || se.Code()&0xff == 6)
 }
 
-// Open opens (creating if needed) the ledger file at path.
+// Open opens (creating if needed) the ledger file at path. With
+// Options.MustExist it creates nothing: a missing file (or one without the
+// ledger's tables) is ledger.ErrNoLedger, and the file is opened read-write
+// without SQLite's create flag.
 func Open(ctx context.Context, path string, opts *ledger.Options) (*sqlledger.Ledger, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	// WAL mode is a property of the file, set when it is created: a file that
+	// must exist is not converted (an empty one would be written to).
+	mode, journal := "", "&_pragma=journal_mode(WAL)"
+	if opts != nil && opts.MustExist {
+		fi, err := os.Stat(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w at %s", ledger.ErrNoLedger, path)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ledger: %w", err)
+		}
+		if !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("ledger: %s is not a SQLite file (%s)", path, fi.Mode().Type())
+		}
+		mode, journal = "&mode=rw", ""
+	} else if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("ledger: creating %s: %w", filepath.Dir(path), err)
 	}
 	// wal_autocheckpoint: a batch of 1,000 events over many keys dirties ~2,000
@@ -81,8 +99,8 @@ func Open(ctx context.Context, path string, opts *ledger.Options) (*sqlledger.Le
 	// into the file after almost every commit; at 16,384 pages (64 MiB of WAL)
 	// a checkpoint writes each page once for many commits (+30% Record
 	// throughput in cairn bench ledger).
-	dsn := "file:" + path + "?_txlock=immediate&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(30000)" +
-		"&_pragma=cache_size(-65536)&_pragma=mmap_size(268435456)&_pragma=temp_store(memory)&_pragma=wal_autocheckpoint(16384)"
+	dsn := "file:" + path + "?_txlock=immediate" + journal + "&_pragma=synchronous(FULL)&_pragma=busy_timeout(30000)" +
+		"&_pragma=cache_size(-65536)&_pragma=mmap_size(268435456)&_pragma=temp_store(memory)&_pragma=wal_autocheckpoint(16384)" + mode
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, err
@@ -96,6 +114,9 @@ func Open(ctx context.Context, path string, opts *ledger.Options) (*sqlledger.Le
 		KeyIndexHint: "INDEXED BY cairn_ledger_key", Rows: jsonRows, Migrations: migrations, Transient: busy}, opts)
 	if err != nil {
 		db.Close()
+		if errors.Is(err, ledger.ErrNoLedger) {
+			return nil, fmt.Errorf("%w at %s: the file holds no ledger tables", ledger.ErrNoLedger, path)
+		}
 		if strings.Contains(err.Error(), "unable to open") || strings.Contains(err.Error(), "not a database") {
 			return nil, fmt.Errorf("ledger: %s is not a usable SQLite file: %w", path, err)
 		}

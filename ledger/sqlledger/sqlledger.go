@@ -205,6 +205,20 @@ func (l *Ledger) tryTx(ctx context.Context, op string, fn func(tx *sql.Tx, now t
 }
 
 func (l *Ledger) migrate(ctx context.Context) error {
+	if l.opts.MustExist {
+		// Nothing is created in a database that holds no ledger.
+		q := `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cairn_schema')`
+		if l.d.Name == "postgres" {
+			q = `SELECT to_regclass('cairn_schema') IS NOT NULL`
+		}
+		var exists bool
+		if err := l.db.QueryRowContext(ctx, q).Scan(&exists); err != nil {
+			return l.wrap("looking for the ledger's tables", err)
+		}
+		if !exists {
+			return fmt.Errorf("%w: the %s database has no cairn_schema table", ledger.ErrNoLedger, l.d.Name)
+		}
+	}
 	if _, err := l.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS cairn_schema (version INTEGER NOT NULL)`); err != nil {
 		return l.wrap("creating the schema table", err)
 	}
