@@ -1,10 +1,15 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/spf13/cobra"
 
@@ -13,6 +18,7 @@ import (
 	"github.com/cairn-s3/cairn/internal/bench"
 	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/objstore"
 )
 
 func benchAuditCmd(e *env) *cobra.Command {
@@ -21,12 +27,16 @@ func benchAuditCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "audit --store URL [--objects N]",
 		Short: "Audit time against a bare LIST of the same prefix, with a ledger holding every object",
-		Long: `Writes --objects small objects under cairn-bench-audit/ (skipped if they are
-already there from an earlier run), records them in a fresh SQLite ledger as
-processed, then times a bare LIST of the prefix and a dry-run audit of it, and
-reports the ratio and the audit's peak Go heap.`,
+		Long: `Writes --objects small objects under cairn-bench-audit/N/ (reused if an earlier
+run that was killed left exactly that many there), records them in a fresh
+SQLite ledger as processed, then times a bare LIST of the prefix and a dry-run
+audit of it, and reports the ratio and the audit's peak Go heap.
+
+When it ends, on success, error or interrupt (Ctrl-C) alike, it deletes every
+object under cairn-bench-audit/N/ and says so on stderr (or what it could not
+delete, and how to delete it). Only a killed process leaves them behind.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			if storeURL == "" || objects < 1 {
 				return usagef("--store and --objects >= 1 are required")
 			}
@@ -37,6 +47,26 @@ reports the ratio and the audit's peak Go heap.`,
 			}
 			defer s.Close()
 			prefix := fmt.Sprintf("cairn-bench-audit/%d/", objects)
+			// Deferred first, so it runs last (after the ledger is closed),
+			// with a context of its own: an interrupt cancels ctx, and the
+			// objects must still go.
+			defer func() {
+				if err != nil && ctx.Err() != nil {
+					err = fmt.Errorf("bench audit interrupted: %w", ctx.Err())
+				}
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+				defer cancel()
+				n, cerr := removeObjects(cctx, s, prefix)
+				if cerr != nil {
+					fmt.Fprintf(e.stderr, "cairn: bench audit: removed %d objects under %s but not all: %s; delete the rest with: cairn fs rm --store '%s' %s\n",
+						n, safetext.Escape(prefix), oneLine(cerr.Error(), 200), safetext.URL(storeURL), safetext.Escape(prefix))
+					if err == nil {
+						err = fmt.Errorf("bench audit: removing its objects under %s: %w", prefix, cerr)
+					}
+					return
+				}
+				fmt.Fprintf(e.stderr, "removed the %d benchmark objects under %s\n", n, safetext.Escape(prefix))
+			}()
 			have := 0
 			for _, err := range s.List(ctx, prefix, nil) {
 				if err != nil {
@@ -45,9 +75,11 @@ reports the ratio and the audit's peak Go heap.`,
 				have++
 			}
 			if have != objects {
-				fmt.Fprintf(e.stderr, "writing %d objects…\n", objects)
-				cleanupPrefix(ctx, s, prefix)
-				if err := writeObjects(ctx, s, prefix, objects); err != nil {
+				fmt.Fprintf(e.stderr, "writing %d objects under %s (removed at the end)…\n", objects, safetext.Escape(prefix))
+				if _, err := removeObjects(ctx, s, prefix); err != nil {
+					return err
+				}
+				if err := writeBenchObjects(ctx, s, prefix, objects); err != nil {
 					return err
 				}
 			}
@@ -129,4 +161,50 @@ reports the ratio and the audit's peak Go heap.`,
 	cmd.Flags().StringVar(&storeURL, "store", "", "store URL")
 	cmd.Flags().IntVar(&objects, "objects", 100000, "objects to audit")
 	return cmd
+}
+
+// removeObjects deletes every object under prefix and returns how many it
+// deleted; the first error stops it (objects already gone are no error).
+func removeObjects(ctx context.Context, s *objstore.Store, prefix string) (int, error) {
+	var n atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(32)
+	for info, err := range s.List(gctx, prefix, nil) {
+		if err != nil {
+			g.Go(func() error { return err })
+			break
+		}
+		g.Go(func() error {
+			err := s.Delete(gctx, info.Key, objstore.Condition{})
+			if err == nil {
+				n.Add(1)
+			}
+			if errors.Is(err, objstore.ErrNotFound) {
+				return nil
+			}
+			return err
+		})
+	}
+	err := g.Wait()
+	return int(n.Load()), err
+}
+
+// writeBenchObjects writes n small objects under prefix (as bench fs does),
+// stopping at the first error or when ctx ends.
+func writeBenchObjects(ctx context.Context, s *objstore.Store, prefix string, n int) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(32)
+	for i := range n {
+		if gctx.Err() != nil {
+			break
+		}
+		g.Go(func() error {
+			_, err := s.PutBytes(gctx, fmt.Sprintf("%sd%03d/obj-%07d", prefix, i%100, i), fmt.Appendf(nil, "object %d", i), nil)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	return ctx.Err()
 }
