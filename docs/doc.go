@@ -65,6 +65,11 @@
 // version, so a first request that lands late changes nothing; if it stays
 // unknown, Update returns objstore.ErrAmbiguous.
 //
+// Reads never probe: Load needs no write permission. Create and Update decide
+// the strategy from the store's capabilities (a probe, or a saved verdict: see
+// package objstore); a Load that comes before any of that reads "<key>" and,
+// only if it is missing, the register's "<key>/" versions.
+//
 // # Guarantees
 //
 //   - On a store that enforces conditional writes, Load and Update are

@@ -210,17 +210,43 @@ func (d *Store) read(ctx context.Context, key string) (current, error) {
 	return current{env: env, etag: info.ETag, exists: true, lm: info.LastModified}, nil
 }
 
-// LoadBytes reads a document's value. A missing document is objstore.ErrNotFound.
-func (d *Store) LoadBytes(ctx context.Context, key string) ([]byte, Meta, error) {
-	st, err := d.resolve(ctx)
-	if err != nil {
-		return nil, Meta{}, err
+// knownStrategy is the strategy if it is known without a request: forced,
+// resolved already, or from capabilities the store knows without probing.
+func (d *Store) knownStrategy() (Strategy, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.strategy != Auto {
+		return d.strategy, true
 	}
+	caps, ok := d.s.KnownCapabilities()
+	if !ok {
+		return Auto, false
+	}
+	d.strategy = Register
+	if caps.ConditionalWrites() {
+		d.strategy = CAS
+	}
+	return d.strategy, true
+}
+
+// LoadBytes reads a document's value. A missing document is objstore.ErrNotFound.
+// A read never probes the store (it needs no write permission): when the
+// strategy is not known yet, it reads "<key>" and, only if that is missing,
+// the register's "<key>/" versions.
+func (d *Store) LoadBytes(ctx context.Context, key string) ([]byte, Meta, error) {
+	st, known := d.knownStrategy()
 	var c current
-	if st == Register {
+	var err error
+	switch {
+	case st == Register:
 		c, err = d.registerRead(ctx, key)
-	} else {
+	case known:
 		c, err = d.read(ctx, key)
+	default:
+		c, err = d.read(ctx, key)
+		if err == nil && !c.exists {
+			c, err = d.registerRead(ctx, key)
+		}
 	}
 	if err != nil {
 		return nil, Meta{}, err

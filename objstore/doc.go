@@ -21,6 +21,48 @@
 // cached per Store; a conditional call the endpoint does not enforce fails with
 // [ErrNotSupported] instead of silently becoming unconditional.
 //
+// # Probe verdicts
+//
+// Only a write that carries a condition needs the capabilities. Reads (Get,
+// Head, List) never probe, so read-only credentials are enough to read. A
+// Store whose backend identifies its server ([ServerIdentifier]: package s3)
+// finds its capabilities, on first need, in this order:
+//
+//  1. [Options].Capabilities, or the backend's own declaration;
+//  2. the local verdict cache, a JSON file per endpoint and bucket under
+//     [Options].ProbeCacheDir (default <os.UserCacheDir()>/cairn/probe/, private
+//     to the user) holding the report, the endpoint, the bucket, the server's
+//     Server response header and the time of the probe; it is used only if it
+//     is younger than [Options].ProbeTTL (default 24h), names the same endpoint
+//     and bucket, and the server, asked once with a HeadBucket, still gives the
+//     same Server header (other software behind the same address means a new
+//     probe);
+//  3. a probe, whose verdict is then saved locally.
+//
+// [Store.Probe] always probes and refreshes the local verdict; with
+// [ProbeOptions].Share (`cairn probe` sets it) it also publishes the verdict
+// in the bucket at "<ProbePrefix>verdict.json" from the bucket's root (default
+// cairn-probe/verdict.json); nothing else leaves an object behind. A ProbeTTL
+// <0 turns saving and reuse off. A probe that cannot finish fails with
+// [ErrProbeFailed] ("probe of X failed: …; nothing is known about its
+// conditions"), never with [ErrAmbiguous]: the writes whose outcome is unknown
+// were scratch writes, and the caller's conditional write was not sent.
+//
+// The verdict in the bucket is never trusted: it is a record, not an input.
+// Anyone who may write the bucket's probe prefix can write it, and everyone
+// who runs the probe needs exactly that permission, so it cannot tell a probe
+// from a forgery; and nothing a client can check cheaply (a format, a
+// conditional write, the Last-Modified date) proves a probe wrote it. Trusting
+// a false "enforced" would make cairn rely on conditions the server ignores
+// and lose updates silently; a false "not enforced" would switch documents to
+// the register layout and make them read as missing. Both are worse than one
+// probe per machine per day. So a Store decides only from its own probe or the
+// verdict its own user saved locally; the bucket's copy tells people and tools
+// what the last probe found (read-only users can read it), and each new probe
+// compares itself with it ([ProbeReport].PreviousShared names the checks on
+// which they disagree: the server changed, or the shared verdict was false)
+// before replacing it.
+//
 // # Guarantees
 //
 //   - A conditional write that returns nil was applied under its condition; one that

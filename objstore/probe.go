@@ -28,10 +28,33 @@ type Capabilities struct {
 // register: write-once and If-Match on PUT are both enforced.
 func (c Capabilities) ConditionalWrites() bool { return c.PutIfAbsent && c.PutIfMatch }
 
+// ErrProbeFailed: the capability probe could not finish (the endpoint is
+// unreachable, the bucket is missing, the credentials may not write, the
+// network failed mid-way), so nothing is known about the conditions the store
+// enforces and no conditional request that needed them was sent. It is never
+// ErrAmbiguous: the writes whose outcome is unknown were the probe's scratch
+// writes.
+var ErrProbeFailed = errors.New("capability probe failed")
+
 // ProbeOptions tune Probe. A nil *ProbeOptions means all defaults.
 type ProbeOptions struct {
 	// Racers is how many concurrent if-absent writes race for one key. Default: 16.
 	Racers int
+	// Share also publishes the verdict in the bucket, at "<ProbePrefix>verdict.json"
+	// from the bucket's root, after comparing it with the one found there
+	// (ProbeReport.PreviousShared). It is a record for people and tools, never
+	// taken in place of a probe (see "Probe verdicts" in the package doc).
+	// Default: false (Probe leaves nothing in the bucket).
+	Share bool
+	// NoCache probes without saving the verdict anywhere. Default: false
+	// (Store.Probe saves it in the local cache; see Options.ProbeTTL).
+	NoCache bool
+}
+
+// ProbeCheckNames are the names of Probe's checks, in the order it runs them.
+func ProbeCheckNames() []string {
+	return []string{"put-if-absent", "put-if-match", "delete-if-match", "copy-if-absent", "copy-if-match",
+		"multipart-if-absent", "multipart-if-match", "racing-creates"}
 }
 
 // ProbeCheck is the outcome of one experiment.
@@ -51,6 +74,10 @@ type ProbeReport struct {
 	Winners      int           `json:"winners"`       // successful racing creates (must be 1)
 	LosersStatus []string      `json:"losers_status"` // what racing losers saw: "412", "409"
 	Elapsed      time.Duration `json:"elapsed_ns"`
+	// PreviousShared is the verdict an earlier probe had left in the bucket, and
+	// where it disagreed with this one (nil if there was none, or the verdict
+	// was not saved).
+	PreviousShared *SharedVerdict `json:"previous_shared,omitempty"`
 }
 
 // Probe proves by experiment which conditions the store's endpoint enforces. It
@@ -61,7 +88,10 @@ type ProbeReport struct {
 // reported enforced only if a violating request failed with 412 (or 409) and left
 // the object unchanged; "accepted and ignored" and "rejected" both count as not
 // enforced. Errors that make the experiment meaningless (unreachable endpoint,
-// missing bucket, bad credentials) are returned as errors.
+// missing bucket, bad credentials, a network fault mid-way) are returned as
+// errors matching ErrProbeFailed (and the cause, such as ErrBucketNotFound,
+// unless the cause is a scratch write of unknown outcome: never ErrAmbiguous).
+// The verdict is saved as described under "Probe verdicts" in the package doc.
 func Probe(ctx context.Context, s *Store, opts *ProbeOptions) (ProbeReport, error) {
 	return s.Probe(ctx, opts)
 }
@@ -89,7 +119,7 @@ func runProbe(ctx context.Context, b Backend, basePrefix string, opts *ProbeOpti
 
 	// A plain write first: if this fails, nothing else means anything.
 	if _, err := b.Put(ctx, p.key("plain"), bytes.NewReader([]byte("cairn probe")), 11, PutOptions{ContentType: "text/plain"}); err != nil {
-		return rep, fmt.Errorf("a plain write of a scratch key failed, so no condition can be probed: %w", err)
+		return rep, &probeError{store: b.String(), what: "a plain write of a scratch key", cause: err}
 	}
 	checks := []struct {
 		name string
@@ -109,7 +139,7 @@ func runProbe(ctx context.Context, b Backend, basePrefix string, opts *ProbeOpti
 		t0 := time.Now()
 		ok, outcome, err := c.fn(ctx)
 		if err != nil {
-			return rep, fmt.Errorf("probe %s: %w", c.name, err)
+			return rep, &probeError{store: b.String(), what: "check " + c.name, cause: err}
 		}
 		rep.Checks = append(rep.Checks, ProbeCheck{Name: c.name, Enforced: ok, Outcome: outcome, Elapsed: time.Since(t0)})
 		c.set(&rep.Capabilities, ok)
@@ -145,7 +175,7 @@ func (p *prober) put(ctx context.Context, key, body string, cond Condition) (Inf
 
 // refused classifies the error of a request that should have been refused by its
 // condition. It returns (enforced, outcome, fatal error).
-func refused(err error, what string) (bool, string, error) {
+func (p *prober) refused(ctx context.Context, err error, what string) (bool, string, error) {
 	switch {
 	case err == nil:
 		return false, "ignored: " + what + " succeeded", nil
@@ -153,11 +183,26 @@ func refused(err error, what string) (bool, string, error) {
 		return true, "enforced (412)", nil
 	case errors.Is(err, ErrConflict):
 		return true, "enforced (409)", nil
-	case errors.Is(err, ErrAmbiguous), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return false, "", err
 	default:
+		if ferr := p.fatal(ctx, err); ferr != nil {
+			return false, "", ferr
+		}
 		return false, "rejected: " + err.Error(), nil
 	}
+}
+
+// fatal returns err if it may be a fault of the network or of the client
+// rather than the server's answer to the request: an unknown outcome, a
+// cancelled context, or a server that no longer answers a plain read (a
+// request that never arrived must not be recorded as "rejected").
+func (p *prober) fatal(ctx context.Context, err error) error {
+	if errors.Is(err, ErrAmbiguous) || ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if _, herr := p.b.Head(ctx, p.key("plain")); herr != nil {
+		return err
+	}
+	return nil
 }
 
 func (p *prober) unchanged(ctx context.Context, key, etag string) (bool, error) {
@@ -175,13 +220,13 @@ func (p *prober) putIfAbsent(ctx context.Context) (bool, string, error) {
 	k := p.key("if-absent")
 	first, err := p.put(ctx, k, "first", IfAbsent())
 	if err != nil {
-		if _, _, ferr := refused(err, ""); ferr != nil {
+		if ferr := p.fatal(ctx, err); ferr != nil {
 			return false, "", ferr
 		}
 		return false, "rejected: a create with If-None-Match: * of a free key failed: " + err.Error(), nil
 	}
 	_, err = p.put(ctx, k, "second", IfAbsent())
-	ok, out, ferr := refused(err, "a second if-absent write")
+	ok, out, ferr := p.refused(ctx, err, "a second if-absent write")
 	if ferr != nil || !ok {
 		return false, out, ferr
 	}
@@ -198,7 +243,7 @@ func (p *prober) putIfMatch(ctx context.Context) (bool, string, error) {
 		return false, "", err
 	}
 	_, err = p.put(ctx, k, "v2-wrong", IfMatch(wrongETag))
-	ok, out, ferr := refused(err, "a write with a wrong If-Match")
+	ok, out, ferr := p.refused(ctx, err, "a write with a wrong If-Match")
 	if ferr != nil || !ok {
 		return false, out, ferr
 	}
@@ -206,14 +251,14 @@ func (p *prober) putIfMatch(ctx context.Context) (bool, string, error) {
 		return false, "ignored: the refused write changed the object anyway", err
 	}
 	if _, err := p.put(ctx, k, "v2", IfMatch(cur.ETag)); err != nil {
-		if errors.Is(err, ErrAmbiguous) {
-			return false, "", err
+		if ferr := p.fatal(ctx, err); ferr != nil {
+			return false, "", ferr
 		}
 		return false, "broken: a write with the correct If-Match failed: " + err.Error(), nil
 	}
 	missing := p.key("if-match-missing")
 	_, err = p.put(ctx, missing, "x", IfMatch(cur.ETag))
-	if ok2, _, ferr := refused(err, ""); ferr != nil {
+	if ok2, _, ferr := p.refused(ctx, err, ""); ferr != nil {
 		return false, "", ferr
 	} else if !ok2 && !errors.Is(err, ErrNotFound) {
 		if err == nil {
@@ -231,7 +276,7 @@ func (p *prober) deleteIfMatch(ctx context.Context) (bool, string, error) {
 		return false, "", err
 	}
 	err = p.b.Delete(ctx, k, IfMatch(wrongETag))
-	ok, out, ferr := refused(err, "a delete with a wrong If-Match")
+	ok, out, ferr := p.refused(ctx, err, "a delete with a wrong If-Match")
 	if ferr != nil {
 		return false, out, ferr
 	}
@@ -246,6 +291,9 @@ func (p *prober) deleteIfMatch(ctx context.Context) (bool, string, error) {
 		return false, out, nil
 	}
 	if err := p.b.Delete(ctx, k, IfMatch(cur.ETag)); err != nil {
+		if ferr := p.fatal(ctx, err); ferr != nil {
+			return false, "", ferr
+		}
 		return false, "broken: a delete with the correct If-Match failed: " + err.Error(), nil
 	}
 	return true, out, nil
@@ -267,7 +315,7 @@ func (p *prober) copyCond(absent bool) func(context.Context) (bool, string, erro
 			cond = IfMatch(wrongETag)
 		}
 		_, err = p.b.Copy(ctx, src, dst, cond)
-		ok, out, ferr := refused(err, "a copy onto a destination that fails the condition")
+		ok, out, ferr := p.refused(ctx, err, "a copy onto a destination that fails the condition")
 		if ferr != nil {
 			return false, out, ferr
 		}
@@ -292,7 +340,7 @@ func (p *prober) multipartCond(absent bool) func(context.Context) (bool, string,
 		}
 		id, err := p.b.CreateMultipart(ctx, k, PutOptions{ContentType: "text/plain"})
 		if err != nil {
-			if errors.Is(err, ErrNotSupported) {
+			if errors.Is(err, ErrNotSupported) && p.fatal(ctx, err) == nil {
 				return false, "rejected: multipart uploads are not supported: " + err.Error(), nil
 			}
 			return false, "", err
@@ -311,7 +359,7 @@ func (p *prober) multipartCond(absent bool) func(context.Context) (bool, string,
 			cond = IfMatch(wrongETag)
 		}
 		_, err = p.b.CompleteMultipart(ctx, k, id, []Part{part}, cond)
-		ok, out, ferr := refused(err, "completing an upload that fails the condition")
+		ok, out, ferr := p.refused(ctx, err, "completing an upload that fails the condition")
 		if ferr != nil {
 			return false, out, ferr
 		}
@@ -357,9 +405,10 @@ func (p *prober) racingCreates(ctx context.Context) (bool, string, error) {
 			statuses["412"] = true
 		case errors.Is(r.err, ErrConflict):
 			statuses["409"] = true
-		case errors.Is(r.err, ErrAmbiguous):
-			return false, "", r.err
 		default:
+			if ferr := p.fatal(ctx, r.err); ferr != nil {
+				return false, "", ferr
+			}
 			statuses["other: "+r.err.Error()] = true
 		}
 	}

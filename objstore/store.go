@@ -9,16 +9,30 @@ import (
 	"iter"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Options configure a Store. A nil *Options means all defaults.
 type Options struct {
 	// Capabilities, when set, are used instead of probing the endpoint. Set it only
 	// from a Probe result of the same endpoint (e.g. saved by `cairn probe --json`).
-	// Default: the backend's declaration, or a Probe on first need.
+	// Default: the backend's declaration, or a saved verdict, or a Probe on first
+	// need.
 	Capabilities *Capabilities
-	// ProbePrefix is where Probe writes its scratch keys. Default: "cairn-probe/".
+	// ProbePrefix is where Probe writes its scratch keys, and where (at the
+	// bucket's root) it shares its verdict. Default: "cairn-probe/".
 	ProbePrefix string
+	// ProbeTTL is how long a saved probe verdict is reused instead of probing
+	// again (see "Probe verdicts" in the package doc). Negative: verdicts are
+	// neither saved nor reused; each Store probes on its first need. Default:
+	// DefaultProbeTTL (24h).
+	ProbeTTL time.Duration
+	// ProbeCacheDir is the directory of the local verdict cache. Default:
+	// <os.UserCacheDir()>/cairn/probe (no local cache if there is no user cache
+	// directory).
+	ProbeCacheDir string
+	// Now is the clock that dates verdicts. Default: time.Now.
+	Now func() time.Time
 }
 
 // Store is the user-facing handle on an object store. It is safe for concurrent use.
@@ -26,9 +40,12 @@ type Store struct {
 	b    Backend
 	opts Options
 
-	capMu sync.Mutex
-	caps  *Capabilities
-	probe *ProbeReport
+	ident ServerIdentifier // nil: verdicts are not saved
+
+	capMu  sync.Mutex
+	caps   *Capabilities
+	probe  *ProbeReport
+	server *string // what the server calls itself, once asked
 }
 
 // New returns a Store over b.
@@ -40,13 +57,28 @@ func New(b Backend, opts *Options) *Store {
 	if s.opts.ProbePrefix == "" {
 		s.opts.ProbePrefix = "cairn-probe/"
 	}
+	if s.opts.ProbeTTL == 0 {
+		s.opts.ProbeTTL = DefaultProbeTTL
+	}
+	if s.opts.ProbeCacheDir == "" {
+		s.opts.ProbeCacheDir = defaultProbeCacheDir()
+	}
 	if c := s.opts.Capabilities; c != nil {
 		cc := *c
 		s.caps = &cc
 	} else if c, known := b.Capabilities(); known {
 		s.caps = &c
+	} else if id, ok := identityOf(b); ok {
+		s.ident = id
 	}
 	return s
+}
+
+func (s *Store) now() time.Time {
+	if s.opts.Now != nil {
+		return s.opts.Now()
+	}
+	return time.Now()
 }
 
 // Backend returns the backend under s (for wrappers and diagnostics).
@@ -57,34 +89,59 @@ func (s *Store) String() string { return s.b.String() }
 // Close releases the backend's resources.
 func (s *Store) Close() error { return s.b.Close() }
 
-// Capabilities returns what the store enforces: the backend's declaration, the
-// Options override, or the result of a Probe run on first call and cached.
+// Capabilities returns what the store enforces: the Options override, the
+// backend's declaration, a fresh saved verdict, or the result of a Probe run
+// now (and saved). Only writes that carry a condition need it; reads never
+// do, so a Store used only to read never probes and needs no write permission.
 func (s *Store) Capabilities(ctx context.Context) (Capabilities, error) {
 	s.capMu.Lock()
 	defer s.capMu.Unlock()
 	if s.caps != nil {
 		return *s.caps, nil
 	}
+	if v, ok := s.freshVerdict(ctx); ok {
+		c, rep := v.Report.Capabilities, v.Report
+		s.caps, s.probe = &c, &rep
+		return c, nil
+	}
 	rep, err := runProbe(ctx, s.b, s.opts.ProbePrefix, nil)
 	if err != nil {
-		return Capabilities{}, fmt.Errorf("objstore: probing %s for the conditions it enforces: %w", s.b, err)
+		return Capabilities{}, err
 	}
+	s.saveVerdict(ctx, &rep, false)
 	c := rep.Capabilities
 	s.caps, s.probe = &c, &rep
 	return c, nil
 }
 
-// Probe runs the capability probe now (even if a result is cached or declared),
-// caches its result and returns the full report.
+// KnownCapabilities returns what the store is known to enforce without a
+// request: the Options override, the backend's declaration, or a verdict this
+// Store already probed or loaded. ok is false if it would take a probe.
+func (s *Store) KnownCapabilities() (c Capabilities, ok bool) {
+	s.capMu.Lock()
+	defer s.capMu.Unlock()
+	if s.caps == nil {
+		return Capabilities{}, false
+	}
+	return *s.caps, true
+}
+
+// Probe runs the capability probe now (even if a result is cached or
+// declared), keeps its result for this Store, saves it as the verdict for the
+// server unless opts.NoCache, publishes it in the bucket if opts.Share (see
+// "Probe verdicts" in the package doc) and returns the full report.
 func (s *Store) Probe(ctx context.Context, opts *ProbeOptions) (ProbeReport, error) {
 	rep, err := runProbe(ctx, s.b, s.opts.ProbePrefix, opts)
 	if err != nil {
 		return rep, err
 	}
 	s.capMu.Lock()
+	defer s.capMu.Unlock()
+	if opts == nil || !opts.NoCache {
+		s.saveVerdict(ctx, &rep, opts != nil && opts.Share)
+	}
 	c := rep.Capabilities
 	s.caps, s.probe = &c, &rep
-	s.capMu.Unlock()
 	return rep, nil
 }
 
@@ -97,7 +154,7 @@ func (s *Store) requireCondition(ctx context.Context, op string, cond Condition,
 	}
 	caps, err := s.Capabilities(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (the conditional %s was not sent)", err, op)
 	}
 	absent, match := has(caps)
 	if (cond.Absent && !absent) || (cond.Match != "" && !match) {

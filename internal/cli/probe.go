@@ -9,12 +9,15 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
 func probeCmd(e *env) *cobra.Command {
 	var racers int
 	var require []string
+	var noCache bool
+	names := objstore.ProbeCheckNames()
 	cmd := &cobra.Command{
 		Use:   "probe URL",
 		Short: "Prove by experiment which write conditions a store really enforces",
@@ -26,19 +29,37 @@ Many "S3-compatible" servers accept these headers and ignore them; MinIO ignores
 them on DELETE and on the CopyObject destination. The scratch objects are
 deleted afterwards.
 
+Other commands probe only when a write needs a condition and no fresh verdict
+is saved: reads never probe (read-only credentials are enough), and a write
+reuses the verdict saved in the local cache (<user cache dir>/cairn/probe/,
+for 24 hours, as long as the server still gives the same Server header).
+probe always probes and saves its verdict there and in the bucket at
+cairn-probe/verdict.json, after comparing it with the verdict found there
+(which cairn never trusts in place of a probe: anyone who may run the probe
+may also write it). --no-cache saves nothing.
+
+Checks: ` + strings.Join(names, ", ") + `.
 With --require, probe exits with code 3 unless every named check is enforced.`,
 		Example: `  cairn probe ./cairn-data/store
   cairn probe 's3://my-bucket/scratch?endpoint=http://127.0.0.1:9000&path_style=true' --json
   cairn probe s3://my-bucket --require put-if-absent,put-if-match`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, name := range require {
+				if !slices.Contains(names, name) {
+					return usagef("--require %q: not a probe check (the checks: %s)", name, strings.Join(names, ", "))
+				}
+			}
+			if racers < 2 {
+				return usagef("--racers %d: at least 2 writers must race", racers)
+			}
 			s, err := openStore(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			defer s.Close()
 			e.log.Debug("probing", "store", s.String())
-			rep, err := objstore.Probe(cmd.Context(), s, &objstore.ProbeOptions{Racers: racers})
+			rep, err := objstore.Probe(cmd.Context(), s, &objstore.ProbeOptions{Racers: racers, Share: !noCache, NoCache: noCache})
 			if err != nil {
 				return err
 			}
@@ -52,10 +73,7 @@ With --require, probe exits with code 3 unless every named check is enforced.`,
 			var missing []string
 			for _, name := range require {
 				i := slices.IndexFunc(rep.Checks, func(c objstore.ProbeCheck) bool { return c.Name == name })
-				if i < 0 {
-					return usagef("--require %q: not a probe check", name)
-				}
-				if !rep.Checks[i].Enforced {
+				if i < 0 || !rep.Checks[i].Enforced {
 					missing = append(missing, name)
 				}
 			}
@@ -66,7 +84,8 @@ With --require, probe exits with code 3 unless every named check is enforced.`,
 		},
 	}
 	cmd.Flags().IntVar(&racers, "racers", 16, "concurrent if-absent writes in the racing-creates check")
-	cmd.Flags().StringSliceVar(&require, "require", nil, "exit 3 unless these checks are enforced (comma-separated)")
+	cmd.Flags().StringSliceVar(&require, "require", nil, "exit 3 unless these checks are enforced (comma-separated: "+strings.Join(names, ", ")+")")
+	cmd.Flags().BoolVar(&noCache, "no-cache", false, "do not save the verdict (neither in the local cache nor in the bucket)")
 	return cmd
 }
 
@@ -94,6 +113,15 @@ func printProbe(e *env, rep objstore.ProbeReport) {
 	}
 	if !c.CopyIfAbsent || !c.CopyIfMatch {
 		fmt.Fprintln(e.stdout, "conditional copy: not enforced; cairn never relies on a conditional CopyObject destination here")
+	}
+	if sv := rep.PreviousShared; sv != nil {
+		when := sv.Written.UTC().Format(time.RFC3339)
+		if len(sv.Disagree) == 0 {
+			fmt.Fprintf(e.stdout, "the verdict shared in the bucket (written %s) agrees; replaced by this one\n", when)
+		} else {
+			fmt.Fprintf(e.stdout, "WARNING: the verdict shared in the bucket (written %s through %s, server %q) disagreed on %s: the server changed, or that verdict was false; replaced by this one\n",
+				when, safetext.Escape(sv.Endpoint), safetext.Escape(sv.Server), strings.Join(sv.Disagree, ", "))
+		}
 	}
 	fmt.Fprintf(e.stdout, "probe took %s\n", rep.Elapsed.Round(time.Millisecond))
 }

@@ -1,0 +1,269 @@
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// DefaultProbeTTL is how long a saved probe verdict is reused by default.
+const DefaultProbeTTL = 24 * time.Hour
+
+// verdictFormat is the version of the saved verdict's JSON.
+const verdictFormat = 1
+
+// ServerIdentifier is implemented by backends whose probe verdict can be saved
+// and reused across processes (package s3). Backends that enforce conditions
+// themselves declare them instead; wrappers that change what a server does
+// (faults, policies) do not implement it, so nothing is saved for them.
+type ServerIdentifier interface {
+	// ServerLocation names, without a request, the endpoint and bucket that
+	// requests go to. It keys saved verdicts.
+	ServerLocation() ServerLocation
+	// ServerSoftware asks the server, with one read request, what it calls
+	// itself (the Server response header); "" if it does not say.
+	ServerSoftware(ctx context.Context) (string, error)
+}
+
+// ServerLocation is where a probe verdict was measured.
+type ServerLocation struct {
+	Endpoint string `json:"endpoint"` // e.g. "http://127.0.0.1:9000", or "aws:us-east-1"
+	Bucket   string `json:"bucket"`
+}
+
+func (l ServerLocation) cacheName() string {
+	sum := sha256.Sum256([]byte(l.Endpoint + "\n" + l.Bucket))
+	return hex.EncodeToString(sum[:16]) + ".json"
+}
+
+// ProbeVerdict is a saved probe result: the report, the server it was
+// measured on, and when (the prober's clock).
+type ProbeVerdict struct {
+	Format int `json:"format"`
+	ServerLocation
+	Server   string      `json:"server"` // the Server response header then
+	ProbedAt time.Time   `json:"probed_at"`
+	Report   ProbeReport `json:"report"`
+}
+
+// SharedVerdict describes the verdict another probe had left in the bucket,
+// as a probe found it before replacing it.
+type SharedVerdict struct {
+	ServerLocation
+	Server string `json:"server"`
+	// Written is the verdict object's Last-Modified (the server's clock).
+	Written time.Time `json:"written"`
+	// Disagree names the checks on which it said the opposite of this probe.
+	Disagree []string `json:"disagree,omitempty"`
+}
+
+// identityOf returns the ServerIdentifier behind b, looking through key
+// prefixes (a prefix does not change what a server enforces).
+func identityOf(b Backend) (ServerIdentifier, bool) {
+	for {
+		if p, ok := b.(*prefixed); ok {
+			b = p.b
+			continue
+		}
+		id, ok := b.(ServerIdentifier)
+		return id, ok
+	}
+}
+
+// rootOf returns b without key prefixes: the bucket itself.
+func rootOf(b Backend) Backend {
+	for {
+		p, ok := b.(*prefixed)
+		if !ok {
+			return b
+		}
+		b = p.b
+	}
+}
+
+func defaultProbeCacheDir() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "cairn", "probe")
+}
+
+// cacheOn reports whether verdicts are saved and reused.
+func (s *Store) cacheOn() bool { return s.ident != nil && s.opts.ProbeTTL >= 0 }
+
+// serverSoftware asks the server who it is, once per Store.
+func (s *Store) serverSoftware(ctx context.Context) (string, error) {
+	if s.server != nil {
+		return *s.server, nil
+	}
+	sw, err := s.ident.ServerSoftware(ctx)
+	if err != nil {
+		return "", err
+	}
+	s.server = &sw
+	return sw, nil
+}
+
+// freshVerdict returns the locally saved verdict for this server if it is
+// younger than the TTL, names the same endpoint and bucket, and the server
+// still calls itself what it did then. Any doubt is "no verdict": the caller
+// probes.
+func (s *Store) freshVerdict(ctx context.Context) (ProbeVerdict, bool) {
+	if !s.cacheOn() || s.opts.ProbeCacheDir == "" {
+		return ProbeVerdict{}, false
+	}
+	loc := s.ident.ServerLocation()
+	data, err := os.ReadFile(filepath.Join(s.opts.ProbeCacheDir, loc.cacheName()))
+	if err != nil {
+		return ProbeVerdict{}, false
+	}
+	var v ProbeVerdict
+	if json.Unmarshal(data, &v) != nil || v.Format != verdictFormat || v.ServerLocation != loc {
+		return ProbeVerdict{}, false
+	}
+	age := s.now().Sub(v.ProbedAt)
+	if age < 0 || age >= s.opts.ProbeTTL {
+		return ProbeVerdict{}, false
+	}
+	sw, err := s.serverSoftware(ctx)
+	if err != nil || sw != v.Server {
+		return ProbeVerdict{}, false
+	}
+	return v, true
+}
+
+// saveVerdict writes rep to the local cache and, if share, publishes it in
+// the bucket after filling rep.PreviousShared. Saving is best effort: a
+// verdict that cannot be saved is measured again next time.
+func (s *Store) saveVerdict(ctx context.Context, rep *ProbeReport, share bool) {
+	if !s.cacheOn() {
+		return
+	}
+	sw, err := s.serverSoftware(ctx)
+	if err != nil {
+		return // who answers is unknown: a verdict saved now could not be checked later
+	}
+	v := ProbeVerdict{Format: verdictFormat, ServerLocation: s.ident.ServerLocation(), Server: sw, ProbedAt: s.now(), Report: *rep}
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return
+	}
+	if dir := s.opts.ProbeCacheDir; dir != "" {
+		_ = writeFileAtomic(dir, v.cacheName(), data)
+	}
+	if !share {
+		return
+	}
+	rep.PreviousShared = s.compareShared(ctx, *rep)
+	_, _ = rootOf(s.b).Put(ctx, s.sharedKey(), bytes.NewReader(data), int64(len(data)), PutOptions{ContentType: "application/json"})
+}
+
+// sharedKey is where the bucket's shared verdict lives, at the bucket's root.
+func (s *Store) sharedKey() string { return s.opts.ProbePrefix + "verdict.json" }
+
+// compareShared reads the verdict another probe left in the bucket and names
+// the checks on which it disagrees with rep; nil if there is none.
+func (s *Store) compareShared(ctx context.Context, rep ProbeReport) *SharedVerdict {
+	rc, info, err := rootOf(s.b).Get(ctx, s.sharedKey())
+	if err != nil {
+		return nil
+	}
+	defer rc.Close()
+	var old ProbeVerdict
+	if json.NewDecoder(rc).Decode(&old) != nil {
+		return &SharedVerdict{Written: info.LastModified, Disagree: []string{"(unreadable)"}}
+	}
+	sv := &SharedVerdict{ServerLocation: old.ServerLocation, Server: old.Server, Written: info.LastModified}
+	for _, c := range rep.Checks {
+		i := slices.IndexFunc(old.Report.Checks, func(o ProbeCheck) bool { return o.Name == c.Name })
+		if i < 0 || old.Report.Checks[i].Enforced != c.Enforced {
+			sv.Disagree = append(sv.Disagree, c.Name)
+		}
+	}
+	return sv
+}
+
+// writeFileAtomic writes data to dir/name through a temporary file and a
+// rename, so a reader never sees half a verdict; the directory is private
+// to the user.
+func writeFileAtomic(dir, name string, data []byte) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if err := os.Rename(f.Name(), filepath.Join(dir, name)); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	pruneVerdicts(dir)
+	return nil
+}
+
+// pruneVerdicts removes saved verdicts nobody has refreshed for 30 days (the
+// cache would otherwise grow by one file per bucket ever written to).
+func pruneVerdicts(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") && !strings.HasPrefix(e.Name(), ".tmp-") {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > 30*24*time.Hour {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// probeError is a probe that could not finish. It is never ErrAmbiguous: the
+// writes that may or may not have landed were the probe's own scratch writes,
+// not the caller's.
+type probeError struct {
+	store string
+	what  string
+	cause error
+}
+
+func (e *probeError) Error() string {
+	what, cause := e.what, e.cause.Error()
+	if errors.Is(e.cause, ErrAmbiguous) {
+		what += " got no answer"
+		cause = strings.ReplaceAll(cause, ErrAmbiguous.Error()+": ", "")
+	}
+	return fmt.Sprintf("probe of %s failed: %s: %s; nothing is known about its conditions (check that it is reachable and that the credentials may write and delete under the probe prefix, then retry)", e.store, what, cause)
+}
+
+// Is makes the error match ErrProbeFailed.
+func (e *probeError) Is(target error) bool { return target == ErrProbeFailed }
+
+// Unwrap keeps the cause reachable (ErrBucketNotFound, context.Canceled, …)
+// unless it says the outcome of a write is unknown: that was a scratch write.
+func (e *probeError) Unwrap() error {
+	if errors.Is(e.cause, ErrAmbiguous) {
+		return nil
+	}
+	return e.cause
+}
+
+// Detail is the cause's raw chain (see Detail).
+func (e *probeError) Detail() string { return Detail(e.cause) }
