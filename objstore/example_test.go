@@ -73,4 +73,5 @@ func ExampleProbe() {
 	// multipart-if-absent true
 	// multipart-if-match true
 	// racing-creates true
+	// racing-updates true
 }

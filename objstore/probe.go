@@ -38,8 +38,12 @@ var ErrProbeFailed = errors.New("capability probe failed")
 
 // ProbeOptions tune Probe. A nil *ProbeOptions means all defaults.
 type ProbeOptions struct {
-	// Racers is how many concurrent if-absent writes race for one key. Default: 16.
+	// Racers is how many concurrent conditional writes race for one key in
+	// each round of the racing checks. Default: 16.
 	Racers int
+	// Rounds is how many rounds each racing check runs; every round must have
+	// exactly one winner (one round can miss a narrow race). Default: 3.
+	Rounds int
 	// Share also publishes the verdict in the bucket, at "<ProbePrefix>verdict.json"
 	// from the bucket's root, after comparing it with the one found there
 	// (ProbeReport.PreviousShared). It is a record for people and tools, never
@@ -54,7 +58,7 @@ type ProbeOptions struct {
 // ProbeCheckNames are the names of Probe's checks, in the order it runs them.
 func ProbeCheckNames() []string {
 	return []string{"put-if-absent", "put-if-match", "delete-if-match", "copy-if-absent", "copy-if-match",
-		"multipart-if-absent", "multipart-if-match", "racing-creates"}
+		"multipart-if-absent", "multipart-if-match", "racing-creates", "racing-updates"}
 }
 
 // ProbeCheck is the outcome of one experiment.
@@ -71,7 +75,8 @@ type ProbeReport struct {
 	Checks       []ProbeCheck  `json:"checks"`
 	Capabilities Capabilities  `json:"capabilities"`
 	Racers       int           `json:"racers"`
-	Winners      int           `json:"winners"`       // successful racing creates (must be 1)
+	Rounds       int           `json:"rounds"`
+	Winners      int           `json:"winners"`       // successful racing writes in the worst round (must be 1)
 	LosersStatus []string      `json:"losers_status"` // what racing losers saw: "412", "409"
 	Elapsed      time.Duration `json:"elapsed_ns"`
 	// PreviousShared is the verdict an earlier probe had left in the bucket, and
@@ -110,7 +115,10 @@ func runProbe(ctx context.Context, b Backend, basePrefix string, opts *ProbeOpti
 	if o.Racers <= 0 {
 		o.Racers = 16
 	}
-	rep := ProbeReport{Store: b.String(), Racers: o.Racers}
+	if o.Rounds <= 0 {
+		o.Rounds = 3
+	}
+	rep := ProbeReport{Store: b.String(), Racers: o.Racers, Rounds: o.Rounds, Winners: 1}
 	start := time.Now()
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
@@ -133,7 +141,8 @@ func runProbe(ctx context.Context, b Backend, basePrefix string, opts *ProbeOpti
 		{"copy-if-match", p.copyCond(false), func(c *Capabilities, v bool) { c.CopyIfMatch = v }},
 		{"multipart-if-absent", p.multipartCond(true), func(c *Capabilities, v bool) { c.MultipartIfAbsent = v }},
 		{"multipart-if-match", p.multipartCond(false), func(c *Capabilities, v bool) { c.MultipartIfMatch = v }},
-		{"racing-creates", p.racingCreates, func(c *Capabilities, v bool) { c.PutIfAbsent = c.PutIfAbsent && v }},
+		{"racing-creates", p.racing(false), func(c *Capabilities, v bool) { c.PutIfAbsent = c.PutIfAbsent && v }},
+		{"racing-updates", p.racing(true), func(c *Capabilities, v bool) { c.PutIfMatch = c.PutIfMatch && v }},
 	}
 	for _, c := range checks {
 		t0 := time.Now()
@@ -374,8 +383,63 @@ func (p *prober) multipartCond(absent bool) func(context.Context) (bool, string,
 	}
 }
 
-func (p *prober) racingCreates(ctx context.Context) (bool, string, error) {
-	k := p.key("race")
+// racing returns the racing-creates (If-None-Match: *) or racing-updates
+// (If-Match of one ETag) check: Rounds rounds of Racers concurrent
+// conditional writes of one key, each of which must have exactly one winner,
+// whose write is the one stored. Several servers enforce a condition alone
+// but not under races; the worst round is reported.
+func (p *prober) racing(update bool) func(context.Context) (bool, string, error) {
+	what := "if-absent"
+	if update {
+		what = "if-match"
+	}
+	return func(ctx context.Context) (bool, string, error) {
+		n := p.rep.Racers
+		statuses := map[string]bool{}
+		for round := range p.rep.Rounds {
+			k := p.key(fmt.Sprintf("race-%s-%d", what, round))
+			cond := IfAbsent()
+			if update {
+				base, err := p.put(ctx, k, "base", Condition{})
+				if err != nil {
+					return false, "", err
+				}
+				cond = IfMatch(base.ETag)
+			}
+			winners, winner, bad, err := p.raceRound(ctx, k, cond, statuses)
+			if err != nil {
+				return false, "", err
+			}
+			if winners != 1 && (p.rep.Winners == 1 || winners > p.rep.Winners) {
+				p.rep.Winners = winners
+			}
+			if winners != 1 {
+				return false, fmt.Sprintf("ignored under races: %d of %d concurrent %s writes succeeded (round %d of %d)", winners, n, what, round+1, p.rep.Rounds), nil
+			}
+			if bad != "" {
+				return false, "broken: a racing loser failed with " + bad, nil
+			}
+			data, err := p.get(ctx, k)
+			if err != nil {
+				return false, "", err
+			}
+			if data != winner {
+				return false, "broken: the stored object is not the winner's write", nil
+			}
+		}
+		p.rep.LosersStatus = p.rep.LosersStatus[:0]
+		for _, s := range []string{"412", "409"} {
+			if statuses[s] {
+				p.rep.LosersStatus = append(p.rep.LosersStatus, s)
+			}
+		}
+		return true, fmt.Sprintf("1 winner of %d in each of %d rounds; losers saw %v", n, p.rep.Rounds, p.rep.LosersStatus), nil
+	}
+}
+
+// raceRound races Racers conditional writes of k and returns the number of
+// winners, the winner's body, and a loser's unexpected error ("" if none).
+func (p *prober) raceRound(ctx context.Context, k string, cond Condition, statuses map[string]bool) (int, string, string, error) {
 	n := p.rep.Racers
 	type result struct {
 		body string
@@ -388,14 +452,13 @@ func (p *prober) racingCreates(ctx context.Context) (bool, string, error) {
 		wg.Go(func() {
 			<-start
 			body := fmt.Sprintf("racer %d", i)
-			_, err := p.put(ctx, k, body, IfAbsent())
+			_, err := p.put(ctx, k, body, cond)
 			results[i] = result{body, err}
 		})
 	}
 	close(start)
 	wg.Wait()
-	winners, statuses := 0, map[string]bool{}
-	var winner string
+	winners, winner, bad := 0, "", ""
 	for _, r := range results {
 		switch {
 		case r.err == nil:
@@ -407,33 +470,12 @@ func (p *prober) racingCreates(ctx context.Context) (bool, string, error) {
 			statuses["409"] = true
 		default:
 			if ferr := p.fatal(ctx, r.err); ferr != nil {
-				return false, "", ferr
+				return 0, "", "", ferr
 			}
-			statuses["other: "+r.err.Error()] = true
+			bad = r.err.Error()
 		}
 	}
-	for _, s := range []string{"412", "409"} {
-		if statuses[s] {
-			p.rep.LosersStatus = append(p.rep.LosersStatus, s)
-		}
-	}
-	p.rep.Winners = winners
-	if winners != 1 {
-		return false, fmt.Sprintf("ignored: %d of %d concurrent if-absent writes succeeded", winners, n), nil
-	}
-	for s := range statuses {
-		if s != "412" && s != "409" {
-			return false, "broken: a racing loser failed with " + s, nil
-		}
-	}
-	data, err := p.get(ctx, k)
-	if err != nil {
-		return false, "", err
-	}
-	if data != winner {
-		return false, "broken: the stored object is not the winner's write", nil
-	}
-	return true, fmt.Sprintf("1 winner of %d; losers saw %v", n, p.rep.LosersStatus), nil
+	return winners, winner, bad, nil
 }
 
 func (p *prober) get(ctx context.Context, key string) (string, error) {

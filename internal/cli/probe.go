@@ -14,7 +14,7 @@ import (
 )
 
 func probeCmd(e *env) *cobra.Command {
-	var racers int
+	var racers, rounds int
 	var require []string
 	var noCache bool
 	names := objstore.ProbeCheckNames()
@@ -50,8 +50,8 @@ With --require, probe exits with code 3 unless every named check is enforced.`,
 					return usagef("--require %q: not a probe check (the checks: %s)", name, strings.Join(names, ", "))
 				}
 			}
-			if racers < 2 {
-				return usagef("--racers %d: at least 2 writers must race", racers)
+			if racers < 2 || rounds < 1 {
+				return usagef("--racers %d --rounds %d: at least 2 writers must race, in at least 1 round", racers, rounds)
 			}
 			s, err := openStore(cmd.Context(), args[0])
 			if err != nil {
@@ -59,7 +59,7 @@ With --require, probe exits with code 3 unless every named check is enforced.`,
 			}
 			defer s.Close()
 			e.log.Debug("probing", "store", s.String())
-			rep, err := objstore.Probe(cmd.Context(), s, &objstore.ProbeOptions{Racers: racers, Share: !noCache, NoCache: noCache})
+			rep, err := objstore.Probe(cmd.Context(), s, &objstore.ProbeOptions{Racers: racers, Rounds: rounds, Share: !noCache, NoCache: noCache})
 			if err != nil {
 				return err
 			}
@@ -83,7 +83,8 @@ With --require, probe exits with code 3 unless every named check is enforced.`,
 			return nil
 		},
 	}
-	cmd.Flags().IntVar(&racers, "racers", 16, "concurrent if-absent writes in the racing-creates check")
+	cmd.Flags().IntVar(&racers, "racers", 16, "concurrent conditional writes of one key per round of the racing-creates and racing-updates checks")
+	cmd.Flags().IntVar(&rounds, "rounds", 3, "rounds of each racing check; every round must have exactly one winner")
 	cmd.Flags().StringSliceVar(&require, "require", nil, "exit 3 unless these checks are enforced (comma-separated: "+strings.Join(names, ", ")+")")
 	cmd.Flags().BoolVar(&noCache, "no-cache", false, "do not save the verdict (neither in the local cache nor in the bucket)")
 	return cmd

@@ -272,7 +272,7 @@ func TestProbeRequireValidatedFirst(t *testing.T) {
 	t.Parallel()
 	// Nothing listens at port 1: a probe would fail to connect, exit 1.
 	unreachable := "s3://bucket?endpoint=http://127.0.0.1:1&path_style=true&region=us-east-1"
-	names := []string{"put-if-absent", "put-if-match", "delete-if-match", "copy-if-absent", "copy-if-match", "multipart-if-absent", "multipart-if-match", "racing-creates"}
+	names := []string{"put-if-absent", "put-if-match", "delete-if-match", "copy-if-absent", "copy-if-match", "multipart-if-absent", "multipart-if-match", "racing-creates", "racing-updates"}
 	code, _, stderr := run(t, "probe", unreachable, "--require", "put-if-absent,bogus")
 	if code != cli.ExitUsage || !strings.Contains(stderr, `"bogus"`) {
 		t.Errorf("--require bogus: exit %d, stderr %q; want exit 2 naming it, before any request", code, stderr)

@@ -105,6 +105,14 @@ type Options struct {
 	// servers that accept If-None-Match / If-Match and ignore them: conditions
 	// are dropped and the backend declares no capabilities, so Probe must find out.
 	IgnoreConditions bool
+	// RacyConditions makes conditional PUTs check-then-act, as several
+	// servers' were (SeaweedFS 4.16, versitygw's posix backend before a fix):
+	// the condition is judged against a HEAD, then the write is applied
+	// unconditionally after RaceWindow. A lone write is refused correctly;
+	// concurrent ones can all win. The backend declares no capabilities.
+	RacyConditions bool
+	// RaceWindow is the gap between the check and the write. Default: 2ms.
+	RaceWindow time.Duration
 }
 
 // Stats counts the faults injected so far.
@@ -244,6 +252,30 @@ func (b *Backend) cond(c objstore.Condition) objstore.Condition {
 	return c
 }
 
+// racyCheck judges a condition against a HEAD and clears it, after a gap,
+// when RacyConditions is set.
+func (b *Backend) racyCheck(ctx context.Context, key string, c *objstore.Condition) error {
+	b.mu.Lock()
+	racy, window := b.opts.RacyConditions, b.opts.RaceWindow
+	b.mu.Unlock()
+	if !racy || c.IsZero() {
+		return nil
+	}
+	if window <= 0 {
+		window = 2 * time.Millisecond
+	}
+	info, err := b.inner.Head(ctx, key)
+	switch {
+	case err != nil && !errors.Is(err, objstore.ErrNotFound):
+		return err
+	case c.Absent && err == nil, c.Match != "" && (err != nil || info.ETag != objstore.NormalizeETag(c.Match)):
+		return fmt.Errorf("%w: judged against a HEAD", objstore.ErrPreconditionFailed)
+	}
+	*c = objstore.Condition{}
+	time.Sleep(window)
+	return nil
+}
+
 // do runs call under the fault decided for (op, key). call gets the context to
 // use: the caller's, or for a late request a detached one.
 func do[T any](b *Backend, ctx context.Context, op Op, key string, call func(context.Context) (T, error)) (T, error) {
@@ -301,6 +333,9 @@ func (b *Backend) Head(ctx context.Context, key string) (objstore.Info, error) {
 // Put implements objstore.Backend.
 func (b *Backend) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
 	opts.If = b.cond(opts.If)
+	if err := b.racyCheck(ctx, key, &opts.If); err != nil {
+		return objstore.Info{}, err
+	}
 	if b.mayBeLate() {
 		// A late request lands after the caller has returned and may reuse its
 		// reader: keep a copy of the body.
@@ -364,7 +399,7 @@ func (b *Backend) AbortMultipart(ctx context.Context, key, id string) error {
 // conditions are ignored.
 func (b *Backend) Capabilities() (objstore.Capabilities, bool) {
 	b.mu.Lock()
-	ignore := b.opts.IgnoreConditions
+	ignore := b.opts.IgnoreConditions || b.opts.RacyConditions
 	b.mu.Unlock()
 	if ignore {
 		return objstore.Capabilities{}, false

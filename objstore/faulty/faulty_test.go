@@ -180,3 +180,33 @@ func TestLateApply(t *testing.T) {
 		t.Errorf("stats %+v, want two late requests, one landed", st)
 	}
 }
+
+// A store that judges conditions by check-then-act (enforced alone, not under
+// races, as SeaweedFS 4.16 and an older versitygw were) passes every
+// single-write check, and the probe's racing rounds must still catch it, for
+// creates and for updates.
+func TestProbeCatchesRacyConditions(t *testing.T) {
+	ctx := context.Background()
+	racy := faulty.New(mem.NewBackend(""), &faulty.Options{RacyConditions: true})
+	rep, err := objstore.Probe(ctx, objstore.New(racy, nil), &objstore.ProbeOptions{NoCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enforced := map[string]bool{}
+	for _, c := range rep.Checks {
+		enforced[c.Name] = c.Enforced
+		t.Logf("%s: %v (%s)", c.Name, c.Enforced, c.Outcome)
+	}
+	if !enforced["put-if-absent"] || !enforced["put-if-match"] {
+		t.Fatalf("a lone conditional write is refused correctly by this store: %v", enforced)
+	}
+	if enforced["racing-creates"] || enforced["racing-updates"] {
+		t.Errorf("racing checks passed on a check-then-act store: %v", enforced)
+	}
+	if rep.Capabilities.PutIfAbsent || rep.Capabilities.PutIfMatch {
+		t.Errorf("capabilities %+v: conditional puts that lose under races must not count as enforced", rep.Capabilities)
+	}
+	if rep.Winners <= 1 {
+		t.Errorf("worst round had %d winners, want several", rep.Winners)
+	}
+}
