@@ -27,6 +27,26 @@
 // overwritten or deleted: the operation finishes the rest and returns a
 // *ConflictError naming the keys.
 //
+// # Interruptions, and running an operation again
+//
+// An operation whose context ends (Ctrl-C, a deadline) returns an
+// *InterruptedError saying what it left: nothing (it had not written its
+// intent), or how many objects it had copied or deleted, with the journal that
+// the next Recover or overlapping operation finishes. PendingOps lists the
+// operations whose journals are live (running, or interrupted), for a listing
+// to warn about.
+//
+// A roll-forward that finishes an interrupted operation keeps its journal's
+// intent and manifest as a tombstone (removed by Recover after
+// Options.TombstoneGrace). The same rename or delete started again — same
+// folders and overwrite — that finds its source empty then succeeds with
+// Result.Already, provided the folders still hold what the finished operation
+// left: nothing at the source and, for a rename, every manifest object at the
+// destination with its size (and ETag, unless multipart). Otherwise, and for
+// an operation that ran to the end without interruption (it leaves no
+// tombstone), it is refused as before (ErrNotFound). A copy run again is
+// refused as before (ErrNotEmpty): its source may have changed since.
+//
 // # Guarantees and limits
 //
 //   - Atomic with respect to other cairn users of the same locks: none sees a
@@ -123,11 +143,19 @@ type Locker interface {
 }
 
 // TreeLocker adapts a treelock.Manager (locks across processes and machines).
-type TreeLocker struct{ M *treelock.Manager }
+type TreeLocker struct {
+	M *treelock.Manager
+	// Waiting, if set (with Store, the store M locks on), is called before a
+	// request waits for others, with the entries in its way (TreeHolders):
+	// the request is first tried without waiting. Default: nil (wait
+	// silently).
+	Waiting func(Wait)
+	Store   *objstore.Store
+}
 
 // Lock acquires through the tree lock.
 func (t TreeLocker) Lock(ctx context.Context, read, write []string) (func(), <-chan struct{}, error) {
-	h, err := t.M.Acquire(ctx, treelock.Request{Read: read, Write: write})
+	h, err := t.acquire(ctx, read, write)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -204,6 +232,9 @@ func New(s *objstore.Store, opts *Options) *Ops {
 	}
 	return ops
 }
+
+// Store is the store the Ops work on.
+func (ops *Ops) Store() *objstore.Store { return ops.s }
 
 // Close ends the Ops' own lock session, if it made one.
 func (ops *Ops) Close() {

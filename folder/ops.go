@@ -95,6 +95,12 @@ type Result struct {
 	// JournalSeconds is the time spent writing, reading and removing the
 	// journal (the price of crash safety).
 	JournalSeconds float64 `json:"journal_seconds"`
+	// Already: the same operation had been carried out before — an
+	// interrupted run of it was finished by a roll-forward (this call's, a
+	// Recover, or another operation's) — so this call changed nothing. Its
+	// evidence is the roll-forward's tombstone, and the folders still holding
+	// what it left.
+	Already bool `json:"already_done,omitempty"`
 }
 
 // Rename moves every object under src to the same relative key under dst.
@@ -112,9 +118,8 @@ func (ops *Ops) Delete(ctx context.Context, prefix string) (Result, error) {
 	return ops.start(ctx, opDelete, prefix, "", false)
 }
 
-func (ops *Ops) start(ctx context.Context, op, src, dst string, overwrite bool) (Result, error) {
+func (ops *Ops) start(ctx context.Context, op, src, dst string, overwrite bool) (_ Result, err error) {
 	begin := time.Now()
-	var err error
 	if src, err = Prefix(src); err != nil {
 		return Result{}, err
 	}
@@ -127,6 +132,15 @@ func (ops *Ops) start(ctx context.Context, op, src, dst string, overwrite bool) 
 		}
 	}
 	in := &intent{ID: newID(), Op: op, Src: src, Dst: dst, Created: time.Now().UTC(), Overwrite: overwrite}
+	// An interruption before the intent is written changed nothing of this
+	// operation (a roll-forward it ran first reports its own).
+	phase := "lock"
+	defer func() {
+		var ie *InterruptedError
+		if err != nil && ctx.Err() != nil && !errors.As(err, &ie) {
+			err = &InterruptedError{Op: op, Src: src, Dst: dst, Phase: phase, Err: err}
+		}
+	}()
 	recovered, err := ops.recoverOverlapping(ctx, in)
 	if err != nil {
 		return Result{}, err
@@ -137,10 +151,15 @@ func (ops *Ops) start(ctx context.Context, op, src, dst string, overwrite bool) 
 		return Result{}, fmt.Errorf("folder: locking: %w", err)
 	}
 	defer unlock()
+	phase = "check"
 	// Checks, under the lock.
 	if empty, err := ops.empty(ctx, src); err != nil {
 		return Result{}, err
 	} else if empty {
+		if res, ok, err := ops.alreadyDone(ctx, in); err != nil || ok {
+			res.Recovered, res.Seconds = recovered, time.Since(begin).Seconds()
+			return res, err
+		}
 		return Result{}, fmt.Errorf("%w: %q", ErrNotFound, src)
 	}
 	if op != opDelete && !overwrite {
@@ -151,6 +170,7 @@ func (ops *Ops) start(ctx context.Context, op, src, dst string, overwrite bool) 
 		}
 	}
 	// The intent first: from here on, a crash is finished by Recover.
+	phase = "intent"
 	data, _ := json.Marshal(in)
 	t0 := time.Now()
 	etag, retried, err := ops.putResolved(ctx, in.key(), data, objstore.IfAbsent())
@@ -160,6 +180,10 @@ func (ops *Ops) start(ctx context.Context, op, src, dst string, overwrite bool) 
 			"the next Recover (or overlapping operation) carries the %s out, after checking again that it may: %w", op, err)
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			// A cancelled write may still have landed.
+			return Result{}, &InterruptedError{Op: op, Src: src, Dst: dst, Phase: "intent", Journal: in.ID, Err: err}
+		}
 		return Result{}, fmt.Errorf("folder: writing the intent: %w", err)
 	}
 	intentTime := time.Since(t0)
@@ -278,6 +302,18 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 	res = Result{Op: in.Op, Src: in.Src, Dst: in.Dst}
 	jt := &journalTimer{}
 	defer func() { res.JournalSeconds += jt.seconds() }()
+	phase := "manifest"
+	var copied, deleted atomic.Int64
+	defer func() {
+		var ie *InterruptedError
+		if err != nil && ctx.Err() != nil && !errors.Is(err, ErrLockLost) && !errors.As(err, &ie) {
+			err = &InterruptedError{Op: in.Op, Src: in.Src, Dst: in.Dst, Journal: in.ID, Phase: phase,
+				Objects: in.Objects, Copied: copied.Load(), Deleted: deleted.Load(), Err: err}
+			if !in.Complete {
+				err.(*InterruptedError).Objects = 0
+			}
+		}
+	}()
 	check := func() error {
 		select {
 		case <-lost:
@@ -293,7 +329,7 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 		if why, err := ops.mayRun(ctx, in); err != nil {
 			return res, err
 		} else if why != "" {
-			if err := ops.removeJournal(ctx, in, jt); err != nil {
+			if err := ops.removeJournal(ctx, in, jt, false); err != nil {
 				return res, err
 			}
 			res.Abandoned = why
@@ -313,30 +349,40 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 	conflicts := &conflicts{op: in.Op}
 	var skipped atomic.Int64
 	if in.Done {
-		return res, ops.removeJournal(ctx, in, jt)
+		phase = "cleanup"
+		return res, ops.removeJournal(ctx, in, jt, !fresh)
 	}
 	if in.Op != opDelete && !in.Deleting {
+		phase = "copy"
 		if err := ops.phase(ctx, in, "copy", check, jt, func(ctx context.Context, e entry) error {
 			done, err := ops.copyOne(ctx, in, e, conflicts, fresh)
 			if done {
 				skipped.Add(1)
+			}
+			if err == nil {
+				copied.Add(1)
 			}
 			return err
 		}); err != nil {
 			return res, err
 		}
 	}
+	if in.Op != opDelete {
+		copied.Store(in.Objects)
+	}
 	if in.Op != opCopy {
+		phase = "delete"
 		if !in.Deleting {
 			in.Deleting = true
 			if etag, err = ops.saveTimed(ctx, in, etag, jt); err != nil {
 				return res, err
 			}
 		}
-		if err := ops.deletePhase(ctx, in, check, jt, conflicts); err != nil {
+		if err := ops.deletePhase(ctx, in, check, jt, conflicts, &deleted); err != nil {
 			return res, err
 		}
 	}
+	phase = "cleanup"
 	if err := check(); err != nil {
 		return res, err
 	}
@@ -346,7 +392,7 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 	if _, err = ops.saveTimed(ctx, in, etag, jt); err != nil {
 		return res, err
 	}
-	if err := ops.removeJournal(ctx, in, jt); err != nil {
+	if err := ops.removeJournal(ctx, in, jt, !fresh); err != nil {
 		return res, err
 	}
 	res.Skipped = skipped.Load()
@@ -568,14 +614,18 @@ func (ops *Ops) copyChecked(ctx context.Context, src, dst string, e entry, c *co
 // deleted If-Match its manifest ETag; elsewhere (MinIO) one LIST per chunk
 // reads the current ETags and one batch request deletes the matching keys,
 // all under the folder's write lock.
-func (ops *Ops) deletePhase(ctx context.Context, in *intent, check func() error, jt *journalTimer, c *conflicts) error {
+func (ops *Ops) deletePhase(ctx context.Context, in *intent, check func() error, jt *journalTimer, c *conflicts, deleted *atomic.Int64) error {
 	caps, err := ops.s.Capabilities(ctx)
 	if err != nil {
 		return err
 	}
 	if caps.DeleteIfMatch {
 		return ops.phase(ctx, in, "delete", check, jt, func(ctx context.Context, e entry) error {
-			return ops.deleteOne(ctx, in, e, c)
+			if err := ops.deleteOne(ctx, in, e, c); err != nil {
+				return err
+			}
+			deleted.Add(1)
+			return nil
 		})
 	}
 	var done, nbytes int64
@@ -624,6 +674,7 @@ func (ops *Ops) deletePhase(ctx context.Context, in *intent, check func() error,
 			return fmt.Errorf("folder: deleting %q (and %d more): %w", k, len(failed)-1, err)
 		}
 		done += int64(len(entries))
+		deleted.Store(done)
 		ops.report(Progress{Phase: "delete", Done: done, Total: in.Objects, Bytes: nbytes})
 	}
 	return nil
@@ -679,9 +730,21 @@ func (ops *Ops) deleteOne(ctx context.Context, in *intent, e entry, c *conflicts
 	return err
 }
 
-// removeJournal removes a done operation's chunks, then its intent.
-func (ops *Ops) removeJournal(ctx context.Context, in *intent, jt *journalTimer) error {
+// removeJournal removes a done operation's chunks, then its intent. With
+// evidence (a roll-forward finished an interrupted operation) the intent and
+// the manifest stay as a tombstone, so that the interrupted command, run
+// again, can tell that its operation was carried out (Result.Already).
+func (ops *Ops) removeJournal(ctx context.Context, in *intent, jt *journalTimer, evidence bool) error {
 	defer jt.start()()
+	if evidence && in.Complete && in.Done {
+		tomb := *in
+		tomb.Finished = true
+		data, _ := json.Marshal(&tomb)
+		if _, err := ops.s.PutBytes(ctx, in.key(), data, &objstore.PutOptions{ContentType: "application/json"}); err != nil {
+			return fmt.Errorf("folder: removing the journal: %w", err)
+		}
+		return nil
+	}
 	var chunks []string
 	for info, err := range ops.s.List(ctx, JournalPrefix+in.ID+"/m/", nil) {
 		if err != nil {
@@ -728,6 +791,7 @@ func (ops *Ops) removeChunks(ctx context.Context, id string) {
 type tombstone struct {
 	id    string
 	since time.Time // its Last-Modified, by the store's clock
+	in    *intent
 }
 
 // intents lists the journals present: intents, and ids of orphan chunks.
@@ -757,7 +821,7 @@ func (ops *Ops) journals(ctx context.Context) ([]*intent, []string, []tombstone,
 		case err != nil:
 			return nil, nil, nil, err
 		case in.Finished:
-			tombs = append(tombs, tombstone{id: id, since: ii.LastModified})
+			tombs = append(tombs, tombstone{id: id, since: ii.LastModified, in: in})
 		default:
 			out = append(out, in)
 		}
@@ -969,4 +1033,204 @@ func (ops *Ops) Snapshot(ctx context.Context, prefix string, w io.Writer) (Resul
 	}
 	res.Seconds = time.Since(begin).Seconds()
 	return res, nil
+}
+
+// alreadyDone reports whether the rename or delete in next was carried out
+// before: a roll-forward finished an interrupted run of exactly it (same
+// folders and overwrite), left its tombstone, and the folders still hold what
+// that run left — nothing at the source, and for a rename the manifest's
+// every object at the destination, same size and (unless multipart) same
+// ETag. The caller holds next's locks and has found the source empty.
+func (ops *Ops) alreadyDone(ctx context.Context, next *intent) (Result, bool, error) {
+	_, _, tombs, err := ops.journals(ctx)
+	if err != nil {
+		return Result{}, false, err
+	}
+	for _, tb := range tombs {
+		in := tb.in
+		if in.Op == opCopy || in.Op != next.Op || in.Src != next.Src || in.Dst != next.Dst || in.Overwrite != next.Overwrite || !in.Complete {
+			continue
+		}
+		if empty, err := ops.empty(ctx, in.Src); err != nil || !empty {
+			return Result{}, false, err
+		}
+		ok := true
+		if in.Op != opDelete {
+			if ok, err = ops.holdsManifest(ctx, in); err != nil {
+				return Result{}, false, err
+			}
+		}
+		if ok {
+			return Result{Op: in.Op, Src: in.Src, Dst: in.Dst, Objects: in.Objects, Bytes: in.Bytes, Already: true}, true, nil
+		}
+	}
+	return Result{}, false, nil
+}
+
+// holdsManifest reports whether the destination holds every object of the
+// manifest (size, and ETag unless the source was multipart).
+func (ops *Ops) holdsManifest(ctx context.Context, in *intent) (bool, error) {
+	jt := &journalTimer{}
+	after := ""
+	for i := 1; i <= in.Chunks; i++ {
+		entries, err := ops.readChunk(ctx, in, i, jt)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if len(entries) == 0 {
+			continue
+		}
+		have := map[string]objstore.Info{}
+		last := in.Dst + entries[len(entries)-1].K
+		for info, err := range ops.s.List(ctx, in.Dst, &objstore.ListOptions{StartAfter: after}) {
+			if err != nil {
+				return false, err
+			}
+			if info.Key > last {
+				break
+			}
+			have[info.Key] = info
+		}
+		after = last
+		for _, e := range entries {
+			d, ok := have[in.Dst+e.K]
+			if !ok || d.Size != e.S || (d.ETag != e.E && !strings.Contains(e.E, "-")) {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
+
+// InterruptedError: an operation stopped because its context ended (Ctrl-C,
+// a deadline) — not because anything failed. It says what state was left:
+//
+//   - Journal == "": the intent was not written, so this operation changed
+//     nothing (a roll-forward it ran first reports its own interruption).
+//   - Journal != "": the operation is journaled; the next Recover or
+//     operation on an overlapping folder finishes it (rolls it forward). In
+//     phase "intent" the interrupted write of the intent may or may not have
+//     landed: if it did, that roll-forward checks again that the operation
+//     may run, as for any intent whose manifest is not complete.
+type InterruptedError struct {
+	Op, Src, Dst string
+	// Journal is the journal's id under JournalPrefix, or "".
+	Journal string
+	// Phase: "lock", "check", "intent", "manifest", "copy", "delete" or
+	// "cleanup" (every object done; only the journal's removal was left).
+	Phase string
+	// Objects in the operation (0 before the manifest was complete); Copied
+	// and Deleted of them, by this run or an earlier one (a roll-forward
+	// counts the copies it found done).
+	Objects, Copied, Deleted int64
+	// Err is the error the interruption caused (wraps the context's error).
+	Err error
+}
+
+func (e *InterruptedError) Error() string {
+	return "folder: " + e.Op + " " + e.Src + arrowTo(e.Dst) + " interrupted: " + e.State() + "; " + e.Next("Recover")
+}
+
+func (e *InterruptedError) Unwrap() error { return e.Err }
+
+// State says what the interruption left, e.g. "141 of 3000 objects copied
+// to dst/ (the source is untouched)".
+func (e *InterruptedError) State() string {
+	switch {
+	case e.Journal == "":
+		return "nothing was changed"
+	case e.Phase == "intent":
+		return "nothing was changed yet, but the journal's intent may have been written"
+	case e.Phase == "manifest":
+		return "nothing was changed yet (the journal's list of objects was being written)"
+	case e.Phase == "copy":
+		return fmt.Sprintf("%d of %d objects copied to %s (the source is untouched)", e.Copied, e.Objects, e.Dst)
+	case e.Phase == "delete" && e.Op == opDelete:
+		return fmt.Sprintf("%d of %d objects deleted from %s", e.Deleted, e.Objects, e.Src)
+	case e.Phase == "delete":
+		return fmt.Sprintf("all %d objects copied to %s; %d of %d deleted from %s", e.Objects, e.Dst, e.Deleted, e.Objects, e.Src)
+	}
+	return fmt.Sprintf("all %d objects done; only the journal's removal was left", e.Objects)
+}
+
+// Journaled reports whether a roll-forward will finish (or, if it may no
+// longer run, drop) the operation.
+func (e *InterruptedError) Journaled() bool { return e.Journal != "" }
+
+// Next is the sentence that says what finishes the operation, with recover
+// naming the command or call that does (e.g. "'cairn fs recover --store URL'").
+func (e *InterruptedError) Next(recover string) string {
+	if e.Journal == "" {
+		return "run it again to do it"
+	}
+	what := map[string]string{opRename: "the rename", opCopy: "the copy", opDelete: "the delete"}[e.Op]
+	return fmt.Sprintf("%s is journaled (%s%s) and will be finished by %s or by the next operation on these folders", what, JournalPrefix, e.Journal, recover)
+}
+
+func arrowTo(dst string) string {
+	if dst == "" {
+		return ""
+	}
+	return " -> " + dst
+}
+
+// Pending is an operation whose journal is live: it is running now, or it
+// was interrupted and waits for a roll-forward.
+type Pending struct {
+	Journal string    `json:"journal"`
+	Op      string    `json:"op"`
+	Src     string    `json:"src"`
+	Dst     string    `json:"dst,omitempty"`
+	Created time.Time `json:"created"` // by the writer's clock
+	// Phase: "manifest" (nothing changed yet), "copy", "delete" or
+	// "cleanup" (only the journal's removal is left).
+	Phase   string `json:"phase"`
+	Objects int64  `json:"objects,omitempty"`
+}
+
+// Touches reports whether the operation writes or reads key, or a key under
+// it when key ends in "/" (a folder); "" is the whole bucket.
+func (p Pending) Touches(key string) bool {
+	for _, f := range []string{p.Src, p.Dst} {
+		if f == "" {
+			continue
+		}
+		if strings.HasPrefix(key, f) || (strings.HasSuffix(key, "/") || key == "") && strings.HasPrefix(f, key) {
+			return true
+		}
+	}
+	return false
+}
+
+// PendingOps lists the operations in s whose journals are live (running or
+// interrupted), without locking and without finishing them. prefix limits
+// the list to operations that touch it ("" for all).
+func PendingOps(ctx context.Context, s *objstore.Store, prefix string) ([]Pending, error) {
+	ops := New(s, &Options{Locker: LocalLocker{}})
+	ins, _, err := ops.intents(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Pending
+	for _, in := range ins {
+		p := Pending{Journal: in.ID, Op: in.Op, Src: in.Src, Dst: in.Dst, Created: in.Created, Phase: "manifest"}
+		switch {
+		case in.Done:
+			p.Phase = "cleanup"
+		case in.Deleting || in.Complete && in.Op == opDelete:
+			p.Phase = "delete"
+		case in.Complete:
+			p.Phase = "copy"
+		}
+		if in.Complete {
+			p.Objects = in.Objects
+		}
+		if prefix == "" || p.Touches(prefix) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }

@@ -15,8 +15,19 @@ import (
 
 func main() {
 	intake.WatchdogMain() // serves as the exec handlers' watchdog when started as one
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first SIGINT or SIGTERM cancels the command's context with the
+	// signal as its cause (cli.Main exits 130 or 143, after the command has
+	// said what it left); a second one gets the default action, so a second
+	// Ctrl-C stops at once.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sigs
+		signal.Stop(sigs)
+		cancel(cli.Signalled{Signal: s})
+	}()
 	code := cli.Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
+	cancel(nil)
 	os.Exit(code)
 }

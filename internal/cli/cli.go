@@ -4,7 +4,8 @@
 //
 // Exit codes: 0 success; 1 runtime error; 2 usage error (bad flags, URLs,
 // keys); 3 a precondition was not met or a lock was not acquired in time;
-// 4 a lease was lost while a command ran. Errors go to stderr as one line that
+// 4 a lease was lost while a command ran; 130 interrupted by Ctrl-C (SIGINT),
+// 143 stopped by SIGTERM (see Signalled). Errors go to stderr as one line that
 // says what to do next.
 package cli
 
@@ -20,6 +21,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -88,7 +90,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	root := &cobra.Command{
 		Use:           "cairn",
 		Short:         "Make S3 and S3-compatible stores safe for many writers and event pipelines",
-		Long:          "cairn makes S3 and S3-compatible object stores safe as the shared source of truth for many writers and for event-driven pipelines.\n\nStore URLs: s3://bucket/prefix?endpoint=URL&region=R&path_style=true, file:///abs/dir, a directory path, mem://name.\nS3 credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, roles, …).\n\nExit codes: 0 ok, 1 runtime error, 2 usage error, 3 precondition not met / not acquired in time, 4 lease lost.",
+		Long:          "cairn makes S3 and S3-compatible object stores safe as the shared source of truth for many writers and for event-driven pipelines.\n\nStore URLs: s3://bucket/prefix?endpoint=URL&region=R&path_style=true, file:///abs/dir, a directory path, mem://name.\nS3 credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, roles, …).\n\nExit codes: 0 ok, 1 runtime error, 2 usage error, 3 precondition not met / not acquired in time, 4 lease lost, 130 interrupted (Ctrl-C), 143 stopped by SIGTERM.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       buildVersion().Version,
@@ -135,13 +137,21 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	root.AddCommand(probeCmd(e), docCmd(e), putCmd(e), policyCmd(e), lockCmd(e), ledgerCmd(e), replayCmd(e), auditCmd(e), fsCmd(e), serveCmd(e), demoCmd(e), benchCmd(e), versionCmd(e))
 
 	err := root.ExecuteContext(ctx)
+	var sig Signalled
+	signalled := errors.As(context.Cause(ctx), &sig)
 	if err == nil {
-		return ExitOK
+		if signalled && sig.Code() == ExitInterrupted {
+			return ExitInterrupted // Ctrl-C: stopped by the user, however cleanly
+		}
+		return ExitOK // a clean stop on SIGTERM (serve) is a success
 	}
 	code := exitCode(err)
 	var xe exitError
 	if errors.As(err, &xe) && xe.code != ExitPrecondition && xe.code != ExitLeaseLost {
 		return xe.code // the command's own status: it has spoken for itself
+	}
+	if signalled && ctx.Err() != nil {
+		code = sig.Code()
 	}
 	msg := err.Error()
 	if e.log != nil {
@@ -184,6 +194,26 @@ func chainPreRun(first func(*cobra.Command, []string) error, then func() error) 
 		}
 		return then()
 	}
+}
+
+// ExitInterrupted is the exit code after Ctrl-C (128 + SIGINT); SIGTERM
+// gives 143.
+const ExitInterrupted = 130
+
+// Signalled is the cause (context.Cause) with which Main's caller cancels
+// its context when the process gets a signal. A command that then fails —
+// or, for SIGINT, any command — exits 128 + the signal's number: 130 for
+// SIGINT, 143 for SIGTERM. A command that ends cleanly on SIGTERM exits 0.
+type Signalled struct{ Signal os.Signal }
+
+func (s Signalled) Error() string { return "interrupted by " + s.Signal.String() }
+
+// Code is 128 + the signal's number (130 when unknown).
+func (s Signalled) Code() int {
+	if sn, ok := s.Signal.(syscall.Signal); ok {
+		return 128 + int(sn)
+	}
+	return ExitInterrupted
 }
 
 func exitCode(err error) int {

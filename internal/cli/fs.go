@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,6 +19,7 @@ import (
 	"github.com/cairn-s3/cairn/lock/pathlock"
 	"github.com/cairn-s3/cairn/lock/treelock"
 	"github.com/cairn-s3/cairn/objstore"
+	fsstore "github.com/cairn-s3/cairn/objstore/fs"
 )
 
 type fsFlags struct {
@@ -47,8 +47,19 @@ path) or, with --store URL, as paths inside that store. SRC and DST must be in
 the same store. Locks are the distributed tree lock (cairn-locks/tree/) unless
 --local-lock says only this process touches the bucket.
 
+Interrupted (Ctrl-C, SIGTERM), a command says what it left: nothing changed,
+or how many objects were copied or deleted, and that the operation is journaled
+and will be finished by 'cairn fs recover --store URL' or by the next operation
+on these folders. Running the same mv or rm again after such a roll-forward
+reports it done ("already renamed") when the roll-forward's record in the
+journal and the folders show it was. 'fs ls' warns (stderr; "unfinished" in
+JSON) when a folder has an operation that is running or was interrupted. A
+command that waits for another's lock says so on stderr, naming the holder
+(host/pid) where the lock records it.
+
 Exit codes: 0 done, 1 error, 2 usage, 3 destination not empty or objects
-changed meanwhile (named on stderr).`,
+changed meanwhile (named on stderr), 130 interrupted by Ctrl-C (SIGINT), 143 by
+SIGTERM.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.store, "store", "", "store URL; folders are then paths inside it")
@@ -106,7 +117,12 @@ changed meanwhile (named on stderr).`,
 				if err == nil && len(rep.Conflicts) > 0 {
 					err = &folder.ConflictError{Op: "recover", Keys: rep.Conflicts, N: len(rep.Conflicts)}
 				}
-				return rep, err
+				out := fsRecoverReport{RecoverReport: rep}
+				if b, ok := ops.Store().Backend().(*fsstore.Backend); ok && err == nil {
+					st, serr := b.RemoveStale()
+					out.Stale, err = &st, serr
+				}
+				return out, err
 			})
 		}}
 	ls := &cobra.Command{Use: "ls FOLDER", Short: "List a folder: sub-folders and objects", Args: cobra.ExactArgs(1),
@@ -117,41 +133,42 @@ changed meanwhile (named on stderr).`,
 	return cmd
 }
 
-// resolveFolders opens the store the folders are in and returns their keys.
-func resolveFolders(ctx context.Context, f fsFlags, args []string) (*objstore.Store, []string, error) {
+// resolveFolders opens the store the folders are in and returns it, their
+// keys and the store's URL.
+func resolveFolders(ctx context.Context, f fsFlags, args []string) (*objstore.Store, []string, string, error) {
 	if f.store != "" {
 		s, err := openStore(ctx, f.store)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, "", err
 		}
-		return s, args, nil
+		return s, args, f.store, nil
 	}
 	if len(args) == 0 {
-		return nil, nil, usagef("give --store URL")
+		return nil, nil, "", usagef("give --store URL")
 	}
 	var storeURL string
 	var keys []string
 	for _, a := range args {
 		su, key, err := objstore.SplitObjectURL(strings.TrimSuffix(a, "/"))
 		if err != nil {
-			return nil, nil, usageError{err}
+			return nil, nil, "", usageError{err}
 		}
 		if storeURL != "" && su != storeURL {
-			return nil, nil, usagef("%q and %q are in different stores (%s, %s); give --store URL and paths inside it",
+			return nil, nil, "", usagef("%q and %q are in different stores (%s, %s); give --store URL and paths inside it",
 				safetext.Redact(args[0]), safetext.Redact(a), safetext.URL(storeURL), safetext.URL(su))
 		}
 		storeURL = su
 		keys = append(keys, key)
 	}
 	s, err := openStore(ctx, storeURL)
-	return s, keys, err
+	return s, keys, storeURL, err
 }
 
 func (e *env) runFolder(ctx context.Context, f fsFlags, args []string, run func(*folder.Ops, []string) (any, error)) error {
 	if f.concurrency <= 0 {
 		return usagef("--concurrency must be positive")
 	}
-	s, folders, err := resolveFolders(ctx, f, args)
+	s, folders, storeURL, err := resolveFolders(ctx, f, args)
 	if err != nil {
 		return err
 	}
@@ -163,7 +180,7 @@ func (e *env) runFolder(ctx context.Context, f fsFlags, args []string, run func(
 	} else {
 		tm = treelock.New(s, &treelock.Options{TTL: f.lockTTL})
 		defer tm.Close()
-		o.Locker = folder.TreeLocker{M: tm}
+		o.Locker = folder.TreeLocker{M: tm, Store: s, Waiting: e.lockWaiting}
 	}
 	var bar *progress.Bar
 	var mu sync.Mutex
@@ -185,7 +202,12 @@ func (e *env) runFolder(ctx context.Context, f fsFlags, args []string, run func(
 	bar.Done()
 	mu.Unlock()
 	var ce *folder.ConflictError
+	var ie *folder.InterruptedError
 	switch {
+	case errors.As(err, &ie):
+		// Lead with what was left and what finishes it; Main exits 130/143.
+		return fmt.Errorf("interrupted: %s %s%s: %s; %s", ie.Op, safetext.Escape(ie.Src), arrow(ie.Dst), ie.State(),
+			ie.Next("'cairn fs recover --store "+safetext.URL(storeURL)+"'"))
 	case errors.Is(err, folder.ErrInvalid) || errors.Is(err, folder.ErrReserved):
 		return usageError{err}
 	case errors.Is(err, folder.ErrNotEmpty) || errors.As(err, &ce):
@@ -204,15 +226,66 @@ func (e *env) runFolder(ctx context.Context, f fsFlags, args []string, run func(
 		if r.Op == "snapshot" {
 			w = e.stderr // stdout holds the archive
 		}
-		fmt.Fprintf(w, "%s %s%s: %d objects, %s in %.2fs", r.Op, safetext.Escape(r.Src), arrow(r.Dst), r.Objects, progress.Bytes(r.Bytes), r.Seconds)
+		if r.Already {
+			done := map[string]string{"rename": "renamed", "copy": "copied", "delete": "deleted"}[r.Op]
+			fmt.Fprintf(w, "already %s: %s%s (%d objects, %s; an interrupted run was finished by a roll-forward)",
+				done, safetext.Escape(r.Src), arrow(r.Dst), r.Objects, progress.Bytes(r.Bytes))
+		} else {
+			fmt.Fprintf(w, "%s %s%s: %d objects, %s in %.2fs", r.Op, safetext.Escape(r.Src), arrow(r.Dst), r.Objects, progress.Bytes(r.Bytes), r.Seconds)
+		}
 		if r.Recovered > 0 {
 			fmt.Fprintf(w, " (finished %d interrupted operations first)", r.Recovered)
 		}
 		fmt.Fprintln(w)
 	} else if rep, ok := res.(folder.RecoverReport); ok {
 		fmt.Fprintf(e.stdout, "recovered %d interrupted operations; removed %d orphaned journals\n", len(rep.Finished), rep.Orphans)
+	} else if rep, ok := res.(fsRecoverReport); ok {
+		fmt.Fprintf(e.stdout, "recovered %d interrupted operations; removed %d orphaned journals", len(rep.Finished), rep.Orphans)
+		if rep.Stale != nil {
+			fmt.Fprintf(e.stdout, "; removed %d stale temporary files and uploads (%s)", rep.Stale.Files, progress.Bytes(rep.Stale.Bytes))
+		}
+		fmt.Fprintln(e.stdout)
 	}
 	return nil
+}
+
+// fsRecoverReport is what 'fs recover' did: the folder package's report and,
+// on a store that keeps temporary data of its own (file://), what stale
+// temporary data of dead writers it removed.
+type fsRecoverReport struct {
+	folder.RecoverReport
+	Stale *fsstore.Stale `json:"stale,omitempty"`
+}
+
+// lockWaiting says, once, that a folder operation waits for another's lock,
+// and for whom: a line on stderr, or an info log record under --json.
+func (e *env) lockWaiting(w folder.Wait) {
+	paths := append(slices.Clone(w.Write), w.Read...)
+	var who []string
+	seen := map[string]bool{}
+	for _, h := range w.Holders {
+		desc := "session " + h.Session
+		if h.Who != "" {
+			desc = h.Who + " (" + desc + ")"
+		}
+		if h.Waiting {
+			desc += ", queued ahead"
+		}
+		desc = safetext.Escape(h.Path+": "+h.Mode+" by ") + safetext.Escape(desc)
+		if !seen[desc] {
+			seen[desc] = true
+			who = append(who, desc)
+		}
+	}
+	if e.json {
+		e.log.Info("waiting for a folder lock held by another cairn process", "paths", paths, "holders", w.Holders)
+		return
+	}
+	held := "held by another cairn process"
+	if len(who) > 0 {
+		held = "held by " + strings.Join(who, "; ")
+	}
+	fmt.Fprintf(e.stderr, "cairn: waiting for the lock on %s: %s\n", safetext.Escape(strings.Join(paths, ", ")), held)
 }
 
 func arrow(dst string) string {
@@ -223,7 +296,7 @@ func arrow(dst string) string {
 }
 
 func (e *env) fsList(ctx context.Context, f fsFlags, arg string) error {
-	s, folders, err := resolveFolders(ctx, f, []string{arg})
+	s, folders, storeURL, err := resolveFolders(ctx, f, []string{arg})
 	if err != nil {
 		return err
 	}
@@ -232,38 +305,55 @@ func (e *env) fsList(ctx context.Context, f fsFlags, arg string) error {
 	if prefix != "" {
 		prefix += "/"
 	}
-	var tw *tabwriter.Writer
-	var out io.Writer = e.stdout
-	if !e.json {
-		tw = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		out = tw
+	// Operations running on, or interrupted in, this folder: its listing is
+	// not what it will be once they are finished.
+	pending, err := folder.PendingOps(ctx, s, prefix)
+	if err != nil {
+		return err
+	}
+	for _, p := range pending {
+		if e.json {
+			e.log.Warn("the folder has an unfinished operation: running now, or interrupted",
+				"op", p.Op, "src", p.Src, "dst", p.Dst, "phase", p.Phase, "journal", p.Journal)
+			continue
+		}
+		fmt.Fprintf(e.stderr, "cairn: warning: unfinished %s %s%s (%s phase, journal %s, started %s): it is running now or was interrupted; "+
+			"'cairn fs recover --store %s' finishes it\n", p.Op, safetext.Escape(p.Src), arrow(p.Dst), p.Phase,
+			p.Journal, p.Created.Format(time.RFC3339), safetext.URL(storeURL))
 	}
 	type row struct {
-		Key      string    `json:"key"`
-		Folder   bool      `json:"folder,omitempty"`
-		Size     int64     `json:"size,omitempty"`
-		ETag     string    `json:"etag,omitempty"`
-		Modified time.Time `json:"modified,omitzero"`
+		Key        string           `json:"key"`
+		Folder     bool             `json:"folder,omitempty"`
+		Size       int64            `json:"size,omitempty"`
+		ETag       string           `json:"etag,omitempty"`
+		Modified   time.Time        `json:"modified,omitzero"`
+		Unfinished []folder.Pending `json:"unfinished,omitempty"`
 	}
+	var t textTable // aligned by display width: CJK keys take two cells a rune
 	for info, err := range s.List(ctx, prefix, &objstore.ListOptions{Delimiter: "/"}) {
 		if err != nil {
 			return err
 		}
 		r := row{Key: info.Key, Folder: info.IsPrefix, Size: info.Size, ETag: info.ETag, Modified: info.LastModified}
 		if e.json {
+			for _, p := range pending {
+				if p.Touches(r.Key) {
+					r.Unfinished = append(r.Unfinished, p)
+				}
+			}
 			if err := e.writeJSON(r); err != nil {
 				return err
 			}
 			continue
 		}
 		if r.Folder {
-			fmt.Fprintf(out, "%s\t\t\t\n", safetext.Escape(r.Key))
+			t.add(safetext.Escape(r.Key))
 		} else {
-			fmt.Fprintf(out, "%s\t%d\t%s\t%s\n", safetext.Escape(r.Key), r.Size, safetext.Escape(r.ETag), r.Modified.Format(time.RFC3339))
+			t.add(safetext.Escape(r.Key), progress.Bytes(r.Size), safetext.Escape(r.ETag), r.Modified.Format(time.RFC3339))
 		}
 	}
-	if tw != nil {
-		return tw.Flush()
+	if !e.json {
+		return t.write(e.stdout)
 	}
 	return nil
 }

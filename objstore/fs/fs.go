@@ -19,6 +19,19 @@
 //     correctly.
 //   - Keys cannot escape the root: every path is resolved through os.Root, and
 //     the portable key rules of objstore reject "..", absolute keys and NUL.
+//   - Temporary data of a dead writer does not stay: a writer holds a
+//     flock(2) on each of its temporary files (.cairn/tmp) from the moment it
+//     creates it until it is renamed into place or removed, and on the lock
+//     file of each multipart upload (.cairn/uploads/ID/lock) it created or
+//     used, until it completes or aborts it or closes the Backend. The kernel
+//     drops these locks when the process dies, kill -9 included. RemoveStale
+//     (run by Open without waiting, and by 'cairn fs recover') removes every
+//     temporary file and upload whose lock no live process holds — never one
+//     in use, however slow: a creation and its lock are taken under a shared
+//     lock of .cairn/locks/temp-gate, and RemoveStale scans under the
+//     exclusive one, so it never sees a file its writer has not locked yet.
+//     Temporary files and uploads of an older cairn (without these locks) are
+//     removed only once 24 hours old.
 //
 // # Limits
 //
@@ -87,7 +100,31 @@ type Backend struct {
 		mu sync.Mutex
 		f  *os.File
 	}
+
+	// gate is held shared (once per process, counted) while a temporary
+	// file or upload is created and locked; RemoveStale holds it exclusive.
+	gate struct {
+		mu sync.Mutex
+		n  int
+		f  *os.File
+	}
+	// held are the lock files of the uploads this Backend uses (by id).
+	held struct {
+		mu  sync.Mutex
+		ids map[string]*os.File
+	}
 }
+
+const (
+	gateFile = lockDir + "/temp-gate"
+	// tempPrefix names the temporary files whose writers lock them.
+	tempPrefix = "w-"
+	// uploadLock is the file an upload's users lock.
+	uploadLock = "lock"
+	// legacyAge is the age past which temporary data without a lock (an
+	// older cairn's) counts as abandoned.
+	legacyAge = 24 * time.Hour
+)
 
 func init() {
 	objstore.Register("file", func(_ context.Context, u *url.URL) (objstore.Backend, error) {
@@ -144,7 +181,197 @@ func Open(dir string, opts *Options) (*Backend, error) {
 			return nil, fmt.Errorf("fs store: creating %s/%s: %w", dir, d, err)
 		}
 	}
+	// Temporary data of writers that died (best effort; never waits).
+	_, _ = b.removeStale(false)
 	return b, nil
+}
+
+// enterGate holds the gate shared while a temporary file or upload is
+// created and locked.
+func (b *Backend) enterGate() error {
+	b.gate.mu.Lock()
+	defer b.gate.mu.Unlock()
+	if b.gate.n == 0 {
+		if b.gate.f == nil {
+			f, err := b.root.OpenFile(gateFile, os.O_RDWR|os.O_CREATE, 0o644)
+			if err != nil {
+				return fmt.Errorf("opening %s: %w", gateFile, err)
+			}
+			b.gate.f = f
+		}
+		if err := flockShared(b.gate.f); err != nil {
+			return fmt.Errorf("locking %s: %w", gateFile, err)
+		}
+	}
+	b.gate.n++
+	return nil
+}
+
+func (b *Backend) leaveGate() {
+	b.gate.mu.Lock()
+	defer b.gate.mu.Unlock()
+	if b.gate.n--; b.gate.n == 0 {
+		_ = funlock(b.gate.f)
+	}
+}
+
+// Stale is what RemoveStale removed.
+type Stale struct {
+	Files int   `json:"files"` // temporary files, and the files of multipart uploads
+	Bytes int64 `json:"bytes"`
+}
+
+// RemoveStale removes the temporary files and multipart uploads that no live
+// process holds (see the package documentation): those of writers that
+// died. It waits for writers that are creating one right now.
+func (b *Backend) RemoveStale() (Stale, error) { return b.removeStale(true) }
+
+func (b *Backend) removeStale(wait bool) (Stale, error) {
+	var st Stale
+	gate, err := b.root.OpenFile(gateFile, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return st, fmt.Errorf("fs store: opening %s: %w", gateFile, err)
+	}
+	defer gate.Close() // and its lock
+	if wait {
+		err = flock(gate)
+	} else {
+		var ok bool
+		if ok, err = flockTry(gate, false); err == nil && !ok {
+			return st, nil // a writer is creating a temporary file: next time
+		}
+	}
+	if err != nil {
+		return st, fmt.Errorf("fs store: locking %s: %w", gateFile, err)
+	}
+	old := time.Now().Add(-legacyAge)
+	ents, err := fs.ReadDir(b.root.FS(), tmpDir)
+	if err != nil {
+		return st, fmt.Errorf("fs store: reading %s: %w", tmpDir, err)
+	}
+	for _, de := range ents {
+		name := tmpDir + "/" + de.Name()
+		fi, err := de.Info()
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if !strings.HasPrefix(de.Name(), tempPrefix) {
+			if fi.ModTime().Before(old) && b.root.Remove(name) == nil {
+				st.Files++
+				st.Bytes += fi.Size()
+			}
+			continue
+		}
+		if free, err := b.unheld(name); err == nil && free != nil {
+			if b.root.Remove(name) == nil {
+				st.Files++
+				st.Bytes += fi.Size()
+			}
+			free.Close()
+		}
+	}
+	ents, err = fs.ReadDir(b.root.FS(), uploadDir)
+	if err != nil {
+		return st, fmt.Errorf("fs store: reading %s: %w", uploadDir, err)
+	}
+	for _, de := range ents {
+		dir := uploadDir + "/" + de.Name()
+		if !de.IsDir() {
+			continue
+		}
+		free, err := b.unheld(dir + "/" + uploadLock)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// An older cairn's upload: judged by its age.
+			fi, err := de.Info()
+			if err != nil || !fi.ModTime().Before(old) {
+				continue
+			}
+		case err != nil || free == nil:
+			continue // held by a live process
+		}
+		n, size := b.treeSize(dir)
+		if b.root.RemoveAll(dir) == nil {
+			st.Files += n
+			st.Bytes += size
+		}
+		if free != nil {
+			free.Close()
+		}
+	}
+	return st, nil
+}
+
+// unheld opens name and locks it exclusively if no one holds a lock on it:
+// it returns the locked file (close it after removing), or nil if a live
+// process holds it.
+func (b *Backend) unheld(name string) (*os.File, error) {
+	f, err := b.root.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	ok, err := flockTry(f, false)
+	if err != nil || !ok {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// treeSize counts the regular files under dir and their bytes.
+func (b *Backend) treeSize(dir string) (int, int64) {
+	n, size := 0, int64(0)
+	_ = fs.WalkDir(b.root.FS(), dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			n++
+			if fi, err := d.Info(); err == nil {
+				size += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n, size
+}
+
+// holdUpload locks (shared) the lock file of upload id for as long as this
+// Backend uses it, so that RemoveStale leaves it alone. An upload of an
+// older cairn has no lock file and is not held.
+func (b *Backend) holdUpload(id string, create bool) error {
+	b.held.mu.Lock()
+	defer b.held.mu.Unlock()
+	if _, ok := b.held.ids[id]; ok {
+		return nil
+	}
+	flags := os.O_RDWR
+	if create {
+		flags |= os.O_CREATE | os.O_EXCL
+	}
+	f, err := b.root.OpenFile(uploadPath(id)+"/"+uploadLock, flags, 0o644)
+	if errors.Is(err, fs.ErrNotExist) && !create {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := flockShared(f); err != nil {
+		f.Close()
+		return err
+	}
+	if b.held.ids == nil {
+		b.held.ids = map[string]*os.File{}
+	}
+	b.held.ids[id] = f
+	return nil
+}
+
+// releaseUpload drops this Backend's hold of upload id.
+func (b *Backend) releaseUpload(id string) {
+	b.held.mu.Lock()
+	defer b.held.mu.Unlock()
+	if f, ok := b.held.ids[id]; ok {
+		f.Close()
+		delete(b.held.ids, id)
+	}
 }
 
 // New opens dir and returns a Store over it.
@@ -172,6 +399,18 @@ func (b *Backend) Close() error {
 		}
 		l.mu.Unlock()
 	}
+	b.held.mu.Lock()
+	for id, f := range b.held.ids {
+		f.Close() // its upload is abandoned: the next RemoveStale removes it
+		delete(b.held.ids, id)
+	}
+	b.held.mu.Unlock()
+	b.gate.mu.Lock()
+	if b.gate.f != nil {
+		b.gate.f.Close()
+		b.gate.f, b.gate.n = nil, 0
+	}
+	b.gate.mu.Unlock()
 	return b.root.Close()
 }
 
@@ -358,12 +597,17 @@ func (b *Backend) Head(ctx context.Context, key string) (objstore.Info, error) {
 	return i, nil
 }
 
-// tempFile is a fully written, synced file under .cairn/tmp.
+// tempFile is a fully written, synced file under .cairn/tmp, still open and
+// locked by its writer (see RemoveStale): close it once it is renamed into
+// place or removed.
 type tempFile struct {
 	name string
 	fi   os.FileInfo
 	etag string
+	f    *os.File
 }
+
+func (t tempFile) close() { t.f.Close() }
 
 func randomName() string {
 	var r [12]byte
@@ -374,8 +618,18 @@ func randomName() string {
 // writeTemp copies srcs into a new temporary file, fsyncs it and returns it. The
 // ETag is the MD5 of the content, or with multipart S3's form over the parts.
 func (b *Backend) writeTemp(multipart bool, srcs ...io.Reader) (tempFile, error) {
-	name := tmpDir + "/" + randomName()
+	name := tmpDir + "/" + tempPrefix + randomName()
+	if err := b.enterGate(); err != nil {
+		return tempFile{}, fmt.Errorf("creating a temporary file: %w", err)
+	}
 	f, err := b.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err == nil {
+		if err = flockShared(f); err != nil {
+			f.Close()
+			_ = b.root.Remove(name)
+		}
+	}
+	b.leaveGate()
 	if err != nil {
 		return tempFile{}, fmt.Errorf("creating a temporary file: %w", err)
 	}
@@ -405,16 +659,13 @@ func (b *Backend) writeTemp(multipart bool, srcs ...io.Reader) (tempFile, error)
 	if err != nil {
 		return tempFile{}, err
 	}
-	if err := f.Close(); err != nil {
-		return tempFile{}, err
-	}
 	ok = true
 	etag := hex.EncodeToString(whole.Sum(nil))
 	if multipart {
 		s := md5.Sum(sums)
 		etag = fmt.Sprintf("%s-%d", hex.EncodeToString(s[:]), len(srcs))
 	}
-	return tempFile{name: name, fi: fi, etag: etag}, nil
+	return tempFile{name: name, fi: fi, etag: etag, f: f}, nil
 }
 
 func (b *Backend) syncDir(dir string) {
@@ -456,6 +707,7 @@ func (b *Backend) check(key string, cond objstore.Condition) (cur *entry, err er
 
 // commit renames a temp file to key under cond. It always consumes tmp.
 func (b *Backend) commit(ctx context.Context, key string, tmp tempFile, opts objstore.PutOptions) (objstore.Info, error) {
+	defer tmp.close()
 	defer b.root.Remove(tmp.name) // no-op after a successful rename
 	if err := ctx.Err(); err != nil {
 		return objstore.Info{}, err
@@ -518,6 +770,7 @@ func (b *Backend) writeSidecar(key string, sc sidecar) error {
 	if err != nil {
 		return fmt.Errorf("writing metadata: %w", err)
 	}
+	defer tmp.close()
 	if err := b.root.Rename(tmp.name, mp); err != nil {
 		_ = b.root.Remove(tmp.name)
 		return fmt.Errorf("writing metadata: %w", err)
@@ -736,7 +989,16 @@ func (b *Backend) CreateMultipart(ctx context.Context, key string, opts objstore
 		return "", err
 	}
 	id := randomName()
-	if err := b.root.Mkdir(uploadPath(id), 0o755); err != nil {
+	if err := b.enterGate(); err != nil {
+		return "", err
+	}
+	err := b.root.Mkdir(uploadPath(id), 0o755)
+	if err == nil {
+		err = b.holdUpload(id, true)
+	}
+	b.leaveGate()
+	if err != nil {
+		_ = b.root.RemoveAll(uploadPath(id))
 		return "", err
 	}
 	data, _ := json.Marshal(uploadInfo{Key: key, ContentType: opts.ContentType, Metadata: opts.Metadata, Created: time.Now().UTC()})
@@ -768,10 +1030,14 @@ func (b *Backend) UploadPart(ctx context.Context, key, id string, number int, bo
 	if number < 1 || number > 10000 {
 		return objstore.Part{}, fmt.Errorf("%w: part number %d is outside 1..10000", objstore.ErrNotSupported, number)
 	}
+	if err := b.holdUpload(id, false); err != nil {
+		return objstore.Part{}, b.mapErr(key, err)
+	}
 	tmp, err := b.writeTemp(false, body)
 	if err != nil {
 		return objstore.Part{}, err
 	}
+	defer tmp.close()
 	if err := ctx.Err(); err != nil {
 		_ = b.root.Remove(tmp.name)
 		return objstore.Part{}, err
@@ -788,6 +1054,9 @@ func (b *Backend) CompleteMultipart(ctx context.Context, key, id string, parts [
 	u, err := b.upload(key, id)
 	if err != nil {
 		return objstore.Info{}, err
+	}
+	if err := b.holdUpload(id, false); err != nil {
+		return objstore.Info{}, b.mapErr(key, err)
 	}
 	var readers []io.Reader
 	for i, p := range parts {
@@ -813,6 +1082,7 @@ func (b *Backend) CompleteMultipart(ctx context.Context, key, id string, parts [
 		return objstore.Info{}, err
 	}
 	_ = b.root.RemoveAll(uploadPath(id))
+	b.releaseUpload(id)
 	return inf, nil
 }
 
@@ -821,6 +1091,7 @@ func (b *Backend) AbortMultipart(ctx context.Context, key, id string) error {
 	if _, err := b.upload(key, id); err != nil {
 		return err
 	}
+	defer b.releaseUpload(id)
 	return b.root.RemoveAll(uploadPath(id))
 }
 
