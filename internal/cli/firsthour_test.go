@@ -188,6 +188,10 @@ func TestPutAndErrorsOnMinIO(t *testing.T) {
 	if info["etag"] == nil || info["key"] != "reports/r.json" {
 		t.Fatalf("put --json keys are not snake_case: %s", out)
 	}
+	code, out, stderr = runBin(t, dir, ep.Env(), "fs", "ls", store)
+	if code != 0 || !strings.Contains(out, "reports/") {
+		t.Fatalf("fs ls of the bucket's root: exit %d, %q %q", code, out, stderr)
+	}
 	code, out, _ = runBin(t, dir, ep.Env(), "doc", "get", obj, "--json")
 	if code != 0 || !strings.Contains(out, `"a"`) {
 		t.Fatalf("doc get: exit %d %q", code, out)

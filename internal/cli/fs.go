@@ -150,6 +150,13 @@ func resolveFolders(ctx context.Context, f fsFlags, args []string) (*objstore.St
 	var keys []string
 	for _, a := range args {
 		su, key, err := objstore.SplitObjectURL(strings.TrimSuffix(a, "/"))
+		if u, perr := objstore.ParseURL(a); err != nil && perr == nil && u.Scheme != "file" && strings.Trim(u.Path, "/") == "" {
+			// s3://bucket or s3://bucket/: the bucket's root folder (ls lists
+			// it; the folder operations refuse the whole bucket themselves).
+			root := *u
+			root.Path = ""
+			su, key, err = root.String(), "", nil
+		}
 		if err != nil {
 			return nil, nil, "", usageError{err}
 		}
