@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/internal/cli"
+	"github.com/cairn-s3/cairn/ledger/sqlite"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
@@ -29,6 +30,12 @@ func TestAuditCommand(t *testing.T) {
 		}
 	}
 	ledgerPath := filepath.Join(dir, "ledger.db")
+	// A dry run reads a ledger and never creates one: make an empty one.
+	if l, err := sqlite.Open(context.Background(), ledgerPath, nil); err != nil {
+		t.Fatal(err)
+	} else {
+		l.Close()
+	}
 	// --grace 0 judges the objects just written; a dry run counts what the
 	// real run resubmits.
 	code, out, stderr := run(t, "audit", "--store", bucket, "--bucket", "b", "--ledger", ledgerPath, "--grace", "0", "--dry-run", "--json")

@@ -240,6 +240,7 @@ func TestNoSecretsInOutput(t *testing.T) {
 		code int
 		args []string
 	}{
+		{0, []string{"audit", "--store", storeURL, "--ledger", pgUser.String(), "--grace", "0"}}, // creates the ledger the read-only commands below read
 		{0, []string{"ledger", "ls", "--ledger", pgUser.String()}},
 		{0, []string{"ledger", "ls", "--ledger", pgQuery, "--json"}},
 		{cli.ExitUsage, []string{"ledger", "ls", "--ledger", pgKeyword}},
