@@ -107,8 +107,11 @@ func TestKilledHolderCollectedMinIO(t *testing.T) {
 	}
 	killed := h.Token("/killed/x")
 	k.Crash()
-	if keys := lockObjects(t, s); len(keys) < 4 {
-		t.Fatalf("the killed holder left %v, want its session and three nodes", keys)
+	// Its three nodes, and its session unless that already expired (a TTL
+	// of a second can pass before the Crash on a loaded machine: the renewer
+	// then deletes its own session, and the nodes stay for others to sweep).
+	if keys := lockObjects(t, s); len(keys) < 3 {
+		t.Fatalf("the killed holder left %v, want its three nodes (and its session)", keys)
 	}
 	deadline := time.Now().Add(2 * time.Minute) // a bound for a failure, not a timing assertion
 	for i := 0; ; i++ {
