@@ -43,6 +43,16 @@ func stores(t *testing.T) map[string]func(t *testing.T) *objstore.Store {
 			b, _ := testenv.NewBucket(t, testenv.S3(t))
 			return objstore.New(b, nil)
 		},
+		// Enforces conditional DELETE: the rename's source deletes are
+		// conditional there.
+		"versitygw": func(t *testing.T) *objstore.Store {
+			b, _ := testenv.NewBucket(t, testenv.S3Server(t, "versitygw"))
+			return objstore.New(b, nil)
+		},
+		"gofakes3": func(t *testing.T) *objstore.Store {
+			b, _ := testenv.NewBucket(t, testenv.S3Server(t, "gofakes3"))
+			return objstore.New(b, nil)
+		},
 	}
 }
 

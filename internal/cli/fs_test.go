@@ -45,6 +45,12 @@ func fsStores(t *testing.T) map[string]func(*testing.T) fsStore {
 			b, url := testenv.NewBucket(t, ep)
 			return fsStore{s: objstore.New(b, nil), url: url, env: ep.Env()}
 		},
+		// Enforces conditional DELETE, unlike MinIO: the other path.
+		"versitygw": func(t *testing.T) fsStore {
+			ep := testenv.S3Server(t, "versitygw")
+			b, url := testenv.NewBucket(t, ep)
+			return fsStore{s: objstore.New(b, nil), url: url, env: ep.Env()}
+		},
 	}
 }
 
