@@ -222,7 +222,7 @@ func requireCAS(ctx context.Context, s *objstore.Store) error {
 	var failed []string
 	if rep, err := s.Probe(ctx, nil); err == nil {
 		for _, c := range rep.Checks {
-			if !c.Enforced && (strings.HasPrefix(c.Name, "put-if") || c.Name == "racing-creates") {
+			if !c.Enforced && (strings.HasPrefix(c.Name, "put-if") || strings.HasPrefix(c.Name, "racing-")) {
 				failed = append(failed, fmt.Sprintf("%s (%s)", c.Name, c.Outcome))
 			}
 		}
