@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -106,7 +107,8 @@ func Open(ctx context.Context, url string, opts *Options) (Ledger, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
 		}
-		scheme, url = "sqlite", "sqlite://"+abs
+		// Escaped: a '?' or '#' in a file name is part of the name.
+		scheme, url = "sqlite", (&neturl.URL{Scheme: "sqlite", Path: abs}).String()
 	}
 	if scheme == "postgresql" {
 		scheme = "postgres"

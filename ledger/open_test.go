@@ -39,7 +39,7 @@ func TestOpenRefusesImplausibleURLs(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	for _, name := range []string{"my ledger.db", "run=3/ledger.db", "data=1.db", "ünï.db"} {
+	for _, name := range []string{"my ledger.db", "run=3/ledger.db", "data=1.db", "ünï.db", "what?.db", "a#b.db", "100%.db"} {
 		l, err := ledger.Open(ctx, filepath.Join(dir, name), nil)
 		if err != nil {
 			t.Errorf("Open(%q): %v", name, err)
@@ -48,6 +48,30 @@ func TestOpenRefusesImplausibleURLs(t *testing.T) {
 		l.Close()
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Errorf("Open(%q) made no file: %v", name, err)
+		}
+	}
+}
+
+// A SQLite ledger URL takes synchronous=normal (a throwaway ledger: no fsync
+// per commit) or full, and no other parameter: an unknown one was ignored.
+func TestOpenSQLiteParameters(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	for _, q := range []string{"synchronous=normal", "synchronous=FULL"} {
+		l, err := ledger.Open(ctx, "sqlite://"+filepath.Join(dir, "l.db")+"?"+q, nil)
+		if err != nil {
+			t.Errorf("?%s: %v", q, err)
+			continue
+		}
+		l.Close()
+	}
+	for _, q := range []string{"synchronous=off", "journal_mode=delete", "synchronous=normal&synchronous=full"} {
+		l, err := ledger.Open(ctx, "sqlite://"+filepath.Join(dir, "m.db")+"?"+q, nil)
+		if !errors.Is(err, ledger.ErrInvalidURL) {
+			if l != nil {
+				l.Close()
+			}
+			t.Errorf("?%s: %v, want ErrInvalidURL", q, err)
 		}
 	}
 }

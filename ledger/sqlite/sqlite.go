@@ -2,7 +2,10 @@
 // synchronous=FULL (a Record that returned is on disk), pure Go (modernc.org/sqlite,
 // no cgo). Writers are serialised by BEGIN IMMEDIATE; several processes may share
 // the file on one machine (a writer waits up to 30 s for another process's
-// transaction, then its transaction is run again until its ctx ends). Open it as sqlite:///abs/path.db or a plain path.
+// transaction, then its transaction is run again until its ctx ends). Open it as sqlite:///abs/path.db or a plain path;
+// sqlite:///abs/path.db?synchronous=normal trades the durability of the last
+// commits on a power loss (not on a crash of cairn) for no fsync per commit:
+// for a throwaway ledger, such as cairn demo's.
 package sqlite
 
 import (
@@ -28,7 +31,18 @@ func init() {
 		if err != nil || u.Path == "" {
 			return nil, fmt.Errorf("%w: %q: use sqlite:///abs/path.db or a plain path", ledger.ErrInvalidURL, raw)
 		}
-		return Open(ctx, u.Path, opts)
+		sync := "FULL"
+		for k, v := range u.Query() {
+			switch {
+			case k == "synchronous" && len(v) == 1 && (strings.EqualFold(v[0], "full") || strings.EqualFold(v[0], "normal")):
+				sync = strings.ToUpper(v[0])
+			case k == "synchronous":
+				return nil, fmt.Errorf("%w: synchronous=%q: use full (the default) or normal", ledger.ErrInvalidURL, strings.Join(v, ","))
+			default:
+				return nil, fmt.Errorf("%w: unknown SQLite ledger URL parameter %q (known: synchronous)", ledger.ErrInvalidURL, k)
+			}
+		}
+		return open(ctx, u.Path, opts, sync)
 	})
 }
 
@@ -76,6 +90,15 @@ func busy(err error) bool {
 // ledger's tables) is ledger.ErrNoLedger, and the file is opened read-write
 // without SQLite's create flag.
 func Open(ctx context.Context, path string, opts *ledger.Options) (*sqlledger.Ledger, error) {
+	return open(ctx, path, opts, "FULL")
+}
+
+// open opens the ledger at path with synchronous set to sync: FULL (a commit
+// that returned is on disk) or NORMAL (WAL mode: no fsync per commit; a power
+// loss or OS crash may lose the last commits, a crash of the process does
+// not). NORMAL is for ledgers whose loss does not matter, such as cairn
+// demo's temporary one (URL parameter synchronous=normal).
+func open(ctx context.Context, path string, opts *ledger.Options, sync string) (*sqlledger.Ledger, error) {
 	// WAL mode is a property of the file, set when it is created: a file that
 	// must exist is not converted (an empty one would be written to).
 	mode, journal := "", "&_pragma=journal_mode(WAL)"
@@ -99,7 +122,10 @@ func Open(ctx context.Context, path string, opts *ledger.Options) (*sqlledger.Le
 	// into the file after almost every commit; at 16,384 pages (64 MiB of WAL)
 	// a checkpoint writes each page once for many commits (+30% Record
 	// throughput in cairn bench ledger).
-	dsn := "file:" + path + "?_txlock=immediate" + journal + "&_pragma=synchronous(FULL)&_pragma=busy_timeout(30000)" +
+	// A file: URI (SQLite applies mode=rw only so): '%', '?' and '#' in the
+	// name are escaped, or the name would end there.
+	esc := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(path)
+	dsn := "file:" + esc + "?_txlock=immediate" + journal + "&_pragma=synchronous(" + sync + ")&_pragma=busy_timeout(30000)" +
 		"&_pragma=cache_size(-65536)&_pragma=mmap_size(268435456)&_pragma=temp_store(memory)&_pragma=wal_autocheckpoint(16384)" + mode
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
