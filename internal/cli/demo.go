@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,19 +35,33 @@ deliveries over HTTP at its webhook (as 'cairn serve' does), decides through the
 ledger, and runs the same handler per claim. Both materialise each object into a
 serving table (SQLite); the report compares them with the bucket.
 
-By default everything is embedded and temporary: a local-directory bucket and a
-SQLite ledger in a fresh directory (--dir keeps them). --store and --ledger run
-the same against real services, e.g.
+By default everything is embedded and temporary: a local-directory bucket, a
+SQLite ledger and the serving tables in a fresh directory that is deleted when
+the demo ends (the report says so); --dir DIR keeps them all in DIR. Being
+throwaway, that bucket is written without fsync and that ledger runs with
+synchronous=normal (no fsync per commit; what a power loss could cost, which is
+no fault the demo shows): how long cairn takes then depends on the CPU, not on
+how busy the disk is. 'cairn serve' keeps synchronous=full. --store and
+--ledger run the same against real services, e.g.
   cairn demo --store 's3://bucket/demo/?endpoint=http://127.0.0.1:9000' --ledger postgres://…
 
 After the deliveries, cairn audits the bucket (a LIST against the ledger, as
 'cairn audit' does) and processes what the lost events never announced.
 
-Exit status 1 if one of cairn's invariants fails: an object processed twice for
-one change, a stale overwrite, or an object served wrong at the end.`,
+The naive consumer's "objects missed" are the keys whose newest event was lost
+and which it serves wrong; the audit's "changes found" are the objects whose
+state in the bucket differs from cairn's ledger. They differ when a lost event
+changed nothing (a delete after a delete) or when the naive consumer's
+out-of-order deliveries happened to leave a key as the bucket has it; the
+report then says how many of each.
+
+Exit status 1 if one of cairn's invariants fails (the report names it): every
+change processed once, no stale overwrites, every object served as the bucket
+has it at the end.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			kept := dir != ""
 			if dir == "" {
 				tmp, err := os.MkdirTemp("", "cairn-demo-")
 				if err != nil {
@@ -62,13 +77,13 @@ one change, a stale overwrite, or an object served wrong at the end.`,
 				if err := os.MkdirAll(bucket, 0o755); err != nil {
 					return err
 				}
-				storeURL = bucket
+				storeURL = (&url.URL{Scheme: "file", Path: filepath.ToSlash(bucket), RawQuery: "nosync=true"}).String()
 				o.Bucket = "demo"
 			} else if u, err := objstore.ParseURL(storeURL); err == nil && u.Scheme == "s3" {
 				o.Bucket = u.Host
 			}
 			if ledgerURL == "" {
-				ledgerURL = filepath.Join(dir, "ledger.db")
+				ledgerURL = (&url.URL{Scheme: "sqlite", Path: filepath.Join(dir, "ledger.db"), RawQuery: "synchronous=normal"}).String()
 			}
 			store, err := openStore(ctx, storeURL)
 			if err != nil {
@@ -111,10 +126,14 @@ one change, a stale overwrite, or an object served wrong at the end.`,
 				}
 			} else {
 				printDemo(e, rep, storeURL, ledgerURL)
+				if kept {
+					fmt.Fprintf(e.stdout, "The bucket, ledger and serving tables are kept in %s.\n", safetext.Escape(dir))
+				} else {
+					fmt.Fprintf(e.stdout, "The bucket, ledger and serving tables above are temporary: deleted now that the demo ends (--dir DIR keeps them).\n")
+				}
 			}
 			if !rep.InvariantOK {
-				return exitError{code: ExitRuntime, err: fmt.Errorf("an invariant failed: cairn double-processed %d, stale %d, wrong %d (%s)",
-					rep.Cairn.DoubleProcessed, rep.Cairn.StaleOverwrites, rep.Cairn.Wrong, strings.Join(escapeAll(rep.Cairn.WrongKeys), ", "))}
+				return exitError{code: ExitRuntime, err: fmt.Errorf("cairn broke an invariant: %s", brokenInvariants(rep))}
 			}
 			return nil
 		},
@@ -158,6 +177,7 @@ func printDemo(e *env, r demo.Report, storeURL, ledgerURL string) {
 	row("changes found by the audit (LIST)", "-", r.Cairn.FoundByAudit)
 	row("seconds", fmt.Sprintf("%.2f", r.Naive.Seconds), fmt.Sprintf("%.2f", r.Cairn.Seconds))
 	tw.Flush()
+	fmt.Fprintln(w, missedVsFound(r))
 	fmt.Fprintln(w)
 	if r.InvariantOK {
 		fmt.Fprintln(w, "cairn: every change processed once, in order per key; nothing stale, nothing double, nothing missed.")
@@ -165,6 +185,36 @@ func printDemo(e *env, r demo.Report, storeURL, ledgerURL string) {
 			fmt.Fprintf(w, "%d changes whose events never arrived were found by the audit (a LIST of the bucket against the ledger) and processed.\n", r.Cairn.FoundByAudit)
 		}
 	} else {
-		fmt.Fprintln(w, "cairn: INVARIANT FAILED (see above)")
+		fmt.Fprintf(w, "cairn: INVARIANT FAILED: %s\n", brokenInvariants(r))
 	}
+}
+
+// brokenInvariants names the invariants r broke, with the keys served wrong.
+func brokenInvariants(r demo.Report) string {
+	s := strings.Join(r.Broken(), "; ")
+	if len(r.Cairn.WrongKeys) > 0 {
+		s += ": " + strings.Join(escapeAll(r.Cairn.WrongKeys), ", ")
+		if r.Cairn.Wrong > len(r.Cairn.WrongKeys) {
+			s += ", …"
+		}
+	}
+	return s
+}
+
+// missedVsFound is the line under the table that says what "objects missed"
+// and "changes found by the audit" count, and why they differ when they do.
+func missedVsFound(r demo.Report) string {
+	s := fmt.Sprintf("missed: of the %d keys whose newest event was lost, those the naive consumer serves wrong; found: objects whose state in the bucket differs from cairn's ledger",
+		r.NewestLost)
+	var why []string
+	if r.LostNoChange > 0 {
+		why = append(why, fmt.Sprintf("%d lost event(s) changed nothing (as a delete after a delete), so the audit had nothing to find", r.LostNoChange))
+	}
+	if r.NaiveRightByChance > 0 {
+		why = append(why, fmt.Sprintf("the naive consumer serves %d right by chance (an out-of-order delivery left the key as the bucket has it)", r.NaiveRightByChance))
+	}
+	if len(why) > 0 {
+		s += "; they differ because " + strings.Join(why, " and ")
+	}
+	return s + "."
 }

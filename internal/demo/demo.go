@@ -85,18 +85,45 @@ type Side struct {
 
 // Report is a run's outcome.
 type Report struct {
-	Writes      int  `json:"writes"`
-	Keys        int  `json:"keys"`
-	Deletes     int  `json:"deletes"`
-	Deliveries  int  `json:"deliveries"`
-	Duplicates  int  `json:"duplicates"`
-	Concurrent  int  `json:"duplicates_concurrent"`
-	Late        int  `json:"duplicates_late"`
-	Reordered   int  `json:"overwrites_reordered"`
-	Lost        int  `json:"events_lost"`
-	Naive       Side `json:"naive"`
-	Cairn       Side `json:"cairn"`
-	InvariantOK bool `json:"invariants_hold"`
+	Writes     int `json:"writes"`
+	Keys       int `json:"keys"`
+	Deletes    int `json:"deletes"`
+	Deliveries int `json:"deliveries"`
+	Duplicates int `json:"duplicates"`
+	Concurrent int `json:"duplicates_concurrent"`
+	Late       int `json:"duplicates_late"`
+	Reordered  int `json:"overwrites_reordered"`
+	Lost       int `json:"events_lost"`
+	// NewestLost: keys whose newest event was lost. Of them, LostNoChange
+	// needed nothing (the lost event left the object as the newest delivered
+	// one had announced it, as a delete after a delete does: the ledger
+	// already agrees with the bucket, and the audit finds nothing), and
+	// NaiveRightByChance the naive consumer serves right all the same (an
+	// out-of-order delivery happened to leave the row as the bucket is). So
+	// Naive.AwaitingAudit = NewestLost - NaiveRightByChance, and (when the
+	// invariants hold) Cairn.FoundByAudit = NewestLost - LostNoChange.
+	NewestLost         int  `json:"keys_newest_lost"`
+	LostNoChange       int  `json:"newest_lost_no_change"`
+	NaiveRightByChance int  `json:"naive_right_by_chance"`
+	Naive              Side `json:"naive"`
+	Cairn              Side `json:"cairn"`
+	InvariantOK        bool `json:"invariants_hold"`
+}
+
+// Broken names each of cairn's invariants the run broke, with how often
+// (none if InvariantOK); the keys served wrong are in Cairn.WrongKeys.
+func (r Report) Broken() []string {
+	var out []string
+	if n := r.Cairn.DoubleProcessed; n > 0 {
+		out = append(out, fmt.Sprintf("every change processed once (%d extra handler runs for changes already processed)", n))
+	}
+	if n := r.Cairn.StaleOverwrites; n > 0 {
+		out = append(out, fmt.Sprintf("no stale overwrites (%d times an older state was applied after a newer one)", n))
+	}
+	if n := r.Cairn.Wrong; n > 0 {
+		out = append(out, fmt.Sprintf("every object served as the bucket has it at the end (%d served wrong)", n))
+	}
+	return out
 }
 
 func (o *Options) defaults() {
@@ -192,6 +219,21 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	// What the audit can find: a key whose newest event was lost differs in
+	// the ledger from the bucket unless the newest delivered event already
+	// announced the object's final state.
+	delivered := map[string]event.Event{}
+	for _, ev := range plan.order {
+		if d, ok := delivered[ev.Key]; !ok || event.CompareSequencer(ev.Sequencer, d.Sequencer) > 0 {
+			delivered[ev.Key] = ev
+		}
+	}
+	for k := range plan.newestLost {
+		rep.NewestLost++
+		if stateOf(delivered[k]) == final[k] {
+			rep.LostNoChange++
+		}
+	}
 	for _, s := range []struct {
 		table string
 		t     *tracker
@@ -205,6 +247,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		for i := range o.Keys {
 			k := keyName(i)
 			if rows[k] == final[k] {
+				if plan.newestLost[k] && s.side == &rep.Naive {
+					rep.NaiveRightByChance++
+				}
 				continue
 			}
 			if plan.newestLost[k] && s.side == &rep.Naive {
@@ -219,6 +264,15 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	rep.InvariantOK = rep.Cairn.DoubleProcessed == 0 && rep.Cairn.StaleOverwrites == 0 && rep.Cairn.Wrong == 0
 	return rep, nil
+}
+
+// stateOf is the object state ev announces as bucketState and the serving
+// tables show it: its ETag, "" for a removal (or no event).
+func stateOf(ev event.Event) string {
+	if ev.Kind == event.Removed {
+		return ""
+	}
+	return ev.ETag
 }
 
 // write performs the writes and returns their events in sequencer order.
@@ -387,6 +441,12 @@ func runCairn(ctx context.Context, o Options, order []event.Event, tables *table
 	err = deliver(ctx, order, o.Senders, func(i int, ev event.Event) error {
 		return post(ctx, client, url, event.S3Body(ev))
 	}, func(n int) { o.Progress("cairn (webhook)", n, len(order)) })
+	// Connections the client dialled but never sent a request on (a dial
+	// that lost the race to a freed connection) are new, not idle, to the
+	// server, and http.Server.Shutdown waits 5 s before it closes those: the
+	// daemon's shutdown below took 0 or 5 s at random. Closed now, they are
+	// gone when it stops.
+	client.CloseIdleConnections()
 	if err == nil {
 		err = drain(ctx, o, len(order))
 	}
