@@ -232,3 +232,35 @@ func TestRegisterUnknownWriteNotRepeated(t *testing.T) {
 		t.Fatalf("counter %d (%v), want 2: the increment applied at most once", v, err)
 	}
 }
+
+// The same counters under each server's way of answering: 404 for If-Match on
+// a missing key (AWS, versitygw), 409 to a racing conditional writer (AWS),
+// 204 for a conditional delete of a missing key (versitygw); with late, lost
+// and failed requests on top. Exactly once (nil) or at most once
+// (ErrAmbiguous), never more, under every mapping.
+func TestCounterUnderServerQuirks(t *testing.T) {
+	t.Parallel()
+	for name, q := range map[string]faulty.Quirks{
+		"404-if-match-missing": {MissingIfMatchNotFound: true},
+		"409-racing-writer":    {ConflictRate: 0.1},
+		"all":                  {MissingIfMatchNotFound: true, ConflictRate: 0.1, DeleteMissingOK: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			inner := mem.NewBackend("")
+			o := lateFaults(7)
+			o.Quirks = q
+			f := faulty.New(inner, o)
+			caps, _ := inner.Capabilities()
+			s := objstore.New(f, &objstore.Options{Capabilities: &caps})
+			var stores []*docs.Store
+			for _, noGC := range []bool{false, true} {
+				stores = append(stores, docs.New(s, &docs.Options{NoGroupCommit: noGC, BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}))
+			}
+			tally := runCounter(t, stores, 40)
+			f.Wait()
+			tally.check(t, readCounter(t, objstore.New(inner, nil)))
+			tally.mustSucceed(t)
+		})
+	}
+}

@@ -113,6 +113,23 @@ type Options struct {
 	RacyConditions bool
 	// RaceWindow is the gap between the check and the write. Default: 2ms.
 	RaceWindow time.Duration
+	// Quirks play the answers real servers give to the same situations, so
+	// the layers above are tested against every mapping.
+	Quirks Quirks
+}
+
+// Quirks are server answers that differ from MinIO's for the same outcome.
+type Quirks struct {
+	// MissingIfMatchNotFound: a write with If-Match on a missing key is 404
+	// (ErrNotFound), as on AWS and versitygw, not 412.
+	MissingIfMatchNotFound bool
+	// ConflictRate: this share of conditional writes are answered 409
+	// ConditionalRequestConflict (ErrConflict) without being applied, as AWS
+	// answers a writer racing another conditional write of the key.
+	ConflictRate float64
+	// DeleteMissingOK: a conditional delete of a missing key succeeds (204),
+	// as on versitygw, instead of ErrNotFound.
+	DeleteMissingOK bool
 }
 
 // Stats counts the faults injected so far.
@@ -252,6 +269,35 @@ func (b *Backend) cond(c objstore.Condition) objstore.Condition {
 	return c
 }
 
+// conflict answers a conditional write 409 at Quirks.ConflictRate.
+func (b *Backend) conflict(c objstore.Condition) error {
+	if c.IsZero() {
+		return nil
+	}
+	b.mu.Lock()
+	hit := b.opts.Quirks.ConflictRate > 0 && b.rnd.Float64() < b.opts.Quirks.ConflictRate
+	b.mu.Unlock()
+	if hit {
+		return fmt.Errorf("faulty: 409 ConditionalRequestConflict: %w", objstore.ErrConflict)
+	}
+	return nil
+}
+
+// missingIfMatch maps a failed If-Match on a missing key to ErrNotFound when
+// Quirks.MissingIfMatchNotFound is set.
+func (b *Backend) missingIfMatch(ctx context.Context, key string, c objstore.Condition, err error) error {
+	b.mu.Lock()
+	on := b.opts.Quirks.MissingIfMatchNotFound
+	b.mu.Unlock()
+	if !on || c.Match == "" || !errors.Is(err, objstore.ErrPreconditionFailed) {
+		return err
+	}
+	if _, herr := b.inner.Head(ctx, key); errors.Is(herr, objstore.ErrNotFound) {
+		return fmt.Errorf("faulty: 404 NoSuchKey for If-Match on a missing key: %w", objstore.ErrNotFound)
+	}
+	return err
+}
+
 // racyCheck judges a condition against a HEAD and clears it, after a gap,
 // when RacyConditions is set.
 func (b *Backend) racyCheck(ctx context.Context, key string, c *objstore.Condition) error {
@@ -333,6 +379,9 @@ func (b *Backend) Head(ctx context.Context, key string) (objstore.Info, error) {
 // Put implements objstore.Backend.
 func (b *Backend) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
 	opts.If = b.cond(opts.If)
+	if err := b.conflict(opts.If); err != nil {
+		return objstore.Info{}, err
+	}
 	if err := b.racyCheck(ctx, key, &opts.If); err != nil {
 		return objstore.Info{}, err
 	}
@@ -344,16 +393,29 @@ func (b *Backend) Put(ctx context.Context, key string, body io.Reader, size int6
 			return objstore.Info{}, err
 		}
 		return do(b, ctx, OpPut, key, func(ctx context.Context) (objstore.Info, error) {
-			return b.inner.Put(ctx, key, bytes.NewReader(data), int64(len(data)), opts)
+			info, err := b.inner.Put(ctx, key, bytes.NewReader(data), int64(len(data)), opts)
+			return info, b.missingIfMatch(ctx, key, opts.If, err)
 		})
 	}
-	return do(b, ctx, OpPut, key, func(ctx context.Context) (objstore.Info, error) { return b.inner.Put(ctx, key, body, size, opts) })
+	return do(b, ctx, OpPut, key, func(ctx context.Context) (objstore.Info, error) {
+		info, err := b.inner.Put(ctx, key, body, size, opts)
+		return info, b.missingIfMatch(ctx, key, opts.If, err)
+	})
 }
 
 // Delete implements objstore.Backend.
 func (b *Backend) Delete(ctx context.Context, key string, cond objstore.Condition) error {
 	cond = b.cond(cond)
+	if err := b.conflict(cond); err != nil {
+		return err
+	}
 	_, err := do(b, ctx, OpDelete, key, func(ctx context.Context) (struct{}, error) { return struct{}{}, b.inner.Delete(ctx, key, cond) })
+	b.mu.Lock()
+	q := b.opts.Quirks
+	b.mu.Unlock()
+	if q.DeleteMissingOK && !cond.IsZero() && errors.Is(err, objstore.ErrNotFound) {
+		return nil
+	}
 	return err
 }
 
@@ -383,6 +445,9 @@ func (b *Backend) UploadPart(ctx context.Context, key, id string, n int, body io
 // CompleteMultipart implements objstore.Backend.
 func (b *Backend) CompleteMultipart(ctx context.Context, key, id string, parts []objstore.Part, cond objstore.Condition) (objstore.Info, error) {
 	cond = b.cond(cond)
+	if err := b.conflict(cond); err != nil {
+		return objstore.Info{}, err
+	}
 	parts = slices.Clone(parts) // a late request outlives the caller's slice
 	return do(b, ctx, OpComplete, key, func(ctx context.Context) (objstore.Info, error) {
 		return b.inner.CompleteMultipart(ctx, key, id, parts, cond)

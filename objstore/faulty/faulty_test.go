@@ -210,3 +210,32 @@ func TestProbeCatchesRacyConditions(t *testing.T) {
 		t.Errorf("worst round had %d winners, want several", rep.Winners)
 	}
 }
+
+func TestQuirks(t *testing.T) {
+	ctx := context.Background()
+	f := faulty.New(mem.NewBackend(""), &faulty.Options{Quirks: faulty.Quirks{MissingIfMatchNotFound: true, DeleteMissingOK: true}})
+	s := objstore.New(f, nil)
+	if _, err := s.PutBytes(ctx, "missing", []byte("x"), &objstore.PutOptions{If: objstore.IfMatch("0123456789abcdef0123456789abcdef")}); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("if-match on a missing key: %v, want ErrNotFound (the AWS answer)", err)
+	}
+	v, err := s.PutBytes(ctx, "k", []byte("x"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutBytes(ctx, "k", []byte("y"), &objstore.PutOptions{If: objstore.IfMatch("0123456789abcdef0123456789abcdef")}); !errors.Is(err, objstore.ErrPreconditionFailed) {
+		t.Errorf("if-match with a wrong ETag on an existing key: %v, want ErrPreconditionFailed", err)
+	}
+	if err := s.Delete(ctx, "k", objstore.IfMatch(v.ETag)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "k", objstore.IfMatch(v.ETag)); err != nil {
+		t.Errorf("conditional delete of a missing key: %v, want nil (the versitygw answer)", err)
+	}
+	c := objstore.New(faulty.New(mem.NewBackend(""), &faulty.Options{Quirks: faulty.Quirks{ConflictRate: 1}}), nil)
+	if _, err := c.PutBytes(ctx, "k", []byte("x"), &objstore.PutOptions{If: objstore.IfAbsent()}); !errors.Is(err, objstore.ErrConflict) {
+		t.Errorf("conditional put at ConflictRate 1: %v, want ErrConflict", err)
+	}
+	if _, err := c.Head(ctx, "k"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("a 409 applied the write")
+	}
+}
