@@ -304,7 +304,7 @@ func (d *Store) update(ctx context.Context, key string, raw bool, fn UpdateFunc)
 	r := &request{ctx: ctx, fn: fn, raw: raw, done: make(chan result, 1)}
 	if st == Register {
 		if !d.opts.LastWriterWins {
-			return nil, Meta{}, fmt.Errorf("docs: %q: %s does not enforce conditional writes, so concurrent updates could be lost; set Options.LastWriterWins to accept last-writer-wins: %w",
+			return nil, Meta{}, fmt.Errorf("docs: %q: %s does not enforce conditional writes, so concurrent updates could be lost; only a program that accepts last-writer-wins may write there (docs.Options.LastWriterWins): %w",
 				key, d.s, objstore.ErrNotSupported)
 		}
 		d.registerUpdate(ctx, key, []*request{r})

@@ -20,7 +20,7 @@ func (c Doc[T]) Load(ctx context.Context, key string) (T, Meta, error) {
 		return v, m, err
 	}
 	if err := json.Unmarshal(data, &v); err != nil {
-		return v, m, fmt.Errorf("docs: %q does not decode as %T: %w", key, v, err)
+		return v, m, decodeError(key, v, err)
 	}
 	return v, m, nil
 }
@@ -42,7 +42,7 @@ func (c Doc[T]) Update(ctx context.Context, key string, fn func(v *T, m Meta) er
 		var v T
 		if m.Exists {
 			if err := json.Unmarshal(cur, &v); err != nil {
-				return nil, fmt.Errorf("docs: %q does not decode as %T: %w", key, v, err)
+				return nil, decodeError(key, v, err)
 			}
 		}
 		if err := fn(&v, m); err != nil {
@@ -55,4 +55,15 @@ func (c Doc[T]) Update(ctx context.Context, key string, fn func(v *T, m Meta) er
 	}
 	err = json.Unmarshal(data, &out)
 	return out, m, err
+}
+
+// decodeError says that the document at key is not the JSON its reader
+// expects, naming the Go type only when there is one to name (a reader of
+// any value just needs JSON).
+func decodeError(key string, v any, err error) error {
+	want := "JSON"
+	if v != nil {
+		want = fmt.Sprintf("JSON for a %T", v)
+	}
+	return fmt.Errorf("docs: %q does not hold %s (was it written by something other than cairn doc?): %w", key, want, err)
 }

@@ -113,7 +113,7 @@ import (
 var (
 	ErrInvalid  = errors.New("folder: invalid operation")
 	ErrNotFound = errors.New("folder: source folder is empty or missing")
-	ErrNotEmpty = errors.New("folder: destination folder is not empty (use Overwrite)")
+	ErrNotEmpty = errors.New("folder: destination folder is not empty; to merge into it, ask for overwrite (cairn fs: --overwrite)")
 	ErrLockLost = errors.New("folder: lock lost while the operation ran; run Recover")
 	ErrReserved = errors.New("folder: folder overlaps cairn's reserved prefixes")
 )
