@@ -2,22 +2,13 @@ package cli_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"encoding/xml"
-	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/cairn-s3/cairn/internal/cli"
 	"github.com/cairn-s3/cairn/internal/faultproxy"
@@ -33,36 +24,9 @@ func readOnlyEnv(t *testing.T, ep testenv.S3Endpoint, bucket string) []string {
 	policy := `{"Version":"2012-10-17","Statement":[{"Effect":"Allow",` +
 		`"Action":["s3:GetObject","s3:ListBucket","s3:GetBucketLocation"],` +
 		`"Resource":["arn:aws:s3:::` + bucket + `","arn:aws:s3:::` + bucket + `/*"]}]}`
-	form := url.Values{"Action": {"AssumeRole"}, "Version": {"2011-06-15"}, "DurationSeconds": {"3600"}, "Policy": {policy}}
-	body := form.Encode()
-	req, err := http.NewRequest(http.MethodPost, ep.URL, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	sum := sha256.Sum256([]byte(body))
-	creds := aws.Credentials{AccessKeyID: ep.AccessKey, SecretAccessKey: ep.SecretKey}
-	if err := v4.NewSigner().SignHTTP(context.Background(), creds, req, hex.EncodeToString(sum[:]), "sts", "us-east-1", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	var r struct {
-		Creds struct {
-			AccessKeyID     string `xml:"AccessKeyId"`
-			SecretAccessKey string
-			SessionToken    string
-		} `xml:"AssumeRoleResult>Credentials"`
-	}
-	if err := xml.Unmarshal(data, &r); err != nil || resp.StatusCode != 200 || r.Creds.SessionToken == "" {
-		t.Fatalf("STS AssumeRole with a read-only policy on MinIO: %s %v %s", resp.Status, err, data)
-	}
-	return []string{"AWS_ACCESS_KEY_ID=" + r.Creds.AccessKeyID, "AWS_SECRET_ACCESS_KEY=" + r.Creds.SecretAccessKey,
-		"AWS_SESSION_TOKEN=" + r.Creds.SessionToken, "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true"}
+	ak, sk, st := testenv.AssumeRole(t, ep, policy)
+	return []string{"AWS_ACCESS_KEY_ID=" + ak, "AWS_SECRET_ACCESS_KEY=" + sk,
+		"AWS_SESSION_TOKEN=" + st, "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true"}
 }
 
 // objectURL turns a store URL and a key into the object's URL.

@@ -1,27 +1,19 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"encoding/xml"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/internal/cli"
@@ -30,25 +22,6 @@ import (
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/objstore"
 )
-
-// runCairnIn runs the real binary in dir with env added and returns its exit
-// code, stdout and stderr. A command still running after two minutes (a
-// daemon that should have refused to start) is killed.
-func runCairnIn(t *testing.T, dir string, env []string, args ...string) (int, string, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, buildCairn(t), args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if _, ok := err.(*exec.ExitError); err != nil && !ok {
-		t.Fatalf("cairn %q: %v", args, err)
-	}
-	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
-}
 
 // A libpq keyword/value string given as --ledger is refused with the reason
 // and the fix, shows no password, and creates no file (it used to be taken as
@@ -64,7 +37,7 @@ func TestLedgerKeywordStringRefused(t *testing.T) {
 		{"audit", "--store", store, "--bucket", "b", "--ledger", kw},
 		{"serve", "--ledger", kw, "--handler-exec", "true", "--listen", "", "--log-level", "debug"},
 	} {
-		code, out, stderr := runCairnIn(t, dir, nil, args...)
+		code, out, stderr := runBin(t, dir, nil, args...)
 		if code != cli.ExitUsage {
 			t.Errorf("cairn %q: exit %d, want %d (stderr %q)", args, code, cli.ExitUsage, stderr)
 		}
@@ -159,40 +132,6 @@ func TestTextOutputEscapesKeys(t *testing.T) {
 	}
 }
 
-// assumeRole gets temporary credentials (access key, secret key, session
-// token) from MinIO's STS API, signed with ep's root credentials.
-func assumeRole(t *testing.T, ep testenv.S3Endpoint) (ak, sk, st string) {
-	t.Helper()
-	body := "Action=AssumeRole&Version=2011-06-15&DurationSeconds=3600"
-	req, err := http.NewRequest(http.MethodPost, ep.URL, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	sum := sha256.Sum256([]byte(body))
-	creds := aws.Credentials{AccessKeyID: ep.AccessKey, SecretAccessKey: ep.SecretKey}
-	if err := v4.NewSigner().SignHTTP(context.Background(), creds, req, hex.EncodeToString(sum[:]), "sts", "us-east-1", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	var r struct {
-		Creds struct {
-			AccessKeyID     string `xml:"AccessKeyId"`
-			SecretAccessKey string
-			SessionToken    string
-		} `xml:"AssumeRoleResult>Credentials"`
-	}
-	if err := xml.Unmarshal(data, &r); err != nil || resp.StatusCode != 200 || r.Creds.SessionToken == "" {
-		t.Fatalf("STS AssumeRole on MinIO: %s %v %s", resp.Status, err, data)
-	}
-	return r.Creds.AccessKeyID, r.Creds.SecretAccessKey, r.Creds.SessionToken
-}
-
 // Every command, at --log-level debug, with known secrets in every place they
 // can be given (AWS credentials with a session token, webhook and operator
 // tokens, PostgreSQL passwords in a URL's userinfo, as ?password= and
@@ -202,7 +141,7 @@ func TestNoSecretsInOutput(t *testing.T) {
 	t.Parallel()
 	ep := testenv.S3(t)
 	_, storeURL := testenv.NewBucket(t, ep)
-	ak, sk, st := assumeRole(t, ep)
+	ak, sk, st := testenv.AssumeRole(t, ep, "")
 	env := []string{"AWS_ACCESS_KEY_ID=" + ak, "AWS_SECRET_ACCESS_KEY=" + sk, "AWS_SESSION_TOKEN=" + st,
 		"AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true"}
 	pgBase := testenv.PostgresSchema(t, testenv.PGExec)
@@ -256,7 +195,7 @@ func TestNoSecretsInOutput(t *testing.T) {
 		{0, []string{"audit", "--store", storeURL, "--ledger", pgQuery, "--grace", "0", "--dry-run"}},
 	} {
 		args := append(tc.args, "--log-level", "debug")
-		code, out, stderr := runCairnIn(t, dir, env, args...)
+		code, out, stderr := runBin(t, dir, env, args...)
 		if code != tc.code {
 			t.Errorf("cairn %s: exit %d, want %d: %s", tc.args[:2], code, tc.code, stderr)
 		}

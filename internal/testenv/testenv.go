@@ -13,15 +13,23 @@ package testenv
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"encoding/xml"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/cairn-s3/cairn/internal/faultproxy"
 	"github.com/cairn-s3/cairn/internal/services"
@@ -308,4 +316,43 @@ func ThroughFaultProxy(t testing.TB, ep S3Endpoint, bucket string) (*faultproxy.
 		t.Fatal(err)
 	}
 	return p, b
+}
+
+// AssumeRole gets temporary credentials (access key, secret key, session
+// token) from ep's STS API (MinIO's), signed with ep's root credentials; a
+// non-empty policy is the session policy that narrows them.
+func AssumeRole(t testing.TB, ep S3Endpoint, policy string) (ak, sk, st string) {
+	t.Helper()
+	form := url.Values{"Action": {"AssumeRole"}, "Version": {"2011-06-15"}, "DurationSeconds": {"3600"}}
+	if policy != "" {
+		form.Set("Policy", policy)
+	}
+	body := form.Encode()
+	req, err := http.NewRequest(http.MethodPost, ep.URL, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	sum := sha256.Sum256([]byte(body))
+	creds := aws.Credentials{AccessKeyID: ep.AccessKey, SecretAccessKey: ep.SecretKey}
+	if err := v4.NewSigner().SignHTTP(context.Background(), creds, req, hex.EncodeToString(sum[:]), "sts", "us-east-1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var r struct {
+		Creds struct {
+			AccessKeyID     string `xml:"AccessKeyId"`
+			SecretAccessKey string
+			SessionToken    string
+		} `xml:"AssumeRoleResult>Credentials"`
+	}
+	if err := xml.Unmarshal(data, &r); err != nil || resp.StatusCode != 200 || r.Creds.SessionToken == "" {
+		t.Fatalf("STS AssumeRole on %s: %s %v %s", ep.URL, resp.Status, err, data)
+	}
+	return r.Creds.AccessKeyID, r.Creds.SecretAccessKey, r.Creds.SessionToken
 }
