@@ -1,0 +1,129 @@
+package fence
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+// DocField is the JSON field of a fenced document that holds its token.
+const DocField = "cairn_fence"
+
+// Fenced is how a fenced document's value is stored:
+// {"cairn_fence": N, "value": …}. Readers that do not use this package find
+// the caller's value under "value".
+type Fenced[T any] struct {
+	Fence int64 `json:"cairn_fence"`
+	Value T     `json:"value"`
+}
+
+// DocMeta describes a fenced document as read.
+type DocMeta struct {
+	docs.Meta
+	// Token is the highest token the document has recorded; -1 for a missing
+	// document or one written without fencing.
+	Token int64 `json:"token"`
+}
+
+// split decodes a stored value: the fenced shape, or a plain value that has
+// recorded no token.
+func split(cur []byte) (value json.RawMessage, token int64, err error) {
+	trimmed := bytes.TrimSpace(cur)
+	if len(trimmed) > 0 && trimmed[0] == '{' {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(trimmed, &obj); err != nil {
+			return nil, -1, err
+		}
+		if raw, ok := obj[DocField]; ok {
+			if err := json.Unmarshal(raw, &token); err != nil {
+				return nil, -1, fmt.Errorf("its %q field is not an integer: %w", DocField, err)
+			}
+			return obj["value"], token, nil
+		}
+	}
+	return cur, -1, nil
+}
+
+func decodeValue[T any](key string, raw json.RawMessage, v *T) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("fence: document %q does not hold JSON for a %T: %w", key, *v, err)
+	}
+	return nil
+}
+
+// Load reads a fenced document's value and the token it has recorded. A
+// document written without fencing is read whole as the value, with Token -1.
+func Load[T any](ctx context.Context, d *docs.Store, key string) (T, DocMeta, error) {
+	var v T
+	data, m, err := d.LoadBytes(ctx, key)
+	if err != nil {
+		return v, DocMeta{Meta: m, Token: -1}, err
+	}
+	raw, tok, err := split(data)
+	if err != nil {
+		return v, DocMeta{Meta: m, Token: -1}, fmt.Errorf("fence: document %q: %w", key, err)
+	}
+	return v, DocMeta{Meta: m, Token: tok}, decodeValue(key, raw, &v)
+}
+
+// Update applies fn to the document's value (the zero T, with m.Exists false,
+// for a missing document) and commits the result with the token recorded, if
+// token is at least the highest token the document has recorded; a lower
+// token gets a *StaleError (ErrStale) and changes nothing. The judgement is
+// made on the version the docs package's compare-and-swap replaces, so a
+// higher token's update can never be overwritten by a lower one. fn may run
+// more than once; an error from fn aborts the update and is returned.
+//
+// A document written without fencing is taken as the value and wrapped on
+// the first fenced update. Stores that do not enforce conditional writes are
+// refused with objstore.ErrNotSupported (the docs register fallback cannot
+// compare and swap).
+func Update[T any](ctx context.Context, d *docs.Store, key string, token int64, fn func(v *T, m DocMeta) error) (T, DocMeta, error) {
+	var out T
+	if token < 0 {
+		return out, DocMeta{Token: -1}, fmt.Errorf("fence: token %d for %q is negative; pass the token your lock handed out: %w", token, key, objstore.ErrNotSupported)
+	}
+	caps, err := d.Objects().Capabilities(ctx)
+	if err != nil {
+		return out, DocMeta{Token: -1}, fmt.Errorf("fence: cannot tell whether %s enforces conditional writes, so nothing was written: %w", d.Objects(), err)
+	}
+	if !caps.ConditionalWrites() {
+		return out, DocMeta{Token: -1}, fmt.Errorf("fence: %s does not enforce conditional PUTs, so a stale writer could not be refused; nothing was written (run `cairn probe` to see what it enforces): %w", d.Objects(), objstore.ErrNotSupported)
+	}
+	data, m, err := d.UpdateJSON(ctx, key, func(cur []byte, m docs.Meta) ([]byte, error) {
+		var v T
+		have := int64(-1)
+		if m.Exists {
+			raw, tok, err := split(cur)
+			if err != nil {
+				return nil, fmt.Errorf("fence: document %q: %w", key, err)
+			}
+			if token < tok {
+				return nil, &StaleError{Key: key, Token: token, Highest: tok}
+			}
+			have = tok
+			if err := decodeValue(key, raw, &v); err != nil {
+				return nil, err
+			}
+		}
+		if err := fn(&v, DocMeta{Meta: m, Token: have}); err != nil {
+			return nil, err
+		}
+		return json.Marshal(Fenced[T]{Fence: token, Value: v})
+	})
+	if err != nil {
+		return out, DocMeta{Meta: m, Token: -1}, err
+	}
+	var f Fenced[T]
+	if err := json.Unmarshal(data, &f); err != nil {
+		return out, DocMeta{Meta: m, Token: -1}, fmt.Errorf("fence: document %q: %w", key, err)
+	}
+	return f.Value, DocMeta{Meta: m, Token: f.Fence}, nil
+}

@@ -1,0 +1,9 @@
+package fence_test
+
+import (
+	"testing"
+
+	"github.com/cairn-s3/cairn/internal/testmain"
+)
+
+func TestMain(m *testing.M) { testmain.Run(m) }

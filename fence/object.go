@@ -1,0 +1,294 @@
+package fence
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+// Metadata keys (stored lowercase as user metadata, x-amz-meta-*).
+const (
+	// MetaToken holds the highest token the key has seen, in decimal.
+	MetaToken = "cairn-fence"
+	// MetaDeleted marks a tombstone written by Delete.
+	MetaDeleted = "cairn-fence-deleted"
+	// MetaNonce holds a fresh value per write, to tell after a lost response
+	// whether the write landed.
+	MetaNonce = "cairn-fence-nonce"
+)
+
+// ErrStale: a writer's token is lower than one the sink has already accepted;
+// nothing was written. The holder lost its lock to a newer one: stop.
+var ErrStale = errors.New("stale fencing token")
+
+// StaleError is the error of a refused write. errors.Is(err, ErrStale) holds.
+type StaleError struct {
+	Key     string // the object key, document key or row key
+	Token   int64  // the refused writer's token
+	Highest int64  // the token the sink had recorded; -1 when not known (SQL)
+}
+
+func (e *StaleError) Error() string {
+	if e.Highest < 0 {
+		return fmt.Sprintf("fence: refused the write to %q: fencing token %d is lower than the one already recorded (a newer holder has written it); nothing was written: stop, the work belongs to the newer holder", e.Key, e.Token)
+	}
+	return fmt.Sprintf("fence: refused the write to %q: fencing token %d is lower than token %d, which has already written it (a newer holder took over); nothing was written: stop, the work belongs to the newer holder", e.Key, e.Token, e.Highest)
+}
+
+// Is makes errors.Is(err, ErrStale) hold.
+func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+// Options tune Put and Delete. A nil *Options means all defaults.
+type Options struct {
+	// ContentType of the object. Default: application/octet-stream.
+	ContentType string
+	// Metadata is further user metadata stored with the object; keys starting
+	// with "cairn-fence" are refused. Default: none.
+	Metadata map[string]string
+	// MaxAttempts bounds the reads and writes of one call under contention
+	// (412/409 from concurrent writers). Default: 20.
+	MaxAttempts int
+	// PartSize is passed to objstore.Store.Upload. Default: Upload's.
+	PartSize int64
+}
+
+// Meta describes a fenced object as read.
+type Meta struct {
+	objstore.Info
+	// Token is the highest token recorded (-1 if the object carries none).
+	Token int64
+	// Deleted: the object is a tombstone written by Delete.
+	Deleted bool
+}
+
+// TokenOf returns the token recorded in an object's metadata (-1 if none)
+// and whether the object is a tombstone.
+func TokenOf(info objstore.Info) (token int64, deleted bool) {
+	token = -1
+	if v, ok := info.Metadata[MetaToken]; ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			token = n
+		}
+	}
+	_, deleted = info.Metadata[MetaDeleted]
+	return token, deleted
+}
+
+// Get reads a fenced object. A tombstone is objstore.ErrNotFound. An object
+// written without fencing has Token -1.
+func Get(ctx context.Context, s *objstore.Store, key string) ([]byte, Meta, error) {
+	data, info, err := s.GetBytes(ctx, key)
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	tok, del := TokenOf(info)
+	m := Meta{Info: info, Token: tok, Deleted: del}
+	if del {
+		return nil, m, fmt.Errorf("fence: %q was deleted (by token %d): %w", key, tok, objstore.ErrNotFound)
+	}
+	return data, m, nil
+}
+
+// Token returns the highest token key has recorded, tombstones included; -1
+// if the key is missing or carries no token.
+func Token(ctx context.Context, s *objstore.Store, key string) (int64, error) {
+	info, err := s.Head(ctx, key)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return -1, nil
+	}
+	if err != nil {
+		return -1, err
+	}
+	tok, _ := TokenOf(info)
+	return tok, nil
+}
+
+// Put writes body at key if token is at least the highest token key has
+// seen (see the package doc), recording token with the object. A lower token
+// gets a *StaleError (ErrStale) and writes nothing. body is read from its
+// start on every attempt.
+func Put(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeker, token int64, opts *Options) (objstore.Info, error) {
+	return write(ctx, s, key, body, token, opts, false)
+}
+
+// PutBytes is Put for a body in memory.
+func PutBytes(ctx context.Context, s *objstore.Store, key string, body []byte, token int64, opts *Options) (objstore.Info, error) {
+	return Put(ctx, s, key, bytes.NewReader(body), token, opts)
+}
+
+// Delete deletes key for readers of this package, if token is at least the
+// highest token key has seen: it writes a tombstone that keeps the token (a
+// removed object would let a stale writer create it again). Deleting a
+// missing key writes a tombstone too. A lower token gets ErrStale.
+func Delete(ctx context.Context, s *objstore.Store, key string, token int64, opts *Options) error {
+	_, err := write(ctx, s, key, nil, token, opts, true)
+	return err
+}
+
+// sent is a write whose outcome is not known.
+type sent struct {
+	nonce string
+	cond  objstore.Condition
+}
+
+func write(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeker, token int64, opts *Options, del bool) (objstore.Info, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 20
+	}
+	if token < 0 {
+		return objstore.Info{}, fmt.Errorf("fence: token %d for %q is negative; pass the token your lock handed out: %w", token, key, objstore.ErrNotSupported)
+	}
+	for k := range o.Metadata {
+		if strings.HasPrefix(strings.ToLower(k), MetaToken) {
+			return objstore.Info{}, fmt.Errorf("fence: metadata key %q is reserved for fencing; rename it: %w", k, objstore.ErrNotSupported)
+		}
+	}
+	caps, err := s.Capabilities(ctx)
+	if err != nil {
+		return objstore.Info{}, fmt.Errorf("fence: cannot tell whether %s enforces conditional writes, so nothing was written: %w", s, err)
+	}
+	if !caps.ConditionalWrites() {
+		return objstore.Info{}, fmt.Errorf("fence: %s does not enforce conditional PUTs (If-None-Match and If-Match), so a stale writer could not be refused; nothing was written (run `cairn probe` to see what it enforces): %w", s, objstore.ErrNotSupported)
+	}
+	var pending []sent // writes that may still land
+	var resend *sent
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return objstore.Info{}, ambiguousIf(pending, err)
+		}
+		if attempt >= o.MaxAttempts {
+			return objstore.Info{}, ambiguousIf(pending, fmt.Errorf("fence: gave up on %q after %d attempts under concurrent writes; retry later: %w", key, attempt, objstore.ErrConflict))
+		}
+		info, herr := s.Head(ctx, key)
+		if herr != nil && !errors.Is(herr, objstore.ErrNotFound) {
+			if permanent(herr) {
+				return objstore.Info{}, ambiguousIf(pending, herr)
+			}
+			if err := backoff(ctx, attempt); err != nil {
+				return objstore.Info{}, ambiguousIf(pending, err)
+			}
+			continue
+		}
+		// Did one of our writes land, or can one still land?
+		resend = nil
+		if herr == nil {
+			for i := range pending {
+				if n := info.Metadata[MetaNonce]; n != "" && n == pending[i].nonce {
+					return info, nil
+				}
+			}
+		}
+		still := pending[:0]
+		for _, p := range pending {
+			if (p.cond.Absent && herr != nil) || (p.cond.Match != "" && herr == nil && p.cond.Match == info.ETag) {
+				still = append(still, p)
+			}
+		}
+		if len(still) < len(pending) {
+			// A write we sent can no longer land, and it is not there now: it
+			// never landed, or it landed and was replaced. We cannot tell.
+			return objstore.Info{}, fmt.Errorf("fence: the write to %q may have landed and been replaced since (its response was lost); run the effect again, the token still decides: %w", key, objstore.ErrAmbiguous)
+		}
+		pending = still
+		if len(pending) > 0 {
+			resend = &pending[0]
+		}
+		var cond objstore.Condition
+		if herr != nil {
+			cond = objstore.IfAbsent()
+		} else {
+			if have, _ := TokenOf(info); token < have {
+				return objstore.Info{}, &StaleError{Key: key, Token: token, Highest: have}
+			}
+			cond = objstore.IfMatch(info.ETag)
+		}
+		nonce := newNonce()
+		if resend != nil {
+			nonce, cond = resend.nonce, resend.cond
+		}
+		md := map[string]string{MetaToken: strconv.FormatInt(token, 10), MetaNonce: nonce}
+		for k, v := range o.Metadata {
+			md[k] = v
+		}
+		var r io.Reader
+		ct := o.ContentType
+		if del {
+			md[MetaDeleted] = "1"
+			// Unique bytes: a tombstone's ETag never comes back (no ABA).
+			r = bytes.NewReader([]byte("cairn-fence tombstone token=" + strconv.FormatInt(token, 10) + " nonce=" + nonce + "\n"))
+			ct = "text/plain"
+		} else {
+			if _, err := body.Seek(0, io.SeekStart); err != nil {
+				return objstore.Info{}, fmt.Errorf("fence: rewinding the body for %q: %w", key, err)
+			}
+			r = body
+		}
+		winfo, werr := s.Upload(ctx, key, r, &objstore.UploadOptions{PutOptions: objstore.PutOptions{If: cond, ContentType: ct, Metadata: md}, PartSize: o.PartSize})
+		switch {
+		case werr == nil:
+			return winfo, nil
+		case errors.Is(werr, objstore.ErrAmbiguous):
+			if resend == nil {
+				pending = append(pending, sent{nonce: nonce, cond: cond})
+			}
+		case errors.Is(werr, objstore.ErrPreconditionFailed):
+			// Someone wrote first: read and judge again.
+		case errors.Is(werr, objstore.ErrConflict):
+			if err := backoff(ctx, attempt); err != nil {
+				return objstore.Info{}, ambiguousIf(pending, err)
+			}
+		case permanent(werr):
+			return objstore.Info{}, ambiguousIf(pending, werr)
+		default: // a failure that applied nothing: try again
+			if err := backoff(ctx, attempt); err != nil {
+				return objstore.Info{}, ambiguousIf(pending, err)
+			}
+		}
+	}
+}
+
+func ambiguousIf(pending []sent, err error) error {
+	if len(pending) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (and an earlier write's response was lost: %w)", err, objstore.ErrAmbiguous)
+}
+
+// permanent reports errors that retrying cannot fix.
+func permanent(err error) bool {
+	return errors.Is(err, objstore.ErrNotSupported) || errors.Is(err, objstore.ErrInvalidKey) ||
+		errors.Is(err, objstore.ErrBucketNotFound) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded)
+}
+
+func backoff(ctx context.Context, attempt int) error {
+	d := time.Millisecond << min(attempt, 8)
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(d) + 1)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func newNonce() string {
+	var b [12]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
