@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/fence"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
@@ -137,7 +138,7 @@ func docCreateCmd(e *env) *cobra.Command {
 
 func docUpdateCmd(e *env) *cobra.Command {
 	var sets []string
-	var merge string
+	var merge, fenceToken string
 	var create bool
 	cmd := &cobra.Command{
 		Use:   "update URL (--set PATH=VALUE … | --merge F)",
@@ -145,9 +146,16 @@ func docUpdateCmd(e *env) *cobra.Command {
 		Long: `update applies --merge (a JSON merge patch, RFC 7386, from a file or - for
 stdin) and then each --set (PATH is dot-separated object keys; VALUE is JSON,
 or a string if it does not parse as JSON), redriving on concurrent writes.
-Exit code 3 if the retry budget ran out under contention.`,
+Exit code 3 if the retry budget ran out under contention.
+
+--fence-token N applies the update only if N is at least the highest fencing
+token the document has recorded, and records N (exit 3 if a higher token has
+updated it): give it "$CAIRN_FENCING_TOKEN" in a command run by 'cairn lock
+run', 'cairn lock tree' or 'cairn serve'. A fenced document is stored as
+{"cairn_fence": N, "value": …}; --set and --merge apply to the value.`,
 		Example: `  cairn doc update s3://lake/metastore/registry.json --set datasets.orders.version=7 --set owner=data-eng
-  echo '{"paused": true}' | cairn doc update file:///srv/state/job.json --merge -`,
+  echo '{"paused": true}' | cairn doc update file:///srv/state/job.json --merge -
+  cairn doc update s3://lake/state/compact.json --set done=true --create --fence-token "$CAIRN_FENCING_TOKEN"`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(sets) == 0 && merge == "" {
@@ -179,12 +187,20 @@ Exit code 3 if the retry budget ran out under contention.`,
 				}
 				ops = append(ops, setOp{strings.Split(p, "."), val})
 			}
+			fenced := cmd.Flags().Changed("fence-token")
+			var token int64
+			if fenced {
+				var err error
+				if token, err = parseFenceToken(fenceToken); err != nil {
+					return err
+				}
+			}
 			d, key, err := openDoc(cmd, args[0])
 			if err != nil {
 				return err
 			}
 			defer d.Objects().Close()
-			v, m, err := docs.Typed[any](d).Update(cmd.Context(), key, func(v *any, m docs.Meta) error {
+			apply := func(v *any, m docs.Meta) error {
 				if !m.Exists && !create {
 					return fmt.Errorf("%q does not exist (create it with 'cairn doc create', or pass --create): %w", key, objstore.ErrNotFound)
 				}
@@ -197,7 +213,16 @@ Exit code 3 if the retry budget ran out under contention.`,
 					}
 				}
 				return nil
-			})
+			}
+			var v any
+			var m docs.Meta
+			if fenced {
+				var fm fence.DocMeta
+				v, fm, err = fence.Update(cmd.Context(), d, key, token, func(v *any, m fence.DocMeta) error { return apply(v, m.Meta) })
+				m, err = fm.Meta, fencedErr(err)
+			} else {
+				v, m, err = docs.Typed[any](d).Update(cmd.Context(), key, apply)
+			}
 			if err != nil {
 				return err
 			}
@@ -208,6 +233,7 @@ Exit code 3 if the retry budget ran out under contention.`,
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "PATH=VALUE to set (repeatable)")
 	cmd.Flags().StringVar(&merge, "merge", "", "JSON merge patch file (- for stdin)")
 	cmd.Flags().BoolVar(&create, "create", false, "create the document if it does not exist")
+	cmd.Flags().StringVar(&fenceToken, "fence-token", "", "update only if this fencing token is at least the highest the document has recorded (e.g. \"$CAIRN_FENCING_TOKEN\")")
 	return cmd
 }
 

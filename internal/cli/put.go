@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,9 +9,12 @@ import (
 	"mime"
 	"os"
 	"path"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-s3/cairn/fence"
 	"github.com/cairn-s3/cairn/internal/progress"
 	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/objstore"
@@ -19,7 +23,7 @@ import (
 
 func putCmd(e *env) *cobra.Command {
 	var ifAbsent, retryOnChange bool
-	var ifMatch, contentType string
+	var ifMatch, contentType, fenceToken string
 	var partSize int64
 	var concurrency, retries int
 	cmd := &cobra.Command{
@@ -34,9 +38,16 @@ condition fails the upload is aborted and nothing is left behind.
   --retry-on-change   replace whatever version is current, but never one written
                       during the upload: each attempt is conditional on the
                       version seen when it started, and starts over if another
-                      writer got in first (up to --retries times)`,
+                      writer got in first (up to --retries times)
+  --fence-token N     write only if N is at least the highest fencing token the
+                      object has seen, and record N with it (exit 3 if a higher
+                      token has written it): give it "$CAIRN_FENCING_TOKEN" in a
+                      command run by 'cairn lock run', 'cairn lock tree' or
+                      'cairn serve', so a holder that lost its lock cannot
+                      overwrite its successor's output (package fence)`,
 		Example: `  cairn put part-0001.parquet 's3://lake/datasets/orders/part-0001.parquet' --if-absent
-  cairn put registry.json s3://lake/metastore/registry.json --if-match 9b2cf535f27731c974343645a3985328`,
+  cairn put registry.json s3://lake/metastore/registry.json --if-match 9b2cf535f27731c974343645a3985328
+  cairn lock run s3://lake/locks/daily -- sh -c 'build > out.csv && cairn put out.csv s3://lake/reports/daily.csv --fence-token "$CAIRN_FENCING_TOKEN"'`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n := 0
@@ -47,6 +58,12 @@ condition fails the upload is aborted and nothing is left behind.
 			}
 			if n > 1 {
 				return usagef("--if-absent, --if-match and --retry-on-change exclude each other")
+			}
+			if cmd.Flags().Changed("fence-token") {
+				if n > 0 {
+					return usagef("--fence-token decides by itself which version it may replace; drop --if-absent, --if-match and --retry-on-change")
+				}
+				return putFenced(cmd, e, args[0], args[1], fenceToken, contentType, partSize)
 			}
 			ctx := cmd.Context()
 			s, key, err := objstore.OpenObject(ctx, args[1], nil)
@@ -114,11 +131,75 @@ condition fails the upload is aborted and nothing is left behind.
 	cmd.Flags().BoolVar(&ifAbsent, "if-absent", false, "write only if the key is free (If-None-Match: *)")
 	cmd.Flags().StringVar(&ifMatch, "if-match", "", "replace only the object with this ETag")
 	cmd.Flags().StringVar(&contentType, "content-type", "", "the object's Content-Type (default: from the key's or the file's extension, else application/octet-stream)")
+	cmd.Flags().StringVar(&fenceToken, "fence-token", "", "write only if this fencing token is at least the highest the object has seen (e.g. \"$CAIRN_FENCING_TOKEN\")")
 	cmd.Flags().BoolVar(&retryOnChange, "retry-on-change", false, "replace the current version; start over if it changes during the upload")
 	cmd.Flags().IntVar(&retries, "retries", 5, "attempts for --retry-on-change")
 	cmd.Flags().Int64Var(&partSize, "part-size", 16<<20, "multipart part size in bytes")
 	cmd.Flags().IntVar(&concurrency, "concurrency", 4, "parts uploaded at once")
 	return cmd
+}
+
+// parseFenceToken reads --fence-token; an empty value is most often an
+// unset $CAIRN_FENCING_TOKEN.
+func parseFenceToken(v string) (int64, error) {
+	if strings.TrimSpace(v) == "" {
+		return 0, usagef("--fence-token is empty: pass the token your lock handed out (CAIRN_FENCING_TOKEN is set only in commands run by 'cairn lock run', 'cairn lock tree' and 'cairn serve')")
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n < 0 {
+		return 0, usagef("--fence-token %q is not a fencing token (a whole number, 0 or more)", v)
+	}
+	return n, nil
+}
+
+// fencedErr gives a stale token exit 3 with the fence package's message.
+func fencedErr(err error) error {
+	if errors.Is(err, fence.ErrStale) {
+		return exitError{ExitPrecondition, err}
+	}
+	return err
+}
+
+// putFenced is put --fence-token: fence.Put, which reads the object's token
+// and writes conditionally on the version it judged.
+func putFenced(cmd *cobra.Command, e *env, file, url, rawToken, contentType string, partSize int64) error {
+	token, err := parseFenceToken(rawToken)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	s, key, err := objstore.OpenObject(ctx, url, nil)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	var body io.ReadSeeker
+	if file == "-" {
+		data, err := io.ReadAll(e.stdin) // fence.Put may send it more than once
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(data)
+	} else {
+		f, err := os.Open(file)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		defer f.Close()
+		body = f
+	}
+	if contentType == "" {
+		contentType = detectContentType(key, file)
+	}
+	info, err := fence.Put(ctx, s, key, body, token, &fence.Options{ContentType: contentType, PartSize: partSize})
+	if err != nil {
+		return fencedErr(err)
+	}
+	if e.json {
+		return e.writeJSON(info)
+	}
+	_, err = fmt.Fprintln(e.stdout, info.ETag)
+	return err
 }
 
 func policyCmd(e *env) *cobra.Command {
