@@ -31,12 +31,12 @@
 // with If-Match on the ETag it read (If-None-Match: * when the key is missing).
 // The condition is what makes the judgement hold at the moment of the write:
 // two writers can never both pass, and a writer that read token 3 cannot land
-// after a writer with token 5 has replaced what it read. A 412 or 409 re-reads
-// and judges again; only then can a lower token be refused. Delete does not
+// after a writer with token 5 has replaced what it read (but see Limits). A 412
+// or 409 re-reads and judges again. Delete does not
 // remove the object, which would forget the token and let a stale writer
 // recreate it: it writes a tombstone conditionally, a short body that is unique
-// per write with metadata "cairn-fence-deleted", which Get and Token read as not
-// found (Token still reports its token).
+// per write with metadata "cairn-fence-deleted", which Get reads as not found
+// and Token still reads the token of.
 //
 // # Faults: lost responses and requests that land late
 //
