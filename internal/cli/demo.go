@@ -118,7 +118,18 @@ has it at the end.`,
 				fmt.Fprint(e.stderr, "\r\033[K")
 			}
 			if err != nil {
-				return err
+				if ctx.Err() != nil {
+					return err // interrupted: main says so
+				}
+				// %v, not %w: a store's refusal of a write (an invalid key,
+				// say, where the fs store holds an object named like a
+				// folder) is no usage error of the demo's, so no exit 2 and
+				// "see cairn help". Its detail goes to the debug log here.
+				if d := objstore.Detail(err); d != "" && e.log != nil {
+					e.log.Debug("the error in full", "detail", d)
+				}
+				return fmt.Errorf("%v: nothing was judged; check that the store %s and the ledger %s are reachable and writable, and %s too (without --store and --ledger the demo uses a temporary directory)",
+					err, safetext.URL(storeURL), safetext.URL(ledgerURL), safetext.Escape(dir))
 			}
 			if e.json {
 				if err := e.writeJSON(rep); err != nil {

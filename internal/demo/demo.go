@@ -200,7 +200,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return tables.apply(ctx, "serving_naive", ev, 0)
 	}, func(n int) { o.Progress("naive consumer", n, len(plan.order)) })
 	if err != nil {
-		return rep, err
+		return rep, fmt.Errorf("demo: the naive consumer's serving table failed: %w", err)
 	}
 	rep.Naive.Seconds = time.Since(start).Seconds()
 
@@ -217,7 +217,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	// 5. Judge both tables against the bucket.
 	final, err := bucketState(ctx, o)
 	if err != nil {
-		return rep, err
+		return rep, fmt.Errorf("demo: reading the bucket's final state failed: %w", err)
 	}
 	// What the audit can find: a key whose newest event was lost differs in
 	// the ledger from the bucket unless the newest delivered event already
@@ -241,7 +241,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}{{"serving_naive", naive, &rep.Naive}, {"serving_cairn", cairn, &rep.Cairn}} {
 		rows, err := tables.rows(ctx, s.table)
 		if err != nil {
-			return rep, err
+			return rep, fmt.Errorf("demo: reading %s failed: %w", s.table, err)
 		}
 		s.side.HandlerRuns, s.side.DoubleProcessed, s.side.StaleOverwrites = s.t.counts()
 		for i := range o.Keys {
@@ -299,28 +299,34 @@ func write(ctx context.Context, o Options, rng *rand.Rand) ([]event.Event, int, 
 	evs := make([]event.Event, 0, o.Writes)
 	var mu sync.Mutex
 	var done atomic.Int64
+	// The first failure cancels wctx: the other writers stop at their next
+	// write and the loop handing out keys stops too (it blocked for ever on
+	// writers that had all returned).
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	keys := make(chan int)
-	var firstErr error
-	var once sync.Once
 	var wg sync.WaitGroup
 	for range 16 {
 		wg.Go(func() {
 			for k := range keys {
 				key := keyName(k)
 				for _, w := range perKey[k] {
+					if wctx.Err() != nil {
+						return
+					}
 					ev := event.Event{Bucket: o.Bucket, Key: key, Time: time.Now().UTC()}
 					if deleteAt[w] {
-						err := o.Store.Delete(ctx, key, objstore.Condition{})
+						err := o.Store.Delete(wctx, key, objstore.Condition{})
 						if err != nil && !errors.Is(err, objstore.ErrNotFound) {
-							once.Do(func() { firstErr = err })
+							cancel(err)
 							return
 						}
 						ev.Kind, ev.Name = event.Removed, "ObjectRemoved:Delete"
 					} else {
 						body := fmt.Appendf(nil, "%s written by write #%d\n", key, w)
-						info, err := o.Store.PutBytes(ctx, key, body, nil)
+						info, err := o.Store.PutBytes(wctx, key, body, nil)
 						if err != nil {
-							once.Do(func() { firstErr = err })
+							cancel(err)
 							return
 						}
 						ev.Kind, ev.Name, ev.ETag, ev.Size = event.Created, "ObjectCreated:Put", info.ETag, info.Size
@@ -334,13 +340,21 @@ func write(ctx context.Context, o Options, rng *rand.Rand) ([]event.Event, int, 
 			}
 		})
 	}
+hand:
 	for k := range o.Keys {
-		keys <- k
+		select {
+		case keys <- k:
+		case <-wctx.Done():
+			break hand
+		}
 	}
 	close(keys)
 	wg.Wait()
-	if firstErr != nil {
-		return nil, 0, fmt.Errorf("demo: writing objects: %w", firstErr)
+	if err := context.Cause(wctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, 0, fmt.Errorf("demo: writing objects: stopped after %d of %d writes: %w", done.Load(), o.Writes, context.Cause(ctx))
+		}
+		return nil, 0, fmt.Errorf("demo: writing objects to the store failed after %d of %d writes: %w", done.Load(), o.Writes, err)
 	}
 	slices.SortFunc(evs, func(a, b event.Event) int { return event.CompareSequencer(a.Sequencer, b.Sequencer) })
 	return evs, len(deleteAt), nil
@@ -419,17 +433,31 @@ func deliver(ctx context.Context, order []event.Event, senders int, send func(i 
 // (LIST against the ledger) for the changes whose events were lost, and waits
 // for that work too. It returns how many changes the audit resubmitted.
 func runCairn(ctx context.Context, o Options, order []event.Event, tables *tables, t *tracker) (int, error) {
+	// The handler only writes the serving table, which never fails when all
+	// is well: its first error ends the demo (the ledger would retry it, and
+	// drain wait, for minutes).
+	var handlerErr atomic.Pointer[error]
 	h := intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
 		t.enter(w.Event)
-		return "", tables.apply(ctx, "serving_cairn", w.Event, w.Token)
+		err := tables.apply(ctx, "serving_cairn", w.Event, w.Token)
+		if err != nil && ctx.Err() == nil {
+			handlerErr.CompareAndSwap(nil, &err)
+		}
+		return "", err
 	})
+	failed := func() error {
+		if p := handlerErr.Load(); p != nil {
+			return fmt.Errorf("demo: cairn's handler failed writing serving_cairn: %w", *p)
+		}
+		return nil
+	}
 	p, err := intake.New(intake.Options{Ledger: o.Ledger, Handler: h, Concurrency: o.Concurrency, Poll: 50 * time.Millisecond, Logger: o.Logger})
 	if err != nil {
 		return 0, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("demo: listening for the webhook on a loopback port: %w", err)
 	}
 	dctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -448,7 +476,7 @@ func runCairn(ctx context.Context, o Options, order []event.Event, tables *table
 	// gone when it stops.
 	client.CloseIdleConnections()
 	if err == nil {
-		err = drain(ctx, o, len(order))
+		err = drain(ctx, o, len(order), failed)
 	}
 	found := 0
 	if err == nil {
@@ -457,14 +485,16 @@ func runCairn(ctx context.Context, o Options, order []event.Event, tables *table
 		o.Progress("cairn (audit)", 0, 1)
 		var rep *audit.Report
 		rep, err = audit.Run(ctx, audit.Options{Store: o.Store, Ledger: o.Ledger, Bucket: o.Bucket, Grace: time.Nanosecond})
-		if err == nil {
+		if err != nil {
+			err = fmt.Errorf("demo: cairn's audit of the bucket failed: %w", err)
+		} else {
 			found = rep.Resubmitted
-			err = drain(ctx, o, len(order))
+			err = drain(ctx, o, len(order), failed)
 		}
 	}
 	stop()
-	if derr := <-ddone; err == nil {
-		err = derr
+	if derr := <-ddone; err == nil && derr != nil {
+		err = fmt.Errorf("demo: cairn's daemon failed: %w", derr)
 	}
 	return found, err
 }
@@ -488,20 +518,28 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) error {
 		case resp.StatusCode == http.StatusOK:
 			return nil
 		case resp.StatusCode == http.StatusServiceUnavailable && attempt < 20:
-			time.Sleep(50 * time.Millisecond << min(attempt, 5))
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("demo: posting to the webhook: %w (it answered %s: %s)", context.Cause(ctx), resp.Status, msg)
+			case <-time.After(50 * time.Millisecond << min(attempt, 5)):
+			}
 		default:
 			return fmt.Errorf("demo: webhook answered %s: %s", resp.Status, msg)
 		}
 	}
 }
 
-// drain waits until the ledger holds no pending, claimed or failed work.
-func drain(ctx context.Context, o Options, total int) error {
+// drain waits until the ledger holds no pending, claimed or failed work, or
+// failed says the handler failed.
+func drain(ctx context.Context, o Options, total int, failed func() error) error {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
+		if err := failed(); err != nil {
+			return err
+		}
 		c, err := o.Ledger.Counts(ctx)
 		if err != nil {
-			return err
+			return fmt.Errorf("demo: counting the ledger's records failed: %w", err)
 		}
 		left := c[ledger.Pending] + c[ledger.Claimed] + c[ledger.Failed]
 		o.Progress("cairn (handlers)", total-left, total)
@@ -513,7 +551,7 @@ func drain(ctx context.Context, o Options, total int) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("demo: waiting for cairn's handlers: %w", context.Cause(ctx))
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
