@@ -127,6 +127,13 @@ type Record struct {
 	LastError   string     `json:"last_error,omitempty"`
 	Result      string     `json:"result,omitempty"`
 	Source      string     `json:"source,omitempty"`
+	// Format, Region, RequestID and HostID are the accepted event's (see
+	// event.Event), handed back by Event. Records written before cairn kept
+	// them have them empty.
+	Format    event.Format `json:"format,omitempty"`
+	Region    string       `json:"region,omitempty"`
+	RequestID string       `json:"request_id,omitempty"`
+	HostID    string       `json:"host_id,omitempty"`
 
 	// Gen counts acceptances of new work for the row; RunGen is the Gen the
 	// last claim ran. When they differ at completion, newer work arrived while
@@ -144,7 +151,8 @@ type Record struct {
 // drop the change.
 func (r Record) Event() event.Event {
 	ev := event.Event{Bucket: r.Bucket, Key: r.Key, VersionID: r.VersionID, ETag: r.ETag, Size: r.Size,
-		Sequencer: r.Seq, Kind: r.Kind, Name: r.Name, Time: r.EventTime}
+		Sequencer: r.Seq, Kind: r.Kind, Name: r.Name, Time: r.EventTime, Format: r.Format, Region: r.Region,
+		RequestID: r.RequestID, HostID: r.HostID}
 	if event.IsAudit(r.Name) {
 		ev.Sequencer, ev.Format = "", event.FormatAudit
 	}
@@ -287,7 +295,7 @@ func Decide(row *Record, ev event.Event, source string, now time.Time) (Outcome,
 	if row == nil {
 		r := &Record{Bucket: ev.Bucket, Key: ev.Key, VersionID: ev.VersionID, ETag: ev.ETag, Size: ev.Size, Kind: ev.Kind,
 			Name: ev.Name, EventTime: ev.Time, Seq: ev.Sequencer, Status: Pending, FirstSeen: now, Updated: now, Seen: 1, Source: source, Gen: 1,
-			NextAttempt: now}
+			NextAttempt: now, Format: ev.Format, Region: ev.Region, RequestID: ev.RequestID, HostID: ev.HostID}
 		return New, r
 	}
 	r := *row
@@ -296,6 +304,7 @@ func Decide(row *Record, ev event.Event, source string, now time.Time) (Outcome,
 	accept := func() Outcome {
 		prev := r.Status
 		r.VersionID, r.ETag, r.Size, r.Kind, r.Name, r.EventTime, r.Source = ev.VersionID, ev.ETag, ev.Size, ev.Kind, ev.Name, ev.Time, source
+		r.Format, r.Region, r.RequestID, r.HostID = ev.Format, ev.Region, ev.RequestID, ev.HostID
 		r.LastError = ""
 		r.Gen++
 		switch r.Status {

@@ -48,6 +48,7 @@ func Run(t *testing.T, h Harness) {
 		{"RetryThenDead", testRetryDead},
 		{"CompleteBatchAndRelease", testBatchRelease},
 		{"RecordAndClaim", testRecordAndClaim},
+		{"EventRoundTrip", testEventRoundTrip},
 		{"Lookup", testLookup},
 		{"ReplayAndPurge", testReplayPurge},
 		{"EveryVersion", testEveryVersion},
@@ -389,6 +390,56 @@ func testBatchRelease(t *testing.T, h Harness) {
 	if errs, err := l.CompleteBatch(ctx, nil, nil); err != nil || len(errs) != 0 {
 		t.Fatalf("empty batch: %v %v", errs, err)
 	}
+}
+
+// testEventRoundTrip: a claim hands the handler the event that was recorded,
+// every field of it (issue 19: the format arrived empty, and so did the
+// region and the request and host IDs), through Claim, RecordAndClaim and
+// Lookup; a newer event accepted over pending work replaces them all.
+func testEventRoundTrip(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	l, _ := h.New(t, nil)
+	full := func(key, seq string, f event.Format) event.Event {
+		return event.Event{Bucket: "b", Key: key, VersionID: "v-" + seq, ETag: "etag-" + seq, Size: 42, Sequencer: seq,
+			Kind: event.Created, Name: "ObjectCreated:Put", Time: time.Date(2026, 2, 3, 4, 5, 6, 7_000_000, time.UTC),
+			RequestID: "req-" + seq, HostID: "host-" + seq, Region: "eu-west-3", Format: f}
+	}
+	check := func(what string, got, want event.Event) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("%s: the handler gets\n%+v\nfor the recorded\n%+v", what, got, want)
+		}
+	}
+	a := full("a", "01", event.FormatMinIO)
+	must(l.Record(ctx, "s", []event.Event{a}))
+	cs := must(l.Claim(ctx, 10, time.Minute))
+	if len(cs) != 1 {
+		t.Fatalf("claims %+v", cs)
+	}
+	check("Claim", cs[0].Event(), a)
+	recs := must(l.Lookup(ctx, "b", []string{"a"}))
+	check("Lookup", recs["a"].Event(), a)
+
+	// Pending work coalesced with a newer event: the claim is the newer one's.
+	b1, b2 := full("b", "01", event.FormatS3), full("b", "02", event.FormatEventBridge)
+	b2.Region, b2.Size = "", 7 // empty fields replace full ones too
+	must(l.Record(ctx, "s", []event.Event{b1}))
+	must(l.Record(ctx, "s", []event.Event{b2}))
+	cs = must(l.Claim(ctx, 10, time.Minute))
+	if len(cs) != 1 || cs[0].Key != "b" {
+		t.Fatalf("claims %+v", cs)
+	}
+	check("Claim after a newer event", cs[0].Event(), b2)
+
+	c := full("c", "01", event.FormatSNS)
+	_, cs, err := l.RecordAndClaim(ctx, "s", []event.Event{c}, 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 1 {
+		t.Fatalf("RecordAndClaim claims %+v", cs)
+	}
+	check("RecordAndClaim", cs[0].Event(), c)
 }
 
 func testRecordAndClaim(t *testing.T, h Harness) {

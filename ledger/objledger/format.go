@@ -44,6 +44,12 @@ type row struct {
 	Gen    int64  `json:"g,omitempty"`
 	RunGen int64  `json:"rg,omitempty"`
 	Rep    int    `json:"rp,omitempty"`
+	// The accepted event's format, region, request and host IDs (absent in
+	// rows written before).
+	Fmt string `json:"fm,omitempty"`
+	Reg string `json:"rn,omitempty"`
+	Req string `json:"rq,omitempty"`
+	Hst string `json:"hi,omitempty"`
 	// Ch is the head change counter when the row last changed (compaction
 	// removes from the head only rows unchanged since it read them).
 	Ch int64 `json:"ch,omitempty"`
@@ -66,7 +72,8 @@ func fromMS(v int64) time.Time { return ledger.FromUnixMilli(v) }
 func toRow(ident string, r *ledger.Record) *row {
 	w := &row{B: r.Bucket, K: r.Key, V: r.VersionID, E: r.ETag, Z: r.Size, Kind: string(r.Kind), N: r.Name, T: ms(r.EventTime),
 		Q: r.Seq, St: string(r.Status), At: r.Attempts, Tk: r.Token, L: ms(r.LeaseUntil), Nx: ms(r.NextAttempt), F: ms(r.FirstSeen),
-		U: ms(r.Updated), Seen: r.Seen, Stale: r.Stale, Err: r.LastError, Res: r.Result, Src: r.Source, Gen: r.Gen, RunGen: r.RunGen, Rep: r.Replays}
+		U: ms(r.Updated), Seen: r.Seen, Stale: r.Stale, Err: r.LastError, Res: r.Result, Src: r.Source, Gen: r.Gen, RunGen: r.RunGen, Rep: r.Replays,
+		Fmt: string(r.Format), Reg: r.Region, Req: r.RequestID, Hst: r.HostID}
 	if ident != r.Key {
 		w.I = ident
 	}
@@ -77,7 +84,8 @@ func (r *row) record() ledger.Record {
 	return ledger.Record{Bucket: r.B, Key: r.K, VersionID: r.V, ETag: r.E, Size: r.Z, Kind: event.Kind(r.Kind), Name: r.N,
 		EventTime: fromMS(r.T), Seq: r.Q, Status: ledger.Status(r.St), Attempts: r.At, Token: r.Tk, LeaseUntil: fromMS(r.L),
 		NextAttempt: fromMS(r.Nx), FirstSeen: fromMS(r.F), Updated: fromMS(r.U), Seen: r.Seen, Stale: r.Stale, LastError: r.Err,
-		Result: r.Res, Source: r.Src, Gen: r.Gen, RunGen: r.RunGen, Replays: r.Rep}
+		Result: r.Res, Source: r.Src, Gen: r.Gen, RunGen: r.RunGen, Replays: r.Rep,
+		Format: event.Format(r.Fmt), Region: r.Reg, RequestID: r.Req, HostID: r.Hst}
 }
 
 func (r *row) claim() ledger.Claim { return ledger.Claim{Record: r.record(), Ident: r.ident()} }

@@ -55,6 +55,11 @@ var migrations = []string{`CREATE TABLE cairn_ledger (
 	// changes no indexed column (a coalesced pending key keeps its next_at;
 	// duplicates, stale events) is a heap-only update, touching no index.
 	`ALTER TABLE cairn_ledger SET (fillfactor = 75)`,
+	// The accepted event's format, region and request IDs, handed back with
+	// each claim ('' in rows written before; a constant default rewrites no
+	// row).
+	`ALTER TABLE cairn_ledger ADD COLUMN format TEXT NOT NULL DEFAULT '', ADD COLUMN region TEXT NOT NULL DEFAULT '',
+ ADD COLUMN request_id TEXT NOT NULL DEFAULT '', ADD COLUMN host_id TEXT NOT NULL DEFAULT ''`,
 }
 
 func rebind(q string) string {

@@ -59,6 +59,12 @@ var migrations = []string{`CREATE TABLE cairn_ledger (
 	`CREATE INDEX cairn_ledger_key ON cairn_ledger (bucket, key)`,
 	// Record (sqlledger) writes a row only if its revision is the one it read.
 	`ALTER TABLE cairn_ledger ADD COLUMN rev INTEGER NOT NULL DEFAULT 0`,
+	// The accepted event's format, region and request IDs, handed back with
+	// each claim ('' in rows written before).
+	`ALTER TABLE cairn_ledger ADD COLUMN format TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE cairn_ledger ADD COLUMN region TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE cairn_ledger ADD COLUMN request_id TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE cairn_ledger ADD COLUMN host_id TEXT NOT NULL DEFAULT ''`,
 }
 
 // jsonRows passes a batch as one JSON argument, read with json_each: one

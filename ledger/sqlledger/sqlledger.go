@@ -277,7 +277,8 @@ func (l *Ledger) now(ctx context.Context, q querier) (time.Time, error) {
 }
 
 const cols = `bucket, ident, key, version_id, etag, size, kind, name, event_time, seq, seq_sort, status, attempts, token,
-lease_until, next_at, first_seen, updated, seen, stale, last_error, result, source, gen, run_gen, replays`
+lease_until, next_at, first_seen, updated, seen, stale, last_error, result, source, gen, run_gen, replays,
+format, region, request_id, host_id`
 
 func ms(t time.Time) int64     { return ledger.UnixMilli(t) }
 func fromMS(v int64) time.Time { return ledger.FromUnixMilli(v) }
@@ -287,12 +288,12 @@ type scanner interface{ Scan(...any) error }
 // scanRecord scans a row of cols, and of any further columns into extra.
 func scanRecord(s scanner, extra ...any) (ledger.Claim, error) {
 	var c ledger.Claim
-	var kind, status, seqSort string
+	var kind, status, seqSort, format string
 	var evTime, lease, next, first, upd int64
 	err := s.Scan(append([]any{&c.Bucket, &c.Ident, &c.Key, &c.VersionID, &c.ETag, &c.Size, &kind, &c.Name, &evTime, &c.Seq, &seqSort,
 		&status, &c.Attempts, &c.Token, &lease, &next, &first, &upd, &c.Seen, &c.Stale, &c.LastError, &c.Result, &c.Source,
-		&c.Gen, &c.RunGen, &c.Replays}, extra...)...)
-	c.Kind, c.Status = event.Kind(kind), ledger.Status(status)
+		&c.Gen, &c.RunGen, &c.Replays, &format, &c.Region, &c.RequestID, &c.HostID}, extra...)...)
+	c.Kind, c.Status, c.Format = event.Kind(kind), ledger.Status(status), event.Format(format)
 	c.EventTime, c.LeaseUntil, c.NextAttempt, c.FirstSeen, c.Updated = fromMS(evTime), fromMS(lease), fromMS(next), fromMS(first), fromMS(upd)
 	return c, err
 }
@@ -304,25 +305,28 @@ func (l *Ledger) args(ident string, r *ledger.Record, rev int64) []any {
 	}
 	return []any{r.Bucket, ident, r.Key, r.VersionID, r.ETag, r.Size, string(r.Kind), r.Name, ms(r.EventTime), r.Seq, sortSeq,
 		string(r.Status), r.Attempts, r.Token, ms(r.LeaseUntil), ms(r.NextAttempt), ms(r.FirstSeen), ms(r.Updated), r.Seen, r.Stale,
-		r.LastError, r.Result, r.Source, r.Gen, r.RunGen, r.Replays, rev}
+		r.LastError, r.Result, r.Source, r.Gen, r.RunGen, r.Replays, string(r.Format), r.Region, r.RequestID, r.HostID, rev}
 }
 
 // colTypes are the SQL types of cols and rev, for Dialect.Rows.
 var colTypes = []string{"text", "text", "text", "text", "text", "bigint", "text", "text", "bigint", "text", "text", "text", "bigint",
-	"bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "text", "text", "text", "bigint", "bigint", "bigint", "bigint"}
+	"bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "text", "text", "text", "bigint", "bigint", "bigint",
+	"text", "text", "text", "text", "bigint"}
 
 // upsertFrom writes rows whose revision is still the one Record read: a new
 // row is inserted with rev 1 (and refused if another writer inserted the key
 // first), an existing row is updated only if its rev is one less than the
 // row's new rev. Rows are written in the order of the row source (key order).
 var upsertFrom = `INSERT INTO cairn_ledger (` + cols + `, rev)
-SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27
+SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27,
+c28, c29, c30, c31
 FROM %s WHERE true
 ON CONFLICT (bucket, ident) DO UPDATE SET version_id=excluded.version_id, etag=excluded.etag, size=excluded.size,
 kind=excluded.kind, name=excluded.name, event_time=excluded.event_time, seq=excluded.seq, seq_sort=excluded.seq_sort,
 status=excluded.status, attempts=excluded.attempts, token=excluded.token, lease_until=excluded.lease_until, next_at=excluded.next_at,
 first_seen=excluded.first_seen, updated=excluded.updated, seen=excluded.seen, stale=excluded.stale, last_error=excluded.last_error,
-result=excluded.result, source=excluded.source, gen=excluded.gen, run_gen=excluded.run_gen, replays=excluded.replays, rev=excluded.rev
+result=excluded.result, source=excluded.source, gen=excluded.gen, run_gen=excluded.run_gen, replays=excluded.replays,
+format=excluded.format, region=excluded.region, request_id=excluded.request_id, host_id=excluded.host_id, rev=excluded.rev
 WHERE cairn_ledger.rev = excluded.rev - 1`
 
 type rowID struct{ bucket, ident string }
