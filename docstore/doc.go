@@ -1,4 +1,4 @@
-// Package docs keeps shared state in one object — a registry, a manifest, a job's
+// Package docstore keeps shared state in one object — a registry, a manifest, a job's
 // state file — safe for many concurrent writers on any objstore.Store.
 //
 // Update is a read-modify-write loop done right: it reads the document, applies
@@ -101,4 +101,4 @@
 // error unchanged when its function fails, ErrContention (which wraps
 // objstore.ErrPreconditionFailed) when the attempts ran out, and
 // objstore.ErrAmbiguous when a lost response could not be resolved.
-package docs
+package docstore

@@ -1,4 +1,4 @@
-package docs_test
+package docstore_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/faulty"
 	"github.com/cairn-s3/cairn/objstore/mem"
@@ -24,14 +24,14 @@ func slowMem(latency time.Duration) *objstore.Store {
 func TestGroupCommitExactTotal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := docs.New(slowMem(500*time.Microsecond), nil)
-	c := docs.Typed[int](d)
+	d := docstore.New(slowMem(500*time.Microsecond), nil)
+	c := docstore.Typed[int](d)
 	const goroutines, each = 16, 40
 	var wg sync.WaitGroup
 	for range goroutines {
 		wg.Go(func() {
 			for range each {
-				if _, _, err := c.Update(ctx, "n", func(v *int, _ docs.Meta) error { *v++; return nil }); err != nil {
+				if _, _, err := c.Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v++; return nil }); err != nil {
 					t.Error(err)
 					return
 				}
@@ -57,14 +57,14 @@ func TestGroupCommitExactTotal(t *testing.T) {
 func TestGroupCommitIsolatesErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := docs.New(slowMem(time.Millisecond), nil)
-	c := docs.Typed[[]int](d)
+	d := docstore.New(slowMem(time.Millisecond), nil)
+	c := docstore.Typed[[]int](d)
 	errOdd := errors.New("odd callers refuse")
 	var wg sync.WaitGroup
 	results := make([]error, 40)
 	for i := range results {
 		wg.Go(func() {
-			_, _, results[i] = c.Update(ctx, "list", func(v *[]int, _ docs.Meta) error {
+			_, _, results[i] = c.Update(ctx, "list", func(v *[]int, _ docstore.Meta) error {
 				if i%2 == 1 {
 					*v = append(*v, -1) // must not leak into the committed value
 					return fmt.Errorf("caller %d: %w", i, errOdd)
@@ -109,15 +109,15 @@ func TestLostResponsesAppliedOnce(t *testing.T) {
 		}
 		return faulty.None, 0
 	}})
-	d := docs.New(objstore.New(f, nil), &docs.Options{NoGroupCommit: true})
-	c := docs.Typed[int](d)
+	d := docstore.New(objstore.New(f, nil), &docstore.Options{NoGroupCommit: true})
+	c := docstore.Typed[int](d)
 	for i := range 20 {
-		v, _, err := c.Update(ctx, "n", func(v *int, _ docs.Meta) error { *v++; return nil })
+		v, _, err := c.Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v++; return nil })
 		if err != nil || v != i+1 {
 			t.Fatalf("update %d: %d, %v", i, v, err)
 		}
 	}
-	v, _, _ := docs.Typed[int](docs.New(objstore.New(inner, nil), nil)).Load(ctx, "n")
+	v, _, _ := docstore.Typed[int](docstore.New(objstore.New(inner, nil), nil)).Load(ctx, "n")
 	if v != 20 {
 		t.Fatalf("counter = %d after 20 updates with lost responses", v)
 	}
@@ -136,7 +136,7 @@ func TestLostResponseBeyondHistoryIsAmbiguous(t *testing.T) {
 		sync.Mutex
 		armed bool
 	}{}
-	other := docs.New(objstore.New(inner, nil), &docs.Options{NoGroupCommit: true, HistoryLen: 2})
+	other := docstore.New(objstore.New(inner, nil), &docstore.Options{NoGroupCommit: true, HistoryLen: 2})
 	f := faulty.New(inner, &faulty.Options{Rule: func(op faulty.Op, _ string) (faulty.Fault, time.Duration) {
 		victim.Lock()
 		defer victim.Unlock()
@@ -147,22 +147,22 @@ func TestLostResponseBeyondHistoryIsAmbiguous(t *testing.T) {
 		return faulty.None, 0
 	}})
 	// After the victim's write lands and before it reads back, others write 3 times.
-	d := docs.New(objstore.New(hookAfterPut{f, func() {
+	d := docstore.New(objstore.New(hookAfterPut{f, func() {
 		for range 3 {
-			_, _, _ = docs.Typed[int](other).Update(ctx, "n", func(v *int, _ docs.Meta) error { *v += 100; return nil })
+			_, _, _ = docstore.Typed[int](other).Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v += 100; return nil })
 		}
-	}}, nil), &docs.Options{NoGroupCommit: true, HistoryLen: 2})
-	if _, err := docs.Typed[int](d).Create(ctx, "n", 0); err != nil {
+	}}, nil), &docstore.Options{NoGroupCommit: true, HistoryLen: 2})
+	if _, err := docstore.Typed[int](d).Create(ctx, "n", 0); err != nil {
 		t.Fatal(err)
 	}
 	victim.Lock()
 	victim.armed = true
 	victim.Unlock()
-	_, _, err := docs.Typed[int](d).Update(ctx, "n", func(v *int, _ docs.Meta) error { *v++; return nil })
+	_, _, err := docstore.Typed[int](d).Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v++; return nil })
 	if !errors.Is(err, objstore.ErrAmbiguous) {
 		t.Fatalf("lost write beyond the history window: %v, want ErrAmbiguous", err)
 	}
-	v, _, _ := docs.Typed[int](other).Load(ctx, "n")
+	v, _, _ := docstore.Typed[int](other).Load(ctx, "n")
 	if v != 301 {
 		t.Fatalf("counter = %d, want 301 (the victim's +1 applied exactly once, plus 3×100)", v)
 	}
@@ -186,14 +186,14 @@ func (h hookAfterPut) Put(ctx context.Context, key string, body io.Reader, size 
 func TestNoABA(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := docs.New(mem.New(), nil)
-	c := docs.Typed[string](d)
+	d := docstore.New(mem.New(), nil)
+	c := docstore.Typed[string](d)
 	m1, err := c.Create(ctx, "k", "A")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, m2, _ := c.Update(ctx, "k", func(v *string, _ docs.Meta) error { *v = "B"; return nil })
-	_, m3, _ := c.Update(ctx, "k", func(v *string, _ docs.Meta) error { *v = "A"; return nil })
+	_, m2, _ := c.Update(ctx, "k", func(v *string, _ docstore.Meta) error { *v = "B"; return nil })
+	_, m3, _ := c.Update(ctx, "k", func(v *string, _ docstore.Meta) error { *v = "A"; return nil })
 	if m1.ETag == m3.ETag || m1.ETag == m2.ETag {
 		t.Fatalf("ETags %s %s %s: A→B→A must not repeat an ETag", m1.ETag, m2.ETag, m3.ETag)
 	}
@@ -206,8 +206,8 @@ func TestNoABA(t *testing.T) {
 func TestCreateAndLoad(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := docs.New(mem.New(), nil)
-	c := docs.Typed[map[string]int](d)
+	d := docstore.New(mem.New(), nil)
+	c := docstore.Typed[map[string]int](d)
 	if _, _, err := c.Load(ctx, "m"); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("load missing: %v", err)
 	}
@@ -225,7 +225,7 @@ func TestCreateAndLoad(t *testing.T) {
 	if _, err := d.Objects().PutBytes(ctx, "plain.json", []byte(`{"a": 7}`), nil); err != nil {
 		t.Fatal(err)
 	}
-	v, m, err = c.Update(ctx, "plain.json", func(v *map[string]int, m docs.Meta) error {
+	v, m, err = c.Update(ctx, "plain.json", func(v *map[string]int, m docstore.Meta) error {
 		if !m.Exists || m.Rev != 0 {
 			return fmt.Errorf("meta %+v", m)
 		}
@@ -237,7 +237,7 @@ func TestCreateAndLoad(t *testing.T) {
 	}
 	// Raw bytes round-trip exactly, including bytes that look like JSON.
 	for _, b := range [][]byte{[]byte("\x00\xffbinary"), []byte(`{ "spaced" : 1 }`)} {
-		if _, _, err := d.UpdateBytes(ctx, "raw", func([]byte, docs.Meta) ([]byte, error) { return b, nil }); err != nil {
+		if _, _, err := d.UpdateBytes(ctx, "raw", func([]byte, docstore.Meta) ([]byte, error) { return b, nil }); err != nil {
 			t.Fatal(err)
 		}
 		got, _, err := d.LoadBytes(ctx, "raw")
@@ -249,14 +249,14 @@ func TestCreateAndLoad(t *testing.T) {
 
 func TestContextCancelledWhileQueued(t *testing.T) {
 	t.Parallel()
-	d := docs.New(slowMem(20*time.Millisecond), nil)
-	c := docs.Typed[int](d)
+	d := docstore.New(slowMem(20*time.Millisecond), nil)
+	c := docstore.Typed[int](d)
 	bg := context.Background()
-	go func() { _, _, _ = c.Update(bg, "n", func(v *int, _ docs.Meta) error { *v++; return nil }) }()
+	go func() { _, _, _ = c.Update(bg, "n", func(v *int, _ docstore.Meta) error { *v++; return nil }) }()
 	time.Sleep(5 * time.Millisecond) // the first commit is in flight
 	ctx, cancel := context.WithCancel(bg)
 	cancel()
-	_, _, err := c.Update(ctx, "n", func(v *int, _ docs.Meta) error { *v += 1000; return nil })
+	_, _, err := c.Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v += 1000; return nil })
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled update: %v", err)
 	}
@@ -271,18 +271,18 @@ func TestContention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := mem.New()
-	d := docs.New(s, &docs.Options{NoGroupCommit: true, MaxAttempts: 1})
-	c := docs.Typed[int](d)
+	d := docstore.New(s, &docstore.Options{NoGroupCommit: true, MaxAttempts: 1})
+	c := docstore.Typed[int](d)
 	if _, err := c.Create(ctx, "n", 0); err != nil {
 		t.Fatal(err)
 	}
 	// Another writer changes the document inside our function every time.
-	_, _, err := c.Update(ctx, "n", func(v *int, _ docs.Meta) error {
-		_, _, _ = docs.Typed[int](docs.New(s, nil)).Update(ctx, "n", func(v *int, _ docs.Meta) error { *v += 10; return nil })
+	_, _, err := c.Update(ctx, "n", func(v *int, _ docstore.Meta) error {
+		_, _, _ = docstore.Typed[int](docstore.New(s, nil)).Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v += 10; return nil })
 		*v++
 		return nil
 	})
-	if !errors.Is(err, docs.ErrContention) || !errors.Is(err, objstore.ErrPreconditionFailed) {
+	if !errors.Is(err, docstore.ErrContention) || !errors.Is(err, objstore.ErrPreconditionFailed) {
 		t.Fatalf("exhausted attempts: %v, want ErrContention wrapping ErrPreconditionFailed", err)
 	}
 }
@@ -292,20 +292,20 @@ func TestRegisterFallback(t *testing.T) {
 	ctx := context.Background()
 	liar := objstore.New(faulty.New(mem.NewBackend(""), &faulty.Options{IgnoreConditions: true}), nil)
 
-	strict := docs.Typed[int](docs.New(liar, nil))
-	if _, _, err := strict.Update(ctx, "n", func(v *int, _ docs.Meta) error { *v++; return nil }); !errors.Is(err, objstore.ErrNotSupported) {
+	strict := docstore.Typed[int](docstore.New(liar, nil))
+	if _, _, err := strict.Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v++; return nil }); !errors.Is(err, objstore.ErrNotSupported) {
 		t.Fatalf("update on a store without conditions: %v, want ErrNotSupported", err)
 	}
 	if _, err := strict.Create(ctx, "n", 1); !errors.Is(err, objstore.ErrNotSupported) {
 		t.Fatalf("create on a store without conditions: %v, want ErrNotSupported", err)
 	}
 
-	d := docs.New(liar, &docs.Options{LastWriterWins: true, RegisterGrace: time.Nanosecond})
-	c := docs.Typed[string](d)
+	d := docstore.New(liar, &docstore.Options{LastWriterWins: true, RegisterGrace: time.Nanosecond})
+	c := docstore.Typed[string](d)
 	// One writer: read-after-update, every time.
 	for i := range 30 {
 		want := fmt.Sprintf("v%d", i)
-		if _, _, err := c.Update(ctx, "reg", func(v *string, _ docs.Meta) error { *v = want; return nil }); err != nil {
+		if _, _, err := c.Update(ctx, "reg", func(v *string, _ docstore.Meta) error { *v = want; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if got, _, err := c.Load(ctx, "reg"); err != nil || got != want {
@@ -320,7 +320,7 @@ func TestRegisterFallback(t *testing.T) {
 			for i := range 15 {
 				val := fmt.Sprintf("w%d-%d", w, i)
 				written.Store(val, true)
-				if _, _, err := c.Update(ctx, "reg", func(v *string, _ docs.Meta) error { *v = val; return nil }); err != nil {
+				if _, _, err := c.Update(ctx, "reg", func(v *string, _ docstore.Meta) error { *v = val; return nil }); err != nil {
 					t.Error(err)
 				}
 			}

@@ -1,4 +1,4 @@
-package docs
+package docstore
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 
 // ErrContention: the attempts ran out while other writers kept changing the
 // document. It wraps objstore.ErrPreconditionFailed.
-var ErrContention = fmt.Errorf("docs: gave up after repeated conflicting writes; retry later or raise Options.MaxAttempts: %w", objstore.ErrPreconditionFailed)
+var ErrContention = fmt.Errorf("docstore: gave up after repeated conflicting writes; retry later or raise Options.MaxAttempts: %w", objstore.ErrPreconditionFailed)
 
 // Strategy chooses how documents are stored.
 type Strategy int
@@ -252,7 +252,7 @@ func (d *Store) LoadBytes(ctx context.Context, key string) ([]byte, Meta, error)
 		return nil, Meta{}, err
 	}
 	if !c.exists {
-		return nil, c.meta(key), fmt.Errorf("docs: %q: %w", key, objstore.ErrNotFound)
+		return nil, c.meta(key), fmt.Errorf("docstore: %q: %w", key, objstore.ErrNotFound)
 	}
 	return c.env.payload(), c.meta(key), nil
 }
@@ -264,7 +264,7 @@ func (d *Store) CreateBytes(ctx context.Context, key string, value []byte) (Meta
 }
 
 func (d *Store) create(ctx context.Context, key string, value []byte, raw bool) (Meta, error) {
-	exists := fmt.Errorf("docs: %q already exists: %w", key, objstore.ErrPreconditionFailed)
+	exists := fmt.Errorf("docstore: %q already exists: %w", key, objstore.ErrPreconditionFailed)
 	_, m, err := d.update(ctx, key, raw, func(_ []byte, m Meta) ([]byte, error) {
 		if m.Exists {
 			return nil, exists
@@ -304,7 +304,7 @@ func (d *Store) update(ctx context.Context, key string, raw bool, fn UpdateFunc)
 	r := &request{ctx: ctx, fn: fn, raw: raw, done: make(chan result, 1)}
 	if st == Register {
 		if !d.opts.LastWriterWins {
-			return nil, Meta{}, fmt.Errorf("docs: %q: %s does not enforce conditional writes, so concurrent updates could be lost; only a program that accepts last-writer-wins may write there (docs.Options.LastWriterWins): %w",
+			return nil, Meta{}, fmt.Errorf("docstore: %q: %s does not enforce conditional writes, so concurrent updates could be lost; only a program that accepts last-writer-wins may write there (docstore.Options.LastWriterWins): %w",
 				key, d.s, objstore.ErrNotSupported)
 		}
 		d.registerUpdate(ctx, key, []*request{r})
@@ -455,7 +455,7 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 			if !errors.Is(err, objstore.ErrAmbiguous) {
 				// Only ErrAmbiguous is wrapped: the last error (a 412, a
 				// cancellation) must not make callers take it for "not applied".
-				err = fmt.Errorf("docs: %q: a write may still land (%w); last error: %v", key, objstore.ErrAmbiguous, err)
+				err = fmt.Errorf("docstore: %q: a write may still land (%w); last error: %v", key, objstore.ErrAmbiguous, err)
 			}
 			d.count(func(s *Stats) { s.Ambiguous++ })
 		}
@@ -500,7 +500,7 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 				deliver(reqs, m, nil)
 				return nil
 			case undecidable:
-				return finish(fmt.Errorf("docs: %q: a write's response was lost and the document's history no longer shows whether it landed: %w", key, objstore.ErrAmbiguous))
+				return finish(fmt.Errorf("docstore: %q: a write's response was lost and the document's history no longer shows whether it landed: %w", key, objstore.ErrAmbiguous))
 			}
 			if len(open) < len(sent) {
 				d.count(func(s *Stats) { s.Resolved += len(sent) - len(open) })
@@ -510,7 +510,7 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 		next, raw, any := apply(key, c, reqs)
 		if !any {
 			if len(sent) > 0 { // they succeeded before: one of those writes may still land
-				return finish(fmt.Errorf("docs: %q: the update functions now fail where they succeeded before", key))
+				return finish(fmt.Errorf("docstore: %q: the update functions now fail where they succeeded before", key))
 			}
 			deliver(reqs, c.meta(key), nil) // every function failed: nothing to write
 			return nil
@@ -580,7 +580,7 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 	if errors.Is(lastErr, objstore.ErrPreconditionFailed) || lastErr == nil {
 		return finish(ErrContention)
 	}
-	return finish(fmt.Errorf("docs: %q: giving up after %d attempts: %w", key, d.opts.MaxAttempts, lastErr))
+	return finish(fmt.Errorf("docstore: %q: giving up after %d attempts: %w", key, d.opts.MaxAttempts, lastErr))
 }
 
 // deliver sends every request its result: its own error if its function

@@ -1,4 +1,4 @@
-package docs
+package docstore
 
 import (
 	"bytes"
@@ -56,10 +56,10 @@ func decode(data []byte) (envelope, error) {
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) > 0 && trimmed[0] == '{' && bytes.Contains(trimmed, []byte(`"cairn_doc"`)) {
 		if err := json.Unmarshal(trimmed, &e); err != nil {
-			return e, fmt.Errorf("docs: the object looks like a cairn document but does not parse: %w", err)
+			return e, fmt.Errorf("docstore: the object looks like a cairn document but does not parse: %w", err)
 		}
 		if e.Format != formatVersion {
-			return e, fmt.Errorf("docs: document format %d is not supported by this cairn (want %d); upgrade cairn", e.Format, formatVersion)
+			return e, fmt.Errorf("docstore: document format %d is not supported by this cairn (want %d); upgrade cairn", e.Format, formatVersion)
 		}
 		return e, nil
 	}

@@ -1,4 +1,4 @@
-package docs_test
+package docstore_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/mem"
 )
@@ -23,7 +23,7 @@ type Registry struct {
 func Example_dataLakeRegistry() {
 	ctx := context.Background()
 	store := mem.New() // objstore.Open(ctx, "s3://bucket?…", nil) in production
-	reg := docs.Typed[Registry](docs.New(store, nil))
+	reg := docstore.Typed[Registry](docstore.New(store, nil))
 
 	publish := func(dataset, file string, rows []byte) error {
 		key := "datasets/" + dataset + "/" + file
@@ -33,7 +33,7 @@ func Example_dataLakeRegistry() {
 			return err
 		}
 		// Record it in the registry; concurrent writers are combined, none lost.
-		_, _, err = reg.Update(ctx, "metastore/dataset_registry.json", func(r *Registry, _ docs.Meta) error {
+		_, _, err = reg.Update(ctx, "metastore/dataset_registry.json", func(r *Registry, _ docstore.Meta) error {
 			if r.Datasets == nil {
 				r.Datasets = map[string][]string{}
 			}

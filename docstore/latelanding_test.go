@@ -1,4 +1,4 @@
-package docs_test
+package docstore_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/internal/faultproxy"
 	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/objstore"
@@ -58,9 +58,9 @@ func (c *counterTally) check(t *testing.T, final int) {
 	}
 }
 
-// runCounter has writers increment one counter through their docs.Stores and
+// runCounter has writers increment one counter through their docstore.Stores and
 // returns what they were told.
-func runCounter(t *testing.T, stores []*docs.Store, perWriter int) *counterTally {
+func runCounter(t *testing.T, stores []*docstore.Store, perWriter int) *counterTally {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -70,7 +70,7 @@ func runCounter(t *testing.T, stores []*docs.Store, perWriter int) *counterTally
 		for range 2 { // two callers per store, so group commit batches
 			wg.Go(func() {
 				for range perWriter {
-					_, _, err := docs.Typed[int](d).Update(ctx, "counter", func(v *int, _ docs.Meta) error { *v++; return nil })
+					_, _, err := docstore.Typed[int](d).Update(ctx, "counter", func(v *int, _ docstore.Meta) error { *v++; return nil })
 					tally.add(err)
 				}
 			})
@@ -106,7 +106,7 @@ func (c *counterTally) mustSucceed(t *testing.T) {
 
 func readCounter(t *testing.T, s *objstore.Store) int {
 	t.Helper()
-	v, _, err := docs.Typed[int](docs.New(s, nil)).Load(context.Background(), "counter")
+	v, _, err := docstore.Typed[int](docstore.New(s, nil)).Load(context.Background(), "counter")
 	if err != nil && !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatal(err)
 	}
@@ -124,9 +124,9 @@ func TestCounterUnderLateLanding(t *testing.T) {
 				inner := mem.NewBackend("")
 				f := faulty.New(inner, lateFaults(seed))
 				s := objstore.New(f, nil)
-				var stores []*docs.Store
+				var stores []*docstore.Store
 				for range 3 {
-					stores = append(stores, docs.New(s, &docs.Options{NoGroupCommit: mode == "no-group-commit", BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}))
+					stores = append(stores, docstore.New(s, &docstore.Options{NoGroupCommit: mode == "no-group-commit", BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}))
 				}
 				tally := runCounter(t, stores, 40)
 				f.Wait() // every late request has landed or failed
@@ -145,7 +145,7 @@ func TestCounterUnderLateLandingOnMinIO(t *testing.T) {
 	b, _ := testenv.NewBucket(t, ep)
 	f := faulty.New(b, lateFaults(7))
 	s := faultyOver(t, objstore.New(b, nil), f)
-	stores := []*docs.Store{docs.New(s, nil), docs.New(s, nil), docs.New(s, &docs.Options{NoGroupCommit: true})}
+	stores := []*docstore.Store{docstore.New(s, nil), docstore.New(s, nil), docstore.New(s, &docstore.Options{NoGroupCommit: true})}
 	tally := runCounter(t, stores, 25)
 	f.Wait()
 	tally.check(t, readCounter(t, objstore.New(b, nil)))
@@ -182,7 +182,7 @@ func throughProxy(t *testing.T) (*objstore.Store, *faultproxy.Proxy, *objstore.S
 func TestCounterThroughNetworkFaultsOnMinIO(t *testing.T) {
 	t.Parallel()
 	s, proxy, clean := throughProxy(t)
-	stores := []*docs.Store{docs.New(s, nil), docs.New(s, nil), docs.New(s, &docs.Options{NoGroupCommit: true})}
+	stores := []*docstore.Store{docstore.New(s, nil), docstore.New(s, nil), docstore.New(s, &docstore.Options{NoGroupCommit: true})}
 	tally := runCounter(t, stores, 25)
 	proxy.Wait()
 	tally.check(t, readCounter(t, clean))
@@ -217,17 +217,17 @@ func TestRegisterUnknownWriteNotRepeated(t *testing.T) {
 		}
 		return faulty.None, 0
 	}})
-	d := docs.New(objstore.New(f, nil), &docs.Options{Strategy: docs.Register, LastWriterWins: true, BaseBackoff: time.Millisecond})
+	d := docstore.New(objstore.New(f, nil), &docstore.Options{Strategy: docstore.Register, LastWriterWins: true, BaseBackoff: time.Millisecond})
 	ctx := context.Background()
-	inc := func(v *int, _ docs.Meta) error { *v++; return nil }
-	if _, _, err := docs.Typed[int](d).Update(ctx, "counter", inc); err != nil { // put 1: creates 1
+	inc := func(v *int, _ docstore.Meta) error { *v++; return nil }
+	if _, _, err := docstore.Typed[int](d).Update(ctx, "counter", inc); err != nil { // put 1: creates 1
 		t.Fatal(err)
 	}
-	_, _, err := docs.Typed[int](d).Update(ctx, "counter", inc)
+	_, _, err := docstore.Typed[int](d).Update(ctx, "counter", inc)
 	if !errors.Is(err, objstore.ErrAmbiguous) {
 		t.Fatalf("update whose version may exist: %v, want ErrAmbiguous", err)
 	}
-	v, _, err := docs.Typed[int](docs.New(objstore.New(inner, nil), &docs.Options{Strategy: docs.Register, LastWriterWins: true})).Load(ctx, "counter")
+	v, _, err := docstore.Typed[int](docstore.New(objstore.New(inner, nil), &docstore.Options{Strategy: docstore.Register, LastWriterWins: true})).Load(ctx, "counter")
 	if err != nil || v != 2 {
 		t.Fatalf("counter %d (%v), want 2: the increment applied at most once", v, err)
 	}
@@ -253,9 +253,9 @@ func TestCounterUnderServerQuirks(t *testing.T) {
 			f := faulty.New(inner, o)
 			caps, _ := inner.Capabilities()
 			s := objstore.New(f, &objstore.Options{Capabilities: &caps})
-			var stores []*docs.Store
+			var stores []*docstore.Store
 			for _, noGC := range []bool{false, true} {
-				stores = append(stores, docs.New(s, &docs.Options{NoGroupCommit: noGC, BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}))
+				stores = append(stores, docstore.New(s, &docstore.Options{NoGroupCommit: noGC, BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}))
 			}
 			tally := runCounter(t, stores, 40)
 			f.Wait()

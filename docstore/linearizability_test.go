@@ -1,4 +1,4 @@
-package docs_test
+package docstore_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/faulty"
@@ -85,10 +85,10 @@ type client interface {
 	add(ctx context.Context, delta int) (int, error)
 }
 
-type cairnClient struct{ d *docs.Store }
+type cairnClient struct{ d *docstore.Store }
 
 func (c cairnClient) read(ctx context.Context) (int, error) {
-	v, _, err := docs.Typed[int](c.d).Load(ctx, "counter")
+	v, _, err := docstore.Typed[int](c.d).Load(ctx, "counter")
 	if errors.Is(err, objstore.ErrNotFound) {
 		return 0, nil
 	}
@@ -96,7 +96,7 @@ func (c cairnClient) read(ctx context.Context) (int, error) {
 }
 
 func (c cairnClient) add(ctx context.Context, delta int) (int, error) {
-	v, _, err := docs.Typed[int](c.d).Update(ctx, "counter", func(v *int, _ docs.Meta) error { *v += delta; return nil })
+	v, _, err := docstore.Typed[int](c.d).Update(ctx, "counter", func(v *int, _ docstore.Meta) error { *v += delta; return nil })
 	return v, err
 }
 
@@ -206,17 +206,17 @@ func TestLinearizableUnderFaults(t *testing.T) {
 			for seed := uint64(1); seed <= 3; seed++ {
 				s, f, clean := faultyMem(seed)
 				var clients []client
-				shared := docs.New(s, nil)
+				shared := docstore.New(s, nil)
 				for range 8 {
 					d := shared
 					if mode == "store-per-client" {
-						d = docs.New(s, nil)
+						d = docstore.New(s, nil)
 					}
 					clients = append(clients, cairnClient{d})
 				}
 				ops := runHistory(t, clients, 25, seed)
 				f.Wait() // the final read comes after every late request
-				v, err := cairnClient{docs.New(clean, nil)}.read(context.Background())
+				v, err := cairnClient{docstore.New(clean, nil)}.read(context.Background())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -330,15 +330,15 @@ func checkMixedClients(t *testing.T, s, clean *objstore.Store, seed uint64, sett
 	t.Helper()
 	var clients []client
 	for i := range 8 {
-		d := docs.New(s, nil)
+		d := docstore.New(s, nil)
 		if i%2 == 0 {
-			d = docs.New(s, &docs.Options{NoGroupCommit: true})
+			d = docstore.New(s, &docstore.Options{NoGroupCommit: true})
 		}
 		clients = append(clients, cairnClient{d})
 	}
 	ops := runHistory(t, clients, 12, seed)
 	settle()
-	v, err := cairnClient{docs.New(clean, nil)}.read(context.Background())
+	v, err := cairnClient{docstore.New(clean, nil)}.read(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package docs_test
+package docstore_test
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package docs
+package docstore
 
 import (
 	"context"
@@ -61,7 +61,7 @@ func (d *Store) registerRead(ctx context.Context, key string) (current, error) {
 		seq, _ := parseSeq(newest.Key)
 		return current{env: env, etag: info.ETag, exists: true, lm: info.LastModified, seq: seq}, nil
 	}
-	return current{}, fmt.Errorf("docs: %q: its newest version kept disappearing; is RegisterGrace too short?", key)
+	return current{}, fmt.Errorf("docstore: %q: its newest version kept disappearing; is RegisterGrace too short?", key)
 }
 
 // registerUpdate writes a new version (last writer wins) and cleans up.
@@ -112,7 +112,7 @@ func (d *Store) registerUpdate(ctx context.Context, key string, reqs []*request)
 	if lastErr == nil {
 		lastErr = ctx.Err()
 	}
-	deliver(Meta{}, fmt.Errorf("docs: %q: register write failed: %w", key, lastErr))
+	deliver(Meta{}, fmt.Errorf("docstore: %q: register write failed: %w", key, lastErr))
 }
 
 // registerPut writes one version. The version key is this update's alone,
@@ -134,7 +134,7 @@ func (d *Store) registerPut(ctx context.Context, vkey string, body []byte) (objs
 			if unknown {
 				// This attempt failed, but an earlier one may have landed: a new
 				// version would apply the update twice.
-				return objstore.Info{}, fmt.Errorf("docs: %q: an earlier write of this version may have landed (%w); last error: %v", vkey, objstore.ErrAmbiguous, err)
+				return objstore.Info{}, fmt.Errorf("docstore: %q: an earlier write of this version may have landed (%w); last error: %v", vkey, objstore.ErrAmbiguous, err)
 			}
 			return info, err
 		}

@@ -1,4 +1,4 @@
-package docs
+package docstore
 
 import (
 	"context"
@@ -65,5 +65,5 @@ func decodeError(key string, v any, err error) error {
 	if v != nil {
 		want = fmt.Sprintf("JSON for a %T", v)
 	}
-	return fmt.Errorf("docs: %q does not hold %s (was it written by something other than cairn doc?): %w", key, want, err)
+	return fmt.Errorf("docstore: %q does not hold %s (was it written by something other than cairn doc?): %w", key, want, err)
 }

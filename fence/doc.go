@@ -7,7 +7,7 @@
 //   - objects: Put, Delete and Get keep the highest token a key has seen in
 //     the object's user metadata ("cairn-fence") and change the object only by
 //     compare-and-swap on the ETag that was judged;
-//   - documents (package docs): Update and Load keep the token in the
+//   - documents (package docstore): Update and Load keep the token in the
 //     document's value, {"cairn_fence": N, "value": …}, and judge it inside
 //     the document's own compare-and-swap;
 //   - SQL rows: SQLUpsert builds the conditional statement
@@ -53,7 +53,7 @@
 // Put sends the same write on the same condition again (at most one of the two
 // can land); anything else means it was replaced or never will land, and Put
 // returns objstore.ErrAmbiguous (run the effect again: the token still decides).
-// Documents inherit the docs package's resolution of ambiguous writes.
+// Documents inherit the docstore package's resolution of ambiguous writes.
 //
 // # Limits
 //

@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
@@ -23,7 +23,7 @@ type Fenced[T any] struct {
 
 // DocMeta describes a fenced document as read.
 type DocMeta struct {
-	docs.Meta
+	docstore.Meta
 	// Token is the highest token the document has recorded; -1 for a missing
 	// document or one written without fencing.
 	Token int64 `json:"token"`
@@ -60,7 +60,7 @@ func decodeValue[T any](key string, raw json.RawMessage, v *T) error {
 
 // Load reads a fenced document's value and the token it has recorded. A
 // document written without fencing is read whole as the value, with Token -1.
-func Load[T any](ctx context.Context, d *docs.Store, key string) (T, DocMeta, error) {
+func Load[T any](ctx context.Context, d *docstore.Store, key string) (T, DocMeta, error) {
 	var v T
 	data, m, err := d.LoadBytes(ctx, key)
 	if err != nil {
@@ -77,15 +77,15 @@ func Load[T any](ctx context.Context, d *docs.Store, key string) (T, DocMeta, er
 // for a missing document) and commits the result with the token recorded, if
 // token is at least the highest token the document has recorded; a lower
 // token gets a *StaleError (ErrStale) and changes nothing. The judgement is
-// made on the version the docs package's compare-and-swap replaces, so a
+// made on the version the docstore package's compare-and-swap replaces, so a
 // higher token's update can never be overwritten by a lower one. fn may run
 // more than once; an error from fn aborts the update and is returned.
 //
 // A document written without fencing is taken as the value and wrapped on
 // the first fenced update. Stores that do not enforce conditional writes are
-// refused with objstore.ErrNotSupported (the docs register fallback cannot
+// refused with objstore.ErrNotSupported (the docstore register fallback cannot
 // compare and swap).
-func Update[T any](ctx context.Context, d *docs.Store, key string, token int64, fn func(v *T, m DocMeta) error) (T, DocMeta, error) {
+func Update[T any](ctx context.Context, d *docstore.Store, key string, token int64, fn func(v *T, m DocMeta) error) (T, DocMeta, error) {
 	var out T
 	if token < 0 {
 		return out, DocMeta{Token: -1}, fmt.Errorf("fence: token %d for %q is negative; pass the token your lock handed out: %w", token, key, objstore.ErrNotSupported)
@@ -97,7 +97,7 @@ func Update[T any](ctx context.Context, d *docs.Store, key string, token int64, 
 	if !caps.ConditionalWrites() {
 		return out, DocMeta{Token: -1}, fmt.Errorf("fence: %s does not enforce conditional PUTs, so a stale writer could not be refused; nothing was written (run `cairn probe` to see what it enforces): %w", d.Objects(), objstore.ErrNotSupported)
 	}
-	data, m, err := d.UpdateJSON(ctx, key, func(cur []byte, m docs.Meta) ([]byte, error) {
+	data, m, err := d.UpdateJSON(ctx, key, func(cur []byte, m docstore.Meta) ([]byte, error) {
 		var v T
 		have := int64(-1)
 		if m.Exists {

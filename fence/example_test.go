@@ -8,7 +8,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/fence"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/mem"
@@ -63,7 +63,7 @@ func ExampleDelete() {
 // A document update carries the token; a lower one changes nothing.
 func ExampleUpdate() {
 	ctx := context.Background()
-	d := docs.New(mem.New(), nil)
+	d := docstore.New(mem.New(), nil)
 	type job struct{ Done int }
 
 	_, _, err := fence.Update(ctx, d, "jobs/compact.json", 12, func(j *job, _ fence.DocMeta) error {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/fence"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/faulty"
@@ -123,7 +123,7 @@ func TestRefusedWithoutConditions(t *testing.T) {
 	if err := fence.Delete(ctx, s, "k", 1, nil); !errors.Is(err, objstore.ErrNotSupported) {
 		t.Fatalf("Delete: %v, want ErrNotSupported", err)
 	}
-	if _, _, err := fence.Update(ctx, docs.New(s, &docs.Options{LastWriterWins: true}), "d", 1, func(*int, fence.DocMeta) error { return nil }); !errors.Is(err, objstore.ErrNotSupported) {
+	if _, _, err := fence.Update(ctx, docstore.New(s, &docstore.Options{LastWriterWins: true}), "d", 1, func(*int, fence.DocMeta) error { return nil }); !errors.Is(err, objstore.ErrNotSupported) {
 		t.Fatalf("Update: %v, want ErrNotSupported", err)
 	}
 	if _, _, err := objstore.New(inner, nil).GetBytes(ctx, "k"); !errors.Is(err, objstore.ErrNotFound) {
@@ -294,7 +294,7 @@ func TestUpdateUnderFaults(t *testing.T) {
 	ctx := context.Background()
 	fb := faulty.New(mem.NewBackend(""), &faulty.Options{Seed: 7, FailRate: 0.03, LostRequestRate: 0.05, LostResponseRate: 0.08,
 		LateApplyRate: 0.15, LateJitter: 5 * time.Millisecond, Jitter: 300 * time.Microsecond})
-	d := docs.New(objstore.New(fb, nil), &docs.Options{MaxAttempts: 50})
+	d := docstore.New(objstore.New(fb, nil), &docstore.Options{MaxAttempts: 50})
 	type entry struct {
 		ID    string
 		Token int64
@@ -329,9 +329,9 @@ func TestUpdateUnderFaults(t *testing.T) {
 	}
 	wg.Wait()
 	fb.Wait()
-	log, m, err := fence.Load[[]entry](ctx, docs.New(objstore.New(fb, nil), nil), "state.json")
+	log, m, err := fence.Load[[]entry](ctx, docstore.New(objstore.New(fb, nil), nil), "state.json")
 	for err != nil && !errors.Is(err, objstore.ErrNotFound) { // injected read faults
-		log, m, err = fence.Load[[]entry](ctx, docs.New(objstore.New(fb, nil), nil), "state.json")
+		log, m, err = fence.Load[[]entry](ctx, docstore.New(objstore.New(fb, nil), nil), "state.json")
 	}
 	count := map[string]int{}
 	var last int64 = -1
@@ -378,9 +378,9 @@ func TestUpdateUnderFaults(t *testing.T) {
 func TestUpdateRules(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := docs.New(mem.New(), nil)
+	d := docstore.New(mem.New(), nil)
 	// A document written without fencing is adopted as the value.
-	if _, err := docs.Typed[map[string]int](d).Create(ctx, "d.json", map[string]int{"n": 1}); err != nil {
+	if _, err := docstore.Typed[map[string]int](d).Create(ctx, "d.json", map[string]int{"n": 1}); err != nil {
 		t.Fatal(err)
 	}
 	v, m, err := fence.Update(ctx, d, "d.json", 3, func(v *map[string]int, m fence.DocMeta) error {

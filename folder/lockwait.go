@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/lock/pathlock"
 	"github.com/cairn-s3/cairn/lock/treelock"
 	"github.com/cairn-s3/cairn/objstore"
@@ -63,8 +63,8 @@ func TreeHolders(ctx context.Context, s *objstore.Store, read, write []string) [
 	if err != nil {
 		return nil
 	}
-	d := docs.New(s, &docs.Options{NoGroupCommit: true})
-	nodes, sessions := docs.Typed[treeNode](d), docs.Typed[treeSession](d)
+	d := docstore.New(s, &docstore.Options{NoGroupCommit: true})
+	nodes, sessions := docstore.Typed[treeNode](d), docstore.Typed[treeSession](d)
 	epochs := map[string]string{}
 	who := map[string]string{}
 	var out []Holder

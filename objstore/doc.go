@@ -72,7 +72,7 @@
 //   - A write that fails with [ErrAmbiguous] may or may not have been applied: the
 //     response was lost after the request may have reached the server. Conditional
 //     writes are never retried blindly (a retry of an applied write would report a
-//     false 412); callers resolve the outcome by reading back (package docs does
+//     false 412); callers resolve the outcome by reading back (package docstore does
 //     this with writer nonces).
 //   - ETags are normalised (no quotes, no W/ prefix). For single-part objects the
 //     ETag is the hex MD5 of the content on every backend; multipart objects get the

@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/internal/bench"
 	"github.com/cairn-s3/cairn/internal/durflag"
 	"github.com/cairn-s3/cairn/objstore"
@@ -30,7 +30,7 @@ func benchDocsCmd(e *env) *cobra.Command {
 		Short: "Committed updates/s on one document: the naive CAS loop vs cairn's group commit",
 		Long: `For each writer count, W goroutines increment one counter document for
 --duration with the textbook loop (GET, modify, PUT If-Match, retry on 412) and
-then with cairn (docs.Update with group commit), each on a fresh key. Reports
+then with cairn (docstore.Update with group commit), each on a fresh key. Reports
 committed updates per second, p99 update latency and the ratio. With --procs,
 also runs that many OS processes of --proc-writers each, both ways. Every phase
 checks that the counter equals the number of updates reported committed.`,
@@ -104,7 +104,7 @@ func (p phase) perSec(d time.Duration) float64 { return float64(p.count) / d.Sec
 
 func docsResult(name string, naive, cairn phase, s *objstore.Store, d time.Duration) bench.Result {
 	r := bench.NewResult(name, "updates/s", naive.perSec(d), cairn.perSec(d))
-	r.BaselineDesc, r.CairnDesc = "GET + PUT If-Match, retry on 412", "docs.Update with group commit"
+	r.BaselineDesc, r.CairnDesc = "GET + PUT If-Match, retry on 412", "docstore.Update with group commit"
 	r.BaselineP99, r.CairnP99 = naive.p99, cairn.p99
 	if len(naive.lat) > 0 {
 		r.BaselineP99, r.CairnP99 = naive.lat.Percentile(99), cairn.lat.Percentile(99)
@@ -150,7 +150,7 @@ func runDocsPhase(ctx context.Context, s *objstore.Store, mode, key string, w in
 }
 
 func docsWorkers(ctx context.Context, s *objstore.Store, mode, key string, w int, d time.Duration) (phase, error) {
-	ds := docs.Typed[int](docs.New(s, nil))
+	ds := docstore.Typed[int](docstore.New(s, nil))
 	deadline := time.Now().Add(d)
 	var mu sync.Mutex
 	var p phase
@@ -165,7 +165,7 @@ func docsWorkers(ctx context.Context, s *objstore.Store, mode, key string, w int
 				if mode == "naive" {
 					err = naiveIncrement(ctx, s, key)
 				} else {
-					_, _, err = ds.Update(ctx, key, func(v *int, _ docs.Meta) error { *v++; return nil })
+					_, _, err = ds.Update(ctx, key, func(v *int, _ docstore.Meta) error { *v++; return nil })
 				}
 				if err != nil {
 					mu.Lock()
@@ -201,7 +201,7 @@ func verifyCounter(ctx context.Context, s *objstore.Store, mode, key string, wan
 		}
 		got, _ = strconv.Atoi(string(data))
 	} else {
-		v, _, err := docs.Typed[int](docs.New(s, nil)).Load(ctx, key)
+		v, _, err := docstore.Typed[int](docstore.New(s, nil)).Load(ctx, key)
 		if err != nil {
 			return err
 		}

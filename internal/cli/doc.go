@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/fence"
 	"github.com/cairn-s3/cairn/objstore"
 )
@@ -32,7 +32,7 @@ file:///dir/key.json (the directory store is the nearest ancestor holding
 	return cmd
 }
 
-func openDoc(cmd *cobra.Command, raw string) (*docs.Store, string, error) {
+func openDoc(cmd *cobra.Command, raw string) (*docstore.Store, string, error) {
 	s, key, err := objstore.OpenObject(cmd.Context(), raw, nil)
 	if err != nil {
 		if errorsIsUsage(err) {
@@ -40,7 +40,7 @@ func openDoc(cmd *cobra.Command, raw string) (*docs.Store, string, error) {
 		}
 		return nil, "", err
 	}
-	return docs.New(s, nil), key, nil
+	return docstore.New(s, nil), key, nil
 }
 
 func errorsIsUsage(err error) bool {
@@ -48,11 +48,11 @@ func errorsIsUsage(err error) bool {
 }
 
 type docOut struct {
-	docs.Meta
+	docstore.Meta
 	Value json.RawMessage `json:"value,omitempty"`
 }
 
-func (e *env) printDoc(m docs.Meta, value []byte, showValue bool) error {
+func (e *env) printDoc(m docstore.Meta, value []byte, showValue bool) error {
 	if e.json {
 		out := docOut{Meta: m}
 		if showValue {
@@ -125,7 +125,7 @@ func docCreateCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer d.Objects().Close()
-			m, err := docs.Typed[json.RawMessage](d).Create(cmd.Context(), key, json.RawMessage(bytes.TrimSpace(data)))
+			m, err := docstore.Typed[json.RawMessage](d).Create(cmd.Context(), key, json.RawMessage(bytes.TrimSpace(data)))
 			if err != nil {
 				return err
 			}
@@ -200,7 +200,7 @@ run', 'cairn lock tree' or 'cairn serve'. A fenced document is stored as
 				return err
 			}
 			defer d.Objects().Close()
-			apply := func(v *any, m docs.Meta) error {
+			apply := func(v *any, m docstore.Meta) error {
 				if !m.Exists && !create {
 					return fmt.Errorf("%q does not exist (create it with 'cairn doc create', or pass --create): %w", key, objstore.ErrNotFound)
 				}
@@ -215,13 +215,13 @@ run', 'cairn lock tree' or 'cairn serve'. A fenced document is stored as
 				return nil
 			}
 			var v any
-			var m docs.Meta
+			var m docstore.Meta
 			if fenced {
 				var fm fence.DocMeta
 				v, fm, err = fence.Update(cmd.Context(), d, key, token, func(v *any, m fence.DocMeta) error { return apply(v, m.Meta) })
 				m, err = fm.Meta, fencedErr(err)
 			} else {
-				v, m, err = docs.Typed[any](d).Update(cmd.Context(), key, apply)
+				v, m, err = docstore.Typed[any](d).Update(cmd.Context(), key, apply)
 			}
 			if err != nil {
 				return err

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/fence"
 	"github.com/cairn-s3/cairn/internal/cli"
 	"github.com/cairn-s3/cairn/internal/testenv"
@@ -156,7 +156,7 @@ while [ ! -e "$D/go` + who + `" ]; do sleep 0.05; done
 		t.Fatalf("object after the stale write: %q token %d %v; want the successor's, token %d", body, m.Token, err, tokB)
 	}
 	s, key = open(t, "out/state.json")
-	v, dm, err := fence.Load[map[string]string](ctx, docs.New(s, nil), key)
+	v, dm, err := fence.Load[map[string]string](ctx, docstore.New(s, nil), key)
 	if err != nil || v["by"] != "B" || dm.Token != int64(tokB) {
 		t.Fatalf("document after the stale update: %v token %d %v; want by=B, token %d", v, dm.Token, err, tokB)
 	}

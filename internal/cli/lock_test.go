@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/internal/cli"
 	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/lock/lease"
@@ -57,7 +57,7 @@ func TestLockRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := docs.Typed[lease.State](docs.New(s, nil)).Update(ctx, key, func(st *lease.State, _ docs.Meta) error {
+	if _, _, err := docstore.Typed[lease.State](docstore.New(s, nil)).Update(ctx, key, func(st *lease.State, _ docstore.Meta) error {
 		st.Holder, st.Token = "intruder", st.Token+1
 		return nil
 	}); err != nil {

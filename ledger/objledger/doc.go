@@ -19,7 +19,7 @@
 //
 // A record lives in shard fnv32a(bucket, key) mod N (all versions of a key in
 // one shard, so per-key ordering is decided in one place). Every head and the
-// index are documents of package docs: each write is a compare-and-swap
+// index are documents of package docstore: each write is a compare-and-swap
 // (If-Match on the ETag read) with a nonce in the body, concurrent updates of
 // one document in one process are group-committed into one write, and a write
 // whose response was lost is resolved by reading the nonce back — so a Record
@@ -99,7 +99,7 @@
 //
 // A write the client gave up on (a reset, a timeout, a 502/504) may be applied
 // by the store later. Heads, the index and the descriptor are documents
-// (package docs): a late write of one lands only while the ETag it was
+// (package docstore): a late write of one lands only while the ETag it was
 // conditional on is current, so it can never undo a newer state; a marked
 // shard's entry is raised only by a write conditional on the state that still
 // held the mark. A Record (or Claim, Complete…) that returned an error may

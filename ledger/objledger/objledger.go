@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/objstore"
 	_ "github.com/cairn-s3/cairn/objstore/fs" // file:// ledgers
@@ -80,7 +80,7 @@ func headKey(s int) string { return "shards/" + shardName(s) + "/head.json" }
 // use; use one per process so group commit can combine writes.
 type Ledger struct {
 	s      *objstore.Store
-	d      *docs.Store
+	d      *docstore.Store
 	opts   ledger.Options
 	cfg    Config
 	shards int
@@ -196,7 +196,7 @@ func New(ctx context.Context, s *objstore.Store, opts *ledger.Options, cfg *Conf
 		return nil, err
 	}
 	l := &Ledger{s: s, opts: opts.WithDefaults(), cfg: c, bases: map[string]*segment{}}
-	l.d = docs.New(s, &docs.Options{Strategy: docs.CAS, MaxAttempts: 1000, MaxBackoff: 100 * time.Millisecond, HistoryLen: 64})
+	l.d = docstore.New(s, &docstore.Options{Strategy: docstore.CAS, MaxAttempts: 1000, MaxBackoff: 100 * time.Millisecond, HistoryLen: 64})
 	m, err := l.loadMeta(ctx)
 	if err != nil {
 		return nil, err
@@ -244,7 +244,7 @@ func (l *Ledger) loadMeta(ctx context.Context) (meta, error) {
 		}
 		if errors.Is(err, objstore.ErrNotFound) {
 			mine, _ := json.Marshal(meta{Format: formatVersion, Shards: l.cfg.Shards, Made: time.Now().UnixMilli()})
-			_, _, err := l.d.UpdateJSON(ctx, metaKey, func(cur []byte, m docs.Meta) ([]byte, error) {
+			_, _, err := l.d.UpdateJSON(ctx, metaKey, func(cur []byte, m docstore.Meta) ([]byte, error) {
 				if m.Exists {
 					return cur, nil // another process created it first
 				}
@@ -453,7 +453,7 @@ func (l *Ledger) encodeHead(s int, h *head) ([]byte, error) {
 
 // load reads a document's value (nil if it does not exist), retrying
 // transient failures a few times with jittered backoff (writes are retried by
-// package docs).
+// package docstore).
 func (l *Ledger) load(ctx context.Context, key string) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
 		data, _, err := l.d.LoadBytes(ctx, key)
@@ -515,7 +515,7 @@ func (l *Ledger) view(ctx context.Context, s int) (*head, error) {
 func (l *Ledger) update(ctx context.Context, s int, op func(h *head, now int64) error) (*head, error) {
 	for attempt := 0; ; attempt++ {
 		var out *head
-		_, _, err := l.d.UpdateJSON(ctx, headKey(s), func(cur []byte, _ docs.Meta) ([]byte, error) {
+		_, _, err := l.d.UpdateJSON(ctx, headKey(s), func(cur []byte, _ docstore.Meta) ([]byte, error) {
 			h, err := l.decodeHead(ctx, s, cur)
 			if err != nil {
 				return nil, err

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/ledger"
 )
@@ -384,7 +384,7 @@ func decodeIndex(data []byte) (*index, error) {
 // updateIndex applies fn to the work index (group-committed); fn reports
 // whether it changed anything (no write if not).
 func (l *Ledger) updateIndex(ctx context.Context, fn func(x *index) bool) error {
-	_, _, err := l.d.UpdateJSON(ctx, indexKey, func(cur []byte, _ docs.Meta) ([]byte, error) {
+	_, _, err := l.d.UpdateJSON(ctx, indexKey, func(cur []byte, _ docstore.Meta) ([]byte, error) {
 		x, err := decodeIndex(cur)
 		if err != nil {
 			return nil, err

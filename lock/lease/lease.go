@@ -5,7 +5,7 @@
 //
 // # How expiry is judged (no clocks compared)
 //
-// The lease is a compare-and-swap document (package docs) whose revision grows
+// The lease is a compare-and-swap document (package docstore) whose revision grows
 // with every write. The holder renews it every TTL/3. A waiter takes an expired
 // lease over only after it has watched the document keep one revision for a
 // whole TTL on its OWN monotonic clock, and then only by a compare-and-swap on
@@ -37,7 +37,7 @@
 //
 // A write the client gave up on (a reset, a timeout, a 502/504) may be applied
 // by the store later. Every write of a lease is a compare-and-swap of its
-// document (package docs): conditional on the ETag read (if-absent for the
+// document (package docstore): conditional on the ETag read (if-absent for the
 // first acquisition of a name), and leases are never deleted, so a late write
 // lands only on the exact state it was computed from — never once another
 // acquisition, renewal, takeover or release has moved the document on:
@@ -75,7 +75,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
@@ -110,14 +110,14 @@ type Options struct {
 
 // Manager hands out leases stored in one Store.
 type Manager struct {
-	d    docs.Doc[State]
+	d    docstore.Doc[State]
 	s    *objstore.Store
 	opts Options
 }
 
 // New returns a Manager on s.
 func New(s *objstore.Store, opts *Options) *Manager {
-	m := &Manager{s: s, d: docs.Typed[State](docs.New(s, &docs.Options{NoGroupCommit: true}))}
+	m := &Manager{s: s, d: docstore.Typed[State](docstore.New(s, &docstore.Options{NoGroupCommit: true}))}
 	if opts != nil {
 		m.opts = *opts
 	}
@@ -183,7 +183,7 @@ func (m *Manager) mine(st State) bool { return st.Holder == m.opts.Holder }
 func (m *Manager) take(ctx context.Context, key string, rev int64, requireFree bool) (int64, error) {
 	var token int64
 	host, _ := os.Hostname()
-	_, _, err := m.d.Update(ctx, key, func(st *State, meta docs.Meta) error {
+	_, _, err := m.d.Update(ctx, key, func(st *State, meta docstore.Meta) error {
 		if rev != anyRev && meta.Rev != rev {
 			return ErrNotAcquired // changed since we judged it: someone is alive
 		}
@@ -285,7 +285,7 @@ func (l *Lease) renew() {
 		}
 		start := l.m.opts.Now()
 		ctx, cancel := context.WithDeadline(context.Background(), l.deadlineWall())
-		_, _, err := l.m.d.Update(ctx, l.key, func(st *State, _ docs.Meta) error {
+		_, _, err := l.m.d.Update(ctx, l.key, func(st *State, _ docstore.Meta) error {
 			if !l.m.mine(*st) || st.Token != l.token {
 				return ErrLeaseLost
 			}
@@ -335,7 +335,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	close(l.stop)
 	l.mu.Unlock()
 	<-l.stopped
-	_, _, err := l.m.d.Update(ctx, l.key, func(st *State, _ docs.Meta) error {
+	_, _, err := l.m.d.Update(ctx, l.key, func(st *State, _ docstore.Meta) error {
 		if !l.m.mine(*st) || st.Token != l.token {
 			return ErrLeaseLost // someone took it over: nothing of ours to release
 		}
@@ -356,6 +356,6 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 // Status reads a lease without taking it.
-func (m *Manager) Status(ctx context.Context, key string) (State, docs.Meta, error) {
+func (m *Manager) Status(ctx context.Context, key string) (State, docstore.Meta, error) {
 	return m.d.Load(ctx, key)
 }

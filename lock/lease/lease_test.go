@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/internal/testmain"
 	"github.com/cairn-s3/cairn/lock/lease"
@@ -116,7 +116,7 @@ func TestPausedHolderLosesLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another holder overwrites the lease (as after a pause past the TTL).
-	if _, _, err := docs.Typed[lease.State](docs.New(s, nil)).Update(ctx, "l", func(st *lease.State, _ docs.Meta) error {
+	if _, _, err := docstore.Typed[lease.State](docstore.New(s, nil)).Update(ctx, "l", func(st *lease.State, _ docstore.Meta) error {
 		st.Holder, st.Token = "someone-else", st.Token+1
 		return nil
 	}); err != nil {
@@ -152,8 +152,8 @@ type guard struct {
 
 var errFenced = errors.New("fenced")
 
-func guardedWrite(ctx context.Context, d docs.Doc[guard], token int64) error {
-	_, _, err := d.Update(ctx, "resource", func(g *guard, _ docs.Meta) error {
+func guardedWrite(ctx context.Context, d docstore.Doc[guard], token int64) error {
+	_, _, err := d.Update(ctx, "resource", func(g *guard, _ docstore.Meta) error {
 		if token < g.MaxToken {
 			return errFenced
 		}
@@ -184,7 +184,7 @@ func maybeChild() {
 		os.Exit(1)
 	}
 	fmt.Println("token", l.Token())
-	d := docs.Typed[guard](docs.New(s, nil))
+	d := docstore.Typed[guard](docstore.New(s, nil))
 	for {
 		err := guardedWrite(ctx, d, l.Token())
 		switch {

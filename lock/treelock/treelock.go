@@ -5,7 +5,7 @@
 //
 // # Design
 //
-// Every path a request touches has a node document (package docs, so every
+// Every path a request touches has a node document (package docstore, so every
 // change is a compare-and-swap) holding the entries that hold it and a FIFO
 // queue of entries waiting. An entry names a session: one document per process,
 // renewed every TTL/3, that all of the process's entries reference, so a
@@ -111,7 +111,7 @@
 //
 // A write the client gave up on (a reset, a timeout, a 502/504) may still be
 // applied by the store later. Every write of a node or session here is a
-// compare-and-swap of a document (package docs), so a late one lands only
+// compare-and-swap of a document (package docstore), so a late one lands only
 // while the ETag it was conditional on is current, and never once the
 // document has moved on (deletes: see cleanup above):
 //
@@ -144,7 +144,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-s3/cairn/docs"
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/lock/pathlock"
 	"github.com/cairn-s3/cairn/objstore"
 )
@@ -219,8 +219,8 @@ type session struct {
 type Manager struct {
 	opts  Options
 	s     *objstore.Store
-	nodes docs.Doc[nodeDoc]
-	sess  docs.Doc[sessionDoc]
+	nodes docstore.Doc[nodeDoc]
+	sess  docstore.Doc[sessionDoc]
 
 	mu    sync.Mutex
 	cur   *session // current session (nil until first use)
@@ -257,8 +257,8 @@ func New(s *objstore.Store, opts *Options) *Manager {
 	if m.opts.Now == nil {
 		m.opts.Now = time.Now
 	}
-	d := docs.New(s, &docs.Options{NoGroupCommit: true})
-	m.nodes, m.sess = docs.Typed[nodeDoc](d), docs.Typed[sessionDoc](d)
+	d := docstore.New(s, &docstore.Options{NoGroupCommit: true})
+	m.nodes, m.sess = docstore.Typed[nodeDoc](d), docstore.Typed[sessionDoc](d)
 	return m
 }
 
@@ -339,7 +339,7 @@ func (m *Manager) renew(s *session) {
 		}
 		start := m.opts.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), m.opts.TTL/3)
-		_, _, err := m.sess.Update(ctx, m.sessionKey(s.id), func(d *sessionDoc, _ docs.Meta) error { d.Renewals++; return nil })
+		_, _, err := m.sess.Update(ctx, m.sessionKey(s.id), func(d *sessionDoc, _ docstore.Meta) error { d.Renewals++; return nil })
 		cancel()
 		if err == nil {
 			m.mu.Lock()
@@ -650,7 +650,7 @@ func (m *Manager) step(ctx context.Context, key string, me entry, wait, kids boo
 		sessions = append(sessions, e.Session)
 	}
 	dead := m.dead(ctx, sessions, me.Session)
-	doc, _, err := m.nodes.Update(ctx, key, func(n *nodeDoc, _ docs.Meta) error {
+	doc, _, err := m.nodes.Update(ctx, key, func(n *nodeDoc, _ docstore.Meta) error {
 		live := func(e entry) bool { return !dead[e.Session] }
 		n.Holders = slices.DeleteFunc(n.Holders, func(e entry) bool { return !live(e) })
 		n.Queue = slices.DeleteFunc(n.Queue, func(e entry) bool { return !live(e) })
@@ -705,7 +705,7 @@ const maxAmbiguous = 8
 
 // retryable: the step's write failed in a way that asking again may fix.
 func retryable(err error) bool {
-	return errors.Is(err, objstore.ErrAmbiguous) || errors.Is(err, docs.ErrContention)
+	return errors.Is(err, objstore.ErrAmbiguous) || errors.Is(err, docstore.ErrContention)
 }
 
 // withdrawKey removes req's entries from a node and returns the node as
@@ -714,8 +714,8 @@ func retryable(err error) bool {
 // conditional on, and a confirmed withdrawal has moved the ETag past it. An
 // unconfirmed withdrawal is kept and retried on every renewal while the
 // session lives; once the session ends, others prune its entries anyway.
-func (m *Manager) withdrawKey(ctx context.Context, key, req string) (nodeDoc, docs.Meta, error) {
-	doc, meta, err := m.nodes.Update(ctx, key, func(n *nodeDoc, _ docs.Meta) error {
+func (m *Manager) withdrawKey(ctx context.Context, key, req string) (nodeDoc, docstore.Meta, error) {
+	doc, meta, err := m.nodes.Update(ctx, key, func(n *nodeDoc, _ docstore.Meta) error {
 		n.Queue = slices.DeleteFunc(n.Queue, func(e entry) bool { return e.Req == req })
 		n.Holders = slices.DeleteFunc(n.Holders, func(e entry) bool { return e.Req == req })
 		n.Seals++
@@ -774,7 +774,7 @@ func (m *Manager) onlyOurs(ctx context.Context, key, req string) bool {
 
 // sweep deletes every node document below step i's node, whose release
 // left it as doc at meta, if no live session holds or queues there.
-func (m *Manager) sweep(ctx context.Context, h *Held, i int, doc nodeDoc, meta docs.Meta) {
+func (m *Manager) sweep(ctx context.Context, h *Held, i int, doc nodeDoc, meta docstore.Meta) {
 	var sessions []string
 	for _, e := range append(doc.Holders, doc.Queue...) {
 		if e.Session == h.self {
@@ -814,7 +814,7 @@ func (m *Manager) sweep(ctx context.Context, h *Held, i int, doc nodeDoc, meta d
 		folded = max(folded, n.Token, n.Floor)
 		below = append(below, in.Key)
 	}
-	_, _, err = m.nodes.Update(ctx, key, func(n *nodeDoc, cur docs.Meta) error {
+	_, _, err = m.nodes.Update(ctx, key, func(n *nodeDoc, cur docstore.Meta) error {
 		if cur.Rev != meta.Rev {
 			return errNoChange // someone came by since: not ours to sweep
 		}
