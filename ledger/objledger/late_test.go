@@ -36,7 +36,7 @@ func TestCompactionLateSwapKeepsBase(t *testing.T) {
 	s := objstore.New(fb, nil)
 	quiet := slog.New(slog.DiscardHandler)
 	// A writer that never compacts, then a compactor with a low threshold.
-	w, err := objledger.New(ctx, s, nil, &objledger.Config{Shards: 1, CompactAt: 100000, Logger: quiet})
+	w, err := objledger.New(ctx, s, nil, &objledger.Options{Shards: 1, CompactAt: 100000, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestCompactionLateSwapKeepsBase(t *testing.T) {
 	if _, err := w.Record(ctx, "t", evs); err != nil {
 		t.Fatal(err)
 	}
-	c, err := objledger.New(ctx, s, nil, &objledger.Config{Shards: 1, CompactAt: 10, Logger: quiet})
+	c, err := objledger.New(ctx, s, nil, &objledger.Options{Shards: 1, CompactAt: 10, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestCompactionLateSwapKeepsBase(t *testing.T) {
 	if st := fb.Stats(); st.LateLanded == 0 {
 		t.Fatalf("no late swap landed: %+v", st)
 	}
-	fresh, err := objledger.New(ctx, s, nil, &objledger.Config{Shards: 1, CompactAt: 100000, Logger: quiet})
+	fresh, err := objledger.New(ctx, s, nil, &objledger.Options{Shards: 1, CompactAt: 100000, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestConformanceLateLanding(t *testing.T) {
 	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string) {
 		b := faulty.New(mem.NewBackend(""), &faulty.Options{Seed: seed.Add(1), LateApplyRate: 0.05, LostResponseRate: 0.05, LostRequestRate: 0.05,
 			LateJitter: 20 * time.Millisecond, Jitter: 300 * time.Microsecond})
-		l, err := objledger.New(context.Background(), objstore.New(b, nil), opts, &objledger.Config{Shards: 4, CompactAt: 16,
+		l, err := objledger.New(context.Background(), objstore.New(b, nil), opts, &objledger.Options{Shards: 4, CompactAt: 16,
 			Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)

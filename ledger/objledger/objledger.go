@@ -23,8 +23,9 @@ import (
 	_ "github.com/cairn-s3/cairn/objstore/s3" // s3:// ledgers
 )
 
-// Config tunes the object-store ledger. A nil *Config means all defaults.
-type Config struct {
+// Options tune the object-store ledger (its own settings; the behaviour every
+// ledger shares is ledger.Options). A nil *Options means all defaults.
+type Options struct {
 	// Shards is the number of shards of a new ledger (an existing ledger keeps
 	// the count it was created with). Default: 16. URL parameter shards=N.
 	Shards int
@@ -43,8 +44,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-func (c *Config) withDefaults() Config {
-	var o Config
+func (c *Options) withDefaults() Options {
+	var o Options
 	if c != nil {
 		o = *c
 	}
@@ -82,7 +83,7 @@ type Ledger struct {
 	s      *objstore.Store
 	d      *docstore.Store
 	opts   ledger.Options
-	cfg    Config
+	cfg    Options
 	shards int
 	owned  bool // Close closes s
 
@@ -148,7 +149,7 @@ func openURL(ctx context.Context, raw string, opts *ledger.Options) (ledger.Ledg
 // ParseURL splits a ledger URL into the URL of its store and the ledger's own
 // parameters (shards, compact_at), which the store must not see. A bare
 // bucket (s3://bucket) keeps the ledger under cairn-ledger/.
-func ParseURL(raw string) (storeURL string, cfg Config, err error) {
+func ParseURL(raw string) (storeURL string, cfg Options, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "", cfg, fmt.Errorf("%w: %v", ledger.ErrInvalidURL, err)
@@ -178,7 +179,7 @@ func ParseURL(raw string) (storeURL string, cfg Config, err error) {
 // whose capability probe shows that conditional writes are not enforced. With
 // Options.MustExist a store without the ledger's descriptor is
 // ledger.ErrNoLedger, found before anything is written (not even the probe).
-func New(ctx context.Context, s *objstore.Store, opts *ledger.Options, cfg *Config) (*Ledger, error) {
+func New(ctx context.Context, s *objstore.Store, opts *ledger.Options, cfg *Options) (*Ledger, error) {
 	c := cfg.withDefaults()
 	if c.Shards > maxShards {
 		return nil, fmt.Errorf("objledger: %d shards is more than the %d allowed", c.Shards, maxShards)

@@ -66,7 +66,7 @@ func conformanceS3(t *testing.T, server string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := objledger.New(context.Background(), objstore.New(pb, nil), opts, &objledger.Config{Shards: 8, CompactAt: 64})
+		l, err := objledger.New(context.Background(), objstore.New(pb, nil), opts, &objledger.Options{Shards: 8, CompactAt: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +89,7 @@ func TestConformanceUnderFaults(t *testing.T) {
 		var l *objledger.Ledger
 		var err error
 		for range 10 {
-			l, err = objledger.New(context.Background(), objstore.New(b, nil), opts, &objledger.Config{Shards: 4, CompactAt: 16,
+			l, err = objledger.New(context.Background(), objstore.New(b, nil), opts, &objledger.Options{Shards: 4, CompactAt: 16,
 				Logger: slog.New(slog.DiscardHandler)})
 			if !errors.Is(err, faulty.ErrInjected) {
 				break
@@ -137,7 +137,7 @@ func TestCompaction(t *testing.T) {
 	at.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
 	clock := func() time.Time { return time.UnixMilli(at.Load()) }
 	advance := func(d time.Duration) { at.Add(d.Milliseconds()) }
-	l, err := objledger.New(ctx, s, &ledger.Options{Now: clock}, &objledger.Config{Shards: 2, CompactAt: 10, Grace: time.Minute})
+	l, err := objledger.New(ctx, s, &ledger.Options{Now: clock}, &objledger.Options{Shards: 2, CompactAt: 10, Grace: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestWorkIndexNotLost(t *testing.T) {
 		}
 		return faulty.None, time.Duration(rand.IntN(500)) * time.Microsecond
 	}}), nil)
-	cfg := &objledger.Config{Shards: 32, SweepEvery: time.Hour}
+	cfg := &objledger.Options{Shards: 32, SweepEvery: time.Hour}
 	writer, err := objledger.New(ctx, s, nil, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -329,7 +329,7 @@ func TestWorkIndexNotLost(t *testing.T) {
 func TestOddKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l, err := objledger.New(ctx, mem.New(), nil, &objledger.Config{Shards: 3, CompactAt: 4})
+	l, err := objledger.New(ctx, mem.New(), nil, &objledger.Options{Shards: 3, CompactAt: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +376,7 @@ func TestCorruptHead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := mem.New()
-	l, err := objledger.New(ctx, s, nil, &objledger.Config{Shards: 2})
+	l, err := objledger.New(ctx, s, nil, &objledger.Options{Shards: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
