@@ -14,7 +14,12 @@ import (
 // Daemon runs a Pipeline with its HTTP endpoints and pull sources, and shuts
 // them down in the order that loses nothing: stop taking deliveries (the HTTP
 // server drains in-flight requests, sources stop fetching), then stop the
-// pipeline (running handlers get their grace period).
+// pipeline (running handlers get their grace period). Beside them it runs
+// periodic Jobs (an audit, see intake/auditjob) and, with a Retention, purges
+// finished records; they stop when Run returns.
+//
+// This is the whole of `cairn serve`: the command only turns its flags into a
+// Daemon (sources by URL through OpenSource, the audit through auditjob).
 type Daemon struct {
 	Pipeline *Pipeline
 	// Listener serves the webhook, /healthz, /readyz and /metrics; nil serves
@@ -27,6 +32,15 @@ type Daemon struct {
 	Extra   func(mux *http.ServeMux)
 	Sources []Source
 	Logger  *slog.Logger
+	// Jobs run periodically until Run returns (see Job).
+	Jobs []Job
+	// Retention purges processed records older than this (ledger Purge,
+	// without the dead ones) as Run starts and then every PurgeEvery.
+	// Default 0: never.
+	Retention time.Duration
+	// PurgeEvery is the interval between purges. Default DefaultPurgeEvery
+	// (hourly).
+	PurgeEvery time.Duration
 }
 
 // Run serves until ctx is done or a source fails, then shuts down. It returns
@@ -36,6 +50,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	jobs, err := d.jobs(log)
+	if err != nil {
+		return err
+	}
+	stopJobs := startJobs(ctx, log, jobs)
+	defer stopJobs()
 	pctx, stopPipeline := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPipeline()
 	pdone := make(chan error, 1)

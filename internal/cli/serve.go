@@ -21,6 +21,7 @@ import (
 
 	"github.com/cairn-s3/cairn/audit"
 	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/intake/auditjob"
 	"github.com/cairn-s3/cairn/intake/kafkasrc"
 	"github.com/cairn-s3/cairn/intake/natssrc"
 	"github.com/cairn-s3/cairn/intake/sqssrc"
@@ -233,23 +234,18 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	log.Info("cairn serve started", "ledger", safetext.Redact(f.ledgerURL), "sources", len(sources), "concurrency", f.concurrency, "lease", f.lease)
 	var lastAudit atomic.Pointer[audit.Report]
 	if auditStore != nil {
-		actx, stopAudits := context.WithCancel(ctx)
-		defer stopAudits()
 		horizon := f.retention
 		if horizon <= 0 {
 			horizon = -1
 		}
-		go auditLoop(actx, log, audit.Options{Store: auditStore, Ledger: led, Bucket: f.bucket, Grace: f.auditGrace, Horizon: horizon}, f.auditEvery, &lastAudit)
+		d.Jobs = append(d.Jobs, auditjob.New(audit.Options{Store: auditStore, Ledger: led, Bucket: f.bucket, Grace: f.auditGrace, Horizon: horizon},
+			f.auditEvery, &auditjob.Options{Logger: log, OnReport: lastAudit.Store}))
 	}
 	wo.Activity, wo.LastAudit = p.Activity, lastAudit.Load
 	d.Extra = func(mux *http.ServeMux) {
 		web.Mount(mux, wo)
 	}
-	if f.retention > 0 {
-		pctx, stopPurges := context.WithCancel(ctx)
-		defer stopPurges()
-		go purgeLoop(pctx, log, led, f.retention)
-	}
+	d.Retention = f.retention
 	err = d.Run(ctx)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
@@ -311,53 +307,6 @@ func defaultHandlerState(ledgerURL string) string {
 		return filepath.Join(home, ".local", "state", "cairn", "handlers")
 	}
 	return filepath.Join(os.TempDir(), fmt.Sprintf("cairn-%d", os.Getuid()), "handlers")
-}
-
-// auditLoop audits every interval until ctx is done.
-func auditLoop(ctx context.Context, log *slog.Logger, o audit.Options, every time.Duration, last *atomic.Pointer[audit.Report]) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rep, err := audit.Run(ctx, o)
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("audit failed", "err", err)
-			}
-			continue
-		}
-		last.Store(rep)
-		lvl := slog.LevelInfo
-		if rep.Resubmitted > 0 {
-			lvl = slog.LevelWarn // events were lost
-		}
-		log.Log(ctx, lvl, "audit done", "listed", rep.Listed, "resubmitted", rep.Resubmitted, "missing", rep.Counts[audit.Missing],
-			"changed", rep.Counts[audit.Changed], "gone", rep.Counts[audit.Gone], "dead", rep.Counts[audit.Dead], "seconds", rep.Seconds)
-	}
-}
-
-// purgeLoop purges finished records older than retention, hourly.
-func purgeLoop(ctx context.Context, log *slog.Logger, l ledger.Ledger, retention time.Duration) {
-	t := time.NewTicker(time.Hour)
-	defer t.Stop()
-	for {
-		n, err := l.Purge(ctx, time.Now().Add(-retention), false)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			log.Warn("purge failed", "err", err)
-		case n > 0:
-			log.Info("purged finished records", "records", n, "older_than", retention)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // loopback reports whether a listen address only accepts local connections.

@@ -1,0 +1,68 @@
+// Package auditjob runs cairn's audit (package audit: LIST the bucket, compare
+// with the ledger, resubmit what no event announced) as a periodic job of an
+// intake.Daemon, as `cairn serve --audit-every` does.
+//
+// It is a package of its own because of the direction of imports: audit sits
+// above intake (it reads the ledger and the store, and the status page in
+// intake/web shows its reports), so package intake takes periodic work as an
+// intake.Job and knows nothing of audits; this adapter builds that Job.
+//
+// # Guarantees
+//
+//   - One audit runs at a time; the first runs one interval after the daemon
+//     starts, and the audits stop when the daemon's Run returns.
+//   - Each finished audit is logged ("audit done", at warning level when it
+//     resubmitted anything: events were lost) and handed to Options.OnReport.
+//
+// # Errors
+//
+// A failed audit is logged by the daemon as "audit failed" with its error and
+// tried again at the next interval; it never stops the daemon.
+package auditjob
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/cairn-s3/cairn/audit"
+	"github.com/cairn-s3/cairn/intake"
+)
+
+// Options configure the job; nil means the defaults.
+type Options struct {
+	// Logger receives "audit done" lines. Default: discarded.
+	Logger *slog.Logger
+	// OnReport is given every finished audit's report (e.g. to show the last
+	// one on the status page). Default: none.
+	OnReport func(*audit.Report)
+}
+
+// New returns a job auditing with o every interval. The daemon's Logger logs
+// failures; opts.Logger should be the same logger.
+func New(o audit.Options, every time.Duration, opts *Options) intake.Job {
+	var op Options
+	if opts != nil {
+		op = *opts
+	}
+	log := op.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return intake.Job{Name: "audit", Every: every, Run: func(ctx context.Context) error {
+		rep, err := audit.Run(ctx, o)
+		if err != nil {
+			return err
+		}
+		if op.OnReport != nil {
+			op.OnReport(rep)
+		}
+		lvl := slog.LevelInfo
+		if rep.Resubmitted > 0 {
+			lvl = slog.LevelWarn // events were lost
+		}
+		log.Log(ctx, lvl, "audit done", "listed", rep.Listed, "resubmitted", rep.Resubmitted, "missing", rep.Counts[audit.Missing],
+			"changed", rep.Counts[audit.Changed], "gone", rep.Counts[audit.Gone], "dead", rep.Counts[audit.Dead], "seconds", rep.Seconds)
+		return nil
+	}}
+}

@@ -1,0 +1,106 @@
+package intake_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/event"
+)
+
+// syncBuffer is a log destination safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestDaemonJobsAndPurge: a Daemon runs its jobs (a failing run is logged and
+// the job goes on), purges finished records past Retention as it starts, and
+// stops its jobs when ctx ends.
+func TestDaemonJobsAndPurge(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t, nil)
+	ctx := context.Background()
+	if _, err := l.Record(ctx, "test", []event.Event{ev("old", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := l.Claim(ctx, 1, time.Minute)
+	if err != nil || len(cs) != 1 {
+		t.Fatal(cs, err)
+	}
+	if err := l.Complete(ctx, cs[0], "ok"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := intake.New(intake.Options{Ledger: l, Handler: intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := make(chan int, 100)
+	var n int
+	job := intake.Job{Name: "tick", Every: time.Millisecond, Run: func(ctx context.Context) error {
+		n++
+		select {
+		case runs <- n:
+		default: // the test stopped reading
+		}
+		if n == 1 {
+			return errors.New("first run fails")
+		}
+		return nil
+	}}
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	d := &intake.Daemon{Pipeline: p, Logger: log, Jobs: []intake.Job{job}, Retention: time.Nanosecond, PurgeEvery: time.Millisecond}
+	go func() { done <- d.Run(rctx) }()
+	for <-runs < 3 {
+	}
+	// The record finished within the ledger's clock resolution of the first
+	// purge may be purged by a later one.
+	for !strings.Contains(logs.String(), "purged finished records") {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	if !strings.Contains(out, `msg="tick failed" err="first run fails"`) || !strings.Contains(out, `msg="purged finished records" records=1`) {
+		t.Fatalf("log lacks the failed job or the purge:\n%s", out)
+	}
+	if recs, err := l.Lookup(ctx, "b", []string{"old"}); err != nil || len(recs) != 0 {
+		t.Fatalf("the finished record is still there after the purge: %v %v", recs, err)
+	}
+}
+
+// TestDaemonJobChecked: a Job without an interval is refused before anything starts.
+func TestDaemonJobChecked(t *testing.T) {
+	t.Parallel()
+	p, err := intake.New(intake.Options{Ledger: newLedger(t, nil), Handler: intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &intake.Daemon{Pipeline: p, Jobs: []intake.Job{{Name: "x", Run: func(context.Context) error { return nil }}}}
+	if err := d.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "positive Every") {
+		t.Fatalf("Run: %v, want a refusal naming Every", err)
+	}
+}
