@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-s3/cairn/intake"
 	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/intake"
 )
 
 // syncBuffer is a log destination safe for concurrent writers.

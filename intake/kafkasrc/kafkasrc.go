@@ -8,7 +8,8 @@
 // nothing is skipped. Rebalances are held off while a polled batch is being
 // recorded and committed, so a batch is never committed by a member that no
 // longer owns its partitions. A record that does not parse is logged with its
-// topic, partition and offset and committed past (redelivering it cannot help).
+// topic, partition and offset and committed past (redelivering it cannot help).//
+// Linking the package in registers the kafka:// scheme with intake.OpenSource.
 package kafkasrc
 
 import (
@@ -75,6 +76,16 @@ func FromURL(raw string, log *slog.Logger) (*Source, error) {
 		return nil, fmt.Errorf("kafkasrc: %q: topic= is required", raw)
 	}
 	return New(Options{Brokers: strings.Split(u.Host, ","), Topic: q.Get("topic"), Group: q.Get("group"), Logger: log})
+}
+
+func init() {
+	intake.RegisterSource("kafka", func(ctx context.Context, url string, log *slog.Logger) (intake.Source, error) {
+		s, err := FromURL(url, log)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	})
 }
 
 // Name is "kafka".

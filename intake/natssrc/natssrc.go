@@ -9,7 +9,8 @@
 // negatively acknowledged with a delay, so JetStream redelivers them; the
 // ledger drops the duplicates that redelivery can cause. A message that does
 // not parse is terminated (redelivering it cannot help) and logged with its
-// stream sequence.
+// stream sequence.//
+// Linking the package in registers the nats:// scheme with intake.OpenSource.
 package natssrc
 
 import (
@@ -99,6 +100,16 @@ func FromURL(raw string, log *slog.Logger) (*Source, error) {
 	u.RawQuery = ""
 	o.Servers = u.String()
 	return New(o)
+}
+
+func init() {
+	intake.RegisterSource("nats", func(ctx context.Context, url string, log *slog.Logger) (intake.Source, error) {
+		s, err := FromURL(url, log)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	})
 }
 
 // Name is "nats".

@@ -29,7 +29,8 @@
 //
 // Either way the refusal is counted in cairn_intake_rejected_total. Records
 // of a message that break the limits while others in it are good are refused
-// one by one (logged and counted), and the good ones are recorded.
+// one by one (logged and counted), and the good ones are recorded.//
+// Linking the package in registers the sqs:// scheme with intake.OpenSource.
 package sqssrc
 
 import (
@@ -173,6 +174,16 @@ func FromURL(ctx context.Context, raw string, log *slog.Logger) (*Source, error)
 	u.Scheme, u.RawQuery = "https", ""
 	o.QueueURL = u.String()
 	return New(ctx, o)
+}
+
+func init() {
+	intake.RegisterSource("sqs", func(ctx context.Context, url string, log *slog.Logger) (intake.Source, error) {
+		s, err := FromURL(ctx, url, log)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	})
 }
 
 // Name is "sqs".

@@ -22,9 +22,9 @@ import (
 	"github.com/cairn-s3/cairn/audit"
 	"github.com/cairn-s3/cairn/intake"
 	"github.com/cairn-s3/cairn/intake/auditjob"
-	"github.com/cairn-s3/cairn/intake/kafkasrc"
-	"github.com/cairn-s3/cairn/intake/natssrc"
-	"github.com/cairn-s3/cairn/intake/sqssrc"
+	_ "github.com/cairn-s3/cairn/intake/kafkasrc" // kafka:// sources
+	_ "github.com/cairn-s3/cairn/intake/natssrc"  // nats:// sources
+	"github.com/cairn-s3/cairn/intake/sqssrc"     // sqs:// sources, and --sqs-queue-url
 	"github.com/cairn-s3/cairn/intake/web"
 	"github.com/cairn-s3/cairn/internal/durflag"
 	"github.com/cairn-s3/cairn/internal/safetext"
@@ -322,21 +322,10 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// openSource opens a pull source by URL scheme.
+// openSource opens a pull source by URL scheme (intake.OpenSource: the source
+// packages linked in above register nats://, kafka:// and sqs://).
 func openSource(ctx context.Context, raw string, log *slog.Logger) (intake.Source, error) {
-	scheme, _, _ := strings.Cut(raw, "://")
-	var s intake.Source
-	var err error
-	switch scheme {
-	case "nats":
-		s, err = natssrc.FromURL(raw, log)
-	case "kafka":
-		s, err = kafkasrc.FromURL(raw, log)
-	case "sqs":
-		s, err = sqssrc.FromURL(ctx, raw, log)
-	default:
-		return nil, usagef("--source %q: want nats://, kafka:// or sqs://", safetext.Redact(raw))
-	}
+	s, err := intake.OpenSource(ctx, raw, log)
 	if err != nil {
 		return nil, usagef("--source %q: %s", safetext.Redact(raw), safetext.Redact(err.Error()))
 	}
