@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-s3/cairn/ledger"
 	_ "github.com/cairn-s3/cairn/ledger/objledger"
 	_ "github.com/cairn-s3/cairn/ledger/postgres"
+	_ "github.com/cairn-s3/cairn/objstore/fs" // file:// ledgers
 )
 
 // tree lists every path under dir.

@@ -19,8 +19,6 @@ import (
 	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/objstore"
-	_ "github.com/cairn-s3/cairn/objstore/fs" // file:// ledgers
-	_ "github.com/cairn-s3/cairn/objstore/s3" // s3:// ledgers
 )
 
 // Options tune the object-store ledger (its own settings; the behaviour every

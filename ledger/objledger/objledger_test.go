@@ -22,6 +22,7 @@ import (
 	"github.com/cairn-s3/cairn/ledger/objledger"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/faulty"
+	_ "github.com/cairn-s3/cairn/objstore/fs" // file:// ledgers
 	"github.com/cairn-s3/cairn/objstore/mem"
 )
 
