@@ -191,14 +191,31 @@ func New(ctx context.Context, s *objstore.Store, opts *ledger.Options, cfg *Opti
 			return nil, fmt.Errorf("objledger: %w: reading %s in %s: %w", ledger.ErrUnavailable, metaKey, s, err)
 		}
 	}
-	if err := requireCAS(ctx, s); err != nil {
-		return nil, err
-	}
 	l := &Ledger{s: s, opts: opts.WithDefaults(), cfg: c, bases: map[string]*segment{}}
 	l.d = docstore.New(s, &docstore.Options{Strategy: docstore.CAS, MaxAttempts: 1000, MaxBackoff: 100 * time.Millisecond, HistoryLen: 64})
-	m, err := l.loadMeta(ctx)
-	if err != nil {
-		return nil, err
+	// Opening is retried through transient failures (a lost request, a store
+	// restarting): one failed request must not stop a daemon from starting.
+	var m meta
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := requireCAS(ctx, s)
+		if err == nil {
+			m, err = l.loadMeta(ctx)
+		}
+		if err == nil {
+			break
+		}
+		transient := (errors.Is(err, ledger.ErrUnavailable) || errors.Is(err, objstore.ErrAmbiguous)) &&
+			!errors.Is(err, objstore.ErrBucketNotFound) && !errors.Is(err, objstore.ErrNotSupported)
+		if !transient || attempt == openAttempts || ctx.Err() != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
+		backoff *= 2
 	}
 	l.shards = m.Shards
 	l.heads = make([]cachedHead, l.shards)
@@ -207,6 +224,9 @@ func New(ctx context.Context, s *objstore.Store, opts *ledger.Options, cfg *Opti
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	return l, nil
 }
+
+// openAttempts bounds New's retries of transient failures (about 3 s).
+const openAttempts = 5
 
 // requireCAS refuses a store that does not enforce conditional writes, naming
 // the probe's failed checks.
