@@ -152,29 +152,6 @@ func TestDeliversAndDeletes(t *testing.T) {
 	}
 }
 
-// TestLedgerDownNoDelete: while the ledger fails nothing is deleted; the
-// messages come back after their visibility timeout and are recorded once the
-// ledger is back.
-func TestLedgerDownNoDelete(t *testing.T) {
-	f, s, src := setup(t, time.Second)
-	f.send(body("k", 1))
-	s.fail.Store(true)
-	stop := run(t, src, s)
-	waitFor(t, "a failed submit", func() bool { return s.calls.Load() >= 1 })
-	f.mu.Lock()
-	deletes := f.deletes
-	f.mu.Unlock()
-	if deletes != 0 || f.left() != 1 {
-		t.Fatalf("deleted %d while the ledger failed", deletes)
-	}
-	s.fail.Store(false)
-	waitFor(t, "redelivered and deleted", func() bool { return f.left() == 0 })
-	stop()
-	if recs, _ := counts(t, s); recs != 1 {
-		t.Fatalf("records %d, want 1", recs)
-	}
-}
-
 // TestDeleteRequestsFailing: whole DeleteMessageBatch requests that fail
 // (500) are retried with backoff while the receipt handles are valid, not
 // given up after a fixed three attempts (the messages then came back after
