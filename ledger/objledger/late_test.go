@@ -107,3 +107,62 @@ func TestConformanceLateLanding(t *testing.T) {
 		return l, ""
 	}})
 }
+
+// TestCommittedRunsResults: when the write that commits is an earlier run's
+// (its request landed late while a later run's was lost), the caller gets
+// that run's results. Claim used to return the last run's claims, whose
+// lease (and, with a changed head, tokens and keys) differ from what was
+// stored: a worker settled claims the ledger never handed out, and the
+// committed claim was held by nobody until its lease expired.
+func TestCommittedRunsResults(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var armed atomic.Int64 // unix nanos when armed; 0: off
+	var puts atomic.Int32
+	fb := faulty.New(mem.NewBackend(""), &faulty.Options{LateDelay: 50 * time.Millisecond, LateJitter: time.Millisecond,
+		Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+			at := armed.Load()
+			if at == 0 || op != faulty.OpPut || !strings.HasSuffix(key, "/head.json") {
+				return faulty.None, 0
+			}
+			switch {
+			case puts.Add(1) == 1:
+				return faulty.LateApply, 0 // lands 50ms later
+			case time.Since(time.Unix(0, at)) < 300*time.Millisecond:
+				return faulty.LostRequest, 0 // later runs' writes are lost meanwhile
+			}
+			return faulty.None, 0
+		}})
+	var tick atomic.Int64
+	clock := func() time.Time { return time.Unix(1_800_000_000+tick.Add(1), 0) } // every run sees another time
+	l, err := objledger.New(ctx, objstore.New(fb, nil), &ledger.Options{Now: clock},
+		&objledger.Options{Shards: 1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { l.Close(); fb.Wait() }()
+	if _, err := l.Record(ctx, "t", []event.Event{ev("k", "01")}); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(time.Now().UnixNano())
+	cs, err := l.Claim(ctx, 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if puts.Load() < 2 {
+		t.Fatalf("only %d head writes: the late-landing case was not reached", puts.Load())
+	}
+	if len(cs) != 1 {
+		t.Fatalf("claimed %d, want 1", len(cs))
+	}
+	recs, err := l.Get(ctx, "b", "k")
+	if err != nil || len(recs) != 1 {
+		t.Fatal(recs, err)
+	}
+	if got, stored := cs[0], recs[0]; got.Token != stored.Token || !got.LeaseUntil.Equal(stored.LeaseUntil) {
+		t.Fatalf("Claim returned token %d lease %v; the ledger holds token %d lease %v", got.Token, got.LeaseUntil, stored.Token, stored.LeaseUntil)
+	}
+	if err := l.Complete(ctx, cs[0], "ok"); err != nil {
+		t.Fatalf("completing the claim Claim returned: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package objledger
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -533,17 +534,32 @@ func (l *Ledger) view(ctx context.Context, s int) (*head, error) {
 // it. op may run more than once and must only change h.
 func (l *Ledger) update(ctx context.Context, s int, op func(h *head, now int64) error) (*head, error) {
 	for attempt := 0; ; attempt++ {
+		// op may run more than once, and the write that commits need not be
+		// the last run's: a write whose response was lost (or that landed
+		// late) can be the one docstore finds committed after later runs.
+		// The caller's results (claims, outcomes, counts) live in op's
+		// closure, so they must be the committed run's: each run is kept,
+		// and if an earlier one committed, op runs again on that run's input
+		// (it is deterministic in its head and clock), which restores its
+		// results.
+		type run struct {
+			cur, produced []byte
+			now           int64
+		}
+		var runs []run
 		var out *head
-		_, _, err := l.d.UpdateJSON(ctx, headKey(s), func(cur []byte, _ docstore.Meta) ([]byte, error) {
+		committed, _, err := l.d.UpdateJSON(ctx, headKey(s), func(cur []byte, _ docstore.Meta) ([]byte, error) {
+			now := l.now()
 			h, err := l.decodeHead(ctx, s, cur)
 			if err != nil {
 				return nil, err
 			}
-			if err := op(h, l.now()); err != nil {
+			if err := op(h, now); err != nil {
 				return nil, err
 			}
 			data, err := l.encodeHead(s, h)
 			out = h
+			runs = append(runs, run{cur: bytes.Clone(cur), produced: data, now: now})
 			return data, err
 		})
 		if errors.Is(err, errBaseGone) && attempt < 3 {
@@ -551,6 +567,28 @@ func (l *Ledger) update(ctx context.Context, s int, op func(h *head, now int64) 
 		}
 		if err != nil {
 			return nil, err
+		}
+		if n := len(runs); n > 1 && !bytes.Equal(committed, runs[n-1].produced) {
+			out = nil
+			for i := n - 2; i >= 0 && out == nil; i-- {
+				if !bytes.Equal(committed, runs[i].produced) {
+					continue
+				}
+				h, err := l.decodeHead(ctx, s, runs[i].cur)
+				if err != nil {
+					return nil, err
+				}
+				if err := op(h, runs[i].now); err != nil {
+					return nil, err
+				}
+				if data, err := l.encodeHead(s, h); err != nil || !bytes.Equal(data, committed) {
+					return nil, fmt.Errorf("objledger: shard %d: the committed write cannot be matched to its results: %w", s, objstore.ErrAmbiguous)
+				}
+				out = h
+			}
+			if out == nil {
+				return nil, fmt.Errorf("objledger: shard %d: the committed write is none of this call's: %w", s, objstore.ErrAmbiguous)
+			}
 		}
 		if len(out.Rows) > l.cfg.CompactAt {
 			l.compactLater(s)
