@@ -181,25 +181,25 @@ func (m *Manager) mine(st State) bool { return st.Holder == m.opts.Holder }
 // take writes a new acquisition if the document is still at rev (anyRev: do not
 // check), and with requireFree only if nobody holds it. It returns the token.
 func (m *Manager) take(ctx context.Context, key string, rev int64, requireFree bool) (int64, error) {
-	var token int64
 	host, _ := os.Hostname()
-	_, _, err := m.d.Update(ctx, key, func(st *State, meta docstore.Meta) error {
+	// The token is read from the state that committed, not from the last run
+	// of fn: fn may run more than once, and an earlier run's write can be the
+	// one that lands.
+	st, _, err := m.d.Update(ctx, key, func(st *State, meta docstore.Meta) error {
 		if rev != anyRev && meta.Rev != rev {
 			return ErrNotAcquired // changed since we judged it: someone is alive
 		}
 		if requireFree && st.Holder != "" {
 			return ErrNotAcquired
 		}
-		st.Token++
-		token = st.Token
-		*st = State{Holder: m.opts.Holder, Token: token, TTLms: m.opts.TTL.Milliseconds(), Host: host, PID: os.Getpid(),
+		*st = State{Holder: m.opts.Holder, Token: st.Token + 1, TTLms: m.opts.TTL.Milliseconds(), Host: host, PID: os.Getpid(),
 			Acquired: time.Now().UTC().Format(time.RFC3339Nano)}
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
-	return token, nil
+	return st.Token, nil
 }
 
 // TryAcquire takes the lease if it is free or released; else ErrNotAcquired.
