@@ -73,7 +73,7 @@ while [ ! -e "$D/go` + who + `" ]; do sleep 0.05; done
 `
 	}
 	cmdEnv := append(append(os.Environ(), env...), "D="+d, "BIN="+bin, "OUT="+out, "DOC="+doc)
-	a := exec.Command(bin, "lock", "run", leaseURL, "--ttl", "1s", "--", "sh", "-c", handler("A"))
+	a := exec.Command(bin, "lock", "run", leaseURL, "--ttl", "3s", "--", "sh", "-c", handler("A"))
 	a.Env = cmdEnv
 	a.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := a.Start(); err != nil {
@@ -106,7 +106,7 @@ while [ ! -e "$D/go` + who + `" ]; do sleep 0.05; done
 	if err := os.WriteFile(filepath.Join(d, "goB"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b := exec.Command(bin, "lock", "run", leaseURL, "--ttl", "1s", "--wait", "60s", "--", "sh", "-c", handler("B"))
+	b := exec.Command(bin, "lock", "run", leaseURL, "--ttl", "3s", "--wait", "60s", "--", "sh", "-c", handler("B"))
 	b.Env = cmdEnv
 	if outB, err := b.CombinedOutput(); err != nil {
 		t.Fatalf("successor: %v\n%s", err, outB)
