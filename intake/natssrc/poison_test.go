@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/intake/natssrc"
+	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
@@ -45,16 +45,8 @@ func rec(key string) string {
 // and bad records has its good ones recorded.
 func TestPoisonMessages(t *testing.T) {
 	t.Parallel()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	src, err := natssrc.New(natssrc.Options{Servers: ns.ClientURL(), Stream: "EV", Subject: "ev", AckWait: time.Second})
+	natsURL := testenv.NATS(t)
+	src, err := natssrc.New(natssrc.Options{Servers: natsURL, Stream: "EV", Subject: "ev", AckWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +55,7 @@ func TestPoisonMessages(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx, s) }()
 	defer func() { cancel(); <-done }()
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := nats.Connect(natsURL)
 	if err != nil {
 		t.Fatal(err)
 	}

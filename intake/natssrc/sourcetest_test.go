@@ -7,31 +7,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cairn-s3/cairn/intake"
 	"github.com/cairn-s3/cairn/intake/natssrc"
 	"github.com/cairn-s3/cairn/intake/sourcetest"
+	"github.com/cairn-s3/cairn/internal/testenv"
 )
 
 // TestSources runs the sources conformance suite on an in-process NATS
 // JetStream server, one stream per case.
 func TestSources(t *testing.T) {
 	t.Parallel()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
+	natsURL := testenv.NATS(t)
 	var n atomic.Int64
 	sourcetest.Run(t, sourcetest.Harness{Open: func(t *testing.T) sourcetest.Queue {
-		nc, err := nats.Connect(ns.ClientURL())
+		nc, err := nats.Connect(natsURL)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +33,7 @@ func TestSources(t *testing.T) {
 			t.Fatal(err)
 		}
 		i := n.Add(1)
-		q := &natsQueue{url: ns.ClientURL(), js: js, stream: fmt.Sprint("EV", i), subject: fmt.Sprint("ev", i)}
+		q := &natsQueue{url: natsURL, js: js, stream: fmt.Sprint("EV", i), subject: fmt.Sprint("ev", i)}
 		// The stream exists before anything is published; the source finds it.
 		if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: q.stream, Subjects: []string{q.subject}}); err != nil {
 			t.Fatal(err)

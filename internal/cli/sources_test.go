@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/cairn-s3/cairn/internal/testenv"
 )
 
 // TestServeMinIONATS: MinIO's NATS target (JetStream on) publishes to an
@@ -14,16 +15,8 @@ import (
 // consumer; the handler's effects match the bucket.
 func TestServeMinIONATS(t *testing.T) {
 	t.Parallel()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	addr := strings.TrimPrefix(ns.ClientURL(), "nats://")
+	natsURL := testenv.NATS(t)
+	addr := strings.TrimPrefix(natsURL, "nats://")
 	e := newE2E(t, "0")
 	e.serveArgs = append(e.serveArgs, "--source", "nats://"+addr+"?stream=MINIO&subject=minio.events&durable=cairn")
 	e.serve(t) // creates the stream before MinIO publishes to it

@@ -30,6 +30,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 
 	"github.com/cairn-s3/cairn/internal/faultproxy"
 	"github.com/cairn-s3/cairn/internal/services"
@@ -355,4 +356,21 @@ func AssumeRole(t testing.TB, ep S3Endpoint, policy string) (ak, sk, st string) 
 		t.Fatalf("STS AssumeRole on %s: %s %v %s", ep.URL, resp.Status, err, data)
 	}
 	return r.Creds.AccessKeyID, r.Creds.SecretAccessKey, r.Creds.SessionToken
+}
+
+// NATS starts an in-process NATS server with JetStream on 127.0.0.1 (a real
+// nats-server, linked as a library) for one test and returns its client URL
+// (nats://127.0.0.1:PORT); it shuts down when the test ends.
+func NATS(t testing.TB) string {
+	t.Helper()
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready in 10s")
+	}
+	return ns.ClientURL()
 }
