@@ -35,7 +35,10 @@
 //
 // # Limits
 //
-//   - The key prefix ".cairn/" is reserved for the store's own bookkeeping.
+//   - The path segment ".cairn" is reserved for the store's own bookkeeping, at
+//     any depth: a directory store nested in another (cairn put creates one in
+//     a file's directory when no ancestor holds .cairn/) keeps its own there,
+//     and the outer store neither lists nor moves it.
 //   - A key cannot be both an object and a folder ("a/b" and "a/b/c"): the second
 //     write fails with objstore.ErrInvalidKey, as MinIO's filesystem mode does.
 //   - Each key segment must fit a file name (255 bytes on most filesystems).
@@ -424,10 +427,10 @@ func (b *Backend) Capabilities() (objstore.Capabilities, bool) {
 func (b *Backend) MinPartSize() int64 { return 1 }
 
 func checkKey(key string) error {
-	if key == internalDir || strings.HasPrefix(key, internalDir+"/") {
-		return fmt.Errorf("%w: the prefix %q is reserved for the fs store's bookkeeping", objstore.ErrInvalidKey, internalDir+"/")
-	}
 	for _, seg := range strings.Split(key, "/") {
+		if seg == internalDir {
+			return fmt.Errorf("%w: %q is reserved for the fs store's bookkeeping, at any depth (a directory store nested in another keeps its own there)", objstore.ErrInvalidKey, internalDir)
+		}
 		if len(seg) > 255 {
 			return fmt.Errorf("%w: segment %.20q… is %d bytes; the fs store keeps segments as file names (255 bytes at most)", objstore.ErrInvalidKey, seg, len(seg))
 		}
@@ -906,8 +909,8 @@ func (b *Backend) walk(dir, prefix, after, skip string, yield func(objstore.Info
 		case !e.Type().IsRegular():
 			continue // symlinks, sockets, …: not objects
 		}
-		if dir == "" && e.Name() == internalDir {
-			continue
+		if e.Name() == internalDir {
+			continue // this store's bookkeeping, or a nested store's: never objects
 		}
 		items = append(items, item{k, e})
 	}

@@ -215,3 +215,39 @@ func TestPutBesideDeletesOfEmptyFolders(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A directory store nested in another (cairn put creates one in a file's
+// directory) keeps its bookkeeping in its own .cairn/: the outer store neither
+// lists it nor lets a key name it, so a folder operation never moves it.
+func TestNestedStoreBookkeepingHidden(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	inner, err := fs.New(filepath.Join(root, "meta"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inner.PutBytes(ctx, "r.json", []byte("{}"), nil); err != nil {
+		t.Fatal(err)
+	}
+	inner.Close()
+	outer, err := fs.New(root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Close()
+	all, err := outer.ListAll(ctx, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range all {
+		if strings.Contains(in.Key, ".cairn") {
+			t.Errorf("the outer store lists %q", in.Key)
+		}
+	}
+	if len(all) != 1 || all[0].Key != "meta/r.json" {
+		t.Errorf("listed %v, want only meta/r.json", all)
+	}
+	if _, err := outer.PutBytes(ctx, "meta/.cairn/x", []byte("x"), nil); !errors.Is(err, objstore.ErrInvalidKey) {
+		t.Errorf("a key naming a nested .cairn: %v, want ErrInvalidKey", err)
+	}
+}
