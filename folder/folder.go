@@ -95,6 +95,28 @@
 //   - Manifest chunks are written unconditionally: a late one lands on its own
 //     journal's keys only; if it lands after the journal was removed it is an
 //     orphan chunk, which Recover removes.
+//
+// # Errors
+//
+// Check these with errors.Is (and *ConflictError, *InterruptedError with
+// errors.As):
+//
+//   - ErrInvalid: the folder is the whole bucket, is not a valid key, or the
+//     source and destination overlap (one inside the other). Nothing was done.
+//   - ErrReserved: the folder overlaps cairn's reserved prefixes
+//     (JournalPrefix, LockPrefix). Nothing was done.
+//   - ErrNotFound: the source folder is empty or missing (for a rename or
+//     delete started again, see Result.Already above). Nothing was done.
+//   - ErrNotEmpty: the destination holds objects and overwrite was not asked
+//     for. Nothing was done.
+//   - ErrLockLost: the operation's lock was lost while it ran; it stopped, and
+//     its journal is left for Recover (or the next overlapping operation).
+//   - objstore.ErrAmbiguous (wrapped): the intent's write had an unknown
+//     outcome; if it still lands, the next Recover checks again and runs it.
+//   - *InterruptedError: the context ended; it wraps the context's error
+//     (errors.Is(err, context.Canceled)) and says what state was left.
+//   - *ConflictError: objects changed after the manifest was taken; they were
+//     left untouched and the rest of the operation was finished.
 package folder
 
 import (
