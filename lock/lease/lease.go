@@ -60,9 +60,20 @@
 //
 // # Errors
 //
-// ErrNotAcquired (TryAcquire found it held), ErrLeaseLost (renewal failed or
-// the lease was taken over), and objstore.ErrNotSupported on stores that do not
-// enforce conditional writes.
+// Check these with errors.Is:
+//
+//   - ErrNotAcquired: TryAcquire found the lease held by another holder; or
+//     Acquire gave up because its context ended while waiting (the error then
+//     also wraps the context's error). Nothing is held.
+//   - ErrLeaseLost: the lease was lost — not renewed before the holder's own
+//     deadline, or taken over by another holder. Lease.Err returns it after
+//     Done is closed, and Release returns it for a lease that was lost. Stop
+//     acting on the lease; only the fencing token protects what it guarded.
+//   - objstore.ErrNotSupported: the store does not enforce conditional
+//     writes, on which leases depend.
+//
+// Other errors are the store's (a failed request): the acquisition may or may
+// not have landed (see Late-landing writes above).
 package lease
 
 import (
