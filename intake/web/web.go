@@ -50,7 +50,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/cairn-s3/cairn/audit"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
@@ -104,7 +103,7 @@ type Options struct {
 	// Activity, if set, returns processed counts per minute, oldest first.
 	Activity func() []int
 	// LastAudit, if set, returns the last audit's report (nil if none yet).
-	LastAudit func() *audit.Report
+	LastAudit func() *Audit
 	// Title of the page. Default "cairn".
 	Title string
 }
@@ -124,6 +123,37 @@ func (o Options) Check() error {
 	return nil
 }
 
+// Audit is the last audit as the page shows it. The page does not import
+// package audit (it sits beside it, not above): the daemon hands it these
+// fields, and the full report as Detail, which /api/v1/status returns as
+// last_audit unchanged.
+type Audit struct {
+	Started     time.Time
+	Listed      int64
+	Resubmitted int
+	Counts      map[string]int
+	Findings    []AuditFinding
+	Detail      any
+}
+
+// AuditFinding is one object the audit found out of step with the ledger.
+type AuditFinding struct {
+	Class, Key, ETag, LedgerETag string
+}
+
+// MarshalJSON is Detail's JSON (the summary fields are in it already).
+func (a *Audit) MarshalJSON() ([]byte, error) {
+	if a.Detail == nil {
+		return json.Marshal(struct {
+			Started     time.Time      `json:"started"`
+			Listed      int64          `json:"listed"`
+			Resubmitted int            `json:"resubmitted"`
+			Counts      map[string]int `json:"counts"`
+		}{a.Started, a.Listed, a.Resubmitted, a.Counts})
+	}
+	return json.Marshal(a.Detail)
+}
+
 // Status is what the page shows; GET /api/v1/status returns it as JSON.
 type Status struct {
 	Now           time.Time       `json:"now"`
@@ -136,7 +166,7 @@ type Status struct {
 	Claims        []ledger.Record `json:"claims"`
 	Failures      []ledger.Record `json:"failures"`
 	Dead          []ledger.Record `json:"dead"`
-	Audit         *audit.Report   `json:"last_audit,omitempty"`
+	Audit         *Audit          `json:"last_audit,omitempty"`
 	Actions       bool            `json:"actions_enabled"`
 }
 

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -616,4 +617,36 @@ func TestReadToken(t *testing.T) {
 			t.Errorf("POST /api/v1/replay, %s: %d, want %d: %s", name, code, c.want, body)
 		}
 	}
+}
+
+// The last audit reaches the page as a summary and the API as the daemon's
+// full report, unchanged (the page does not import package audit).
+func TestLastAudit(t *testing.T) {
+	l := ledgerWith(t)
+	detail := map[string]any{"bucket": "b", "listed": 7, "resubmitted": 2, "findings": []string{"k1", "k2"}}
+	srv := httptest.NewServer(web.Handler(web.Options{Ledger: l, LastAudit: func() *web.Audit {
+		return &web.Audit{Started: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC), Listed: 7, Resubmitted: 2,
+			Counts: map[string]int{"missing": 2}, Findings: []web.AuditFinding{{Class: "missing", Key: "k1"}, {Class: "missing", Key: "k2"}}, Detail: detail}
+	}}))
+	defer srv.Close()
+	code, page := do(t, mustReq(t, srv.URL+"/"))
+	if code != 200 || !strings.Contains(page, "7 objects listed, 2 resubmitted") || !strings.Contains(page, "missing: 2") || !strings.Contains(page, "<td>k2</td>") {
+		t.Fatalf("page: %d, audit line missing", code)
+	}
+	code, body := do(t, mustReq(t, srv.URL+"/api/v1/status"))
+	var st struct {
+		LastAudit map[string]any `json:"last_audit"`
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &st) != nil || st.LastAudit["bucket"] != "b" || len(st.LastAudit["findings"].([]any)) != 2 {
+		t.Fatalf("api: %d %s", code, body)
+	}
+}
+
+func mustReq(t *testing.T, u string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
 }

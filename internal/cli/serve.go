@@ -241,7 +241,17 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		d.Jobs = append(d.Jobs, auditjob.New(audit.Options{Store: auditStore, Ledger: led, Bucket: f.bucket, Grace: f.auditGrace, Horizon: horizon},
 			f.auditEvery, &auditjob.Options{Logger: log, OnReport: lastAudit.Store}))
 	}
-	wo.Activity, wo.LastAudit = p.Activity, lastAudit.Load
+	wo.Activity, wo.LastAudit = p.Activity, func() *web.Audit {
+		r := lastAudit.Load()
+		if r == nil {
+			return nil
+		}
+		a := &web.Audit{Started: r.Started, Listed: r.Listed, Resubmitted: r.Resubmitted, Counts: r.Counts, Detail: r}
+		for _, f := range r.Findings {
+			a.Findings = append(a.Findings, web.AuditFinding{Class: f.Class, Key: f.Key, ETag: f.ETag, LedgerETag: f.LedgerETag})
+		}
+		return a
+	}
 	d.Extra = func(mux *http.ServeMux) {
 		web.Mount(mux, wo)
 	}
