@@ -129,6 +129,27 @@
 //     conflicting holders act.
 //   - A late session create whose Acquire failed leaves an unused session
 //     document: no entry names it, and Close deletes it once it is dead.
+//
+// # Errors
+//
+// Check these with errors.Is:
+//
+//   - ErrNotAcquired: TryAcquire found a path it asked for locked by a
+//     conflicting holder or waiter (the error names the path); or Acquire gave
+//     up because its context ended while it waited (the error then also wraps
+//     the context's error). Either way nothing is held: what the request had
+//     already taken was released.
+//   - ErrSessionLost: the process's session was not renewed before its
+//     deadline while Acquire waited; the request gave up. Locks granted to
+//     the lost session may be held by others now: Held.Done is closed on
+//     every Held of it.
+//   - pathlock.ErrBadPath: a path of the request is not absolute or has
+//     empty, "." or ".." components. Nothing was tried.
+//   - objstore.ErrNotSupported: the store does not enforce conditional
+//     writes, on which the locks depend.
+//
+// Other errors are the store's (a failed request); the request then holds
+// nothing.
 package treelock
 
 import (
