@@ -86,6 +86,26 @@
 // nil: processed. An error wrapped with Permanent: the record is dead at once
 // (a dead letter, replayable). Any other error: retried with backoff until the
 // ledger's MaxAttempts, then dead.
+//
+// # Errors
+//
+// Check these with errors.Is:
+//
+//   - ErrInvalidEvent: Submit refused a submission with an event that breaks
+//     the limits every event is held to (event.Event.Validate); nothing of it
+//     was recorded. It also wraps the *event.ParseError naming the field
+//     (errors.As). A source should drop or dead-letter the record, not retry.
+//   - ErrClosed: the pipeline is not running — Submit or Ready after Run
+//     returned, or a submission still pending when Run shut down (it was
+//     not recorded; deliver it again to the next pipeline).
+//   - ErrUnknownSource: OpenSource was given a URL whose scheme no linked
+//     source package registered.
+//   - context.Canceled, context.DeadlineExceeded: Submit's own context ended;
+//     the batch may still have been recorded, so a retry may be a duplicate
+//     (the ledger recognises it).
+//
+// Handler errors are the handler's own: IsPermanent reports whether one was
+// marked with Permanent.
 package intake
 
 import (
