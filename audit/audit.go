@@ -42,6 +42,24 @@
 // state). DefaultGrace (15 minutes) is the CLI's default; use hours where notifications go through
 // queues that can back up (SQS with a stopped consumer), minutes where they do
 // not. A grace of 0 judges every object however young.
+//
+// # Errors
+//
+// Findings are not errors: a lost event is reported in the Report. Run and
+// Inventory fail, and a caller checks with errors.Is, on:
+//
+//   - ErrInventory: Inventory could not use an S3 Inventory manifest or
+//     report file (unreadable, not a manifest, not CSV, a field missing, a
+//     bad line); Run returns it too when Options.Objects yields it mid-way.
+//   - objstore.ErrBucketNotFound (wrapped, naming the prefix): the bucket
+//     to list is not there. (A missing Inventory manifest is ErrInventory.)
+//   - context.Canceled, context.DeadlineExceeded: ctx ended. What was
+//     resubmitted before is recorded in the ledger: running the audit again
+//     finds those objects current and resubmits only the rest.
+//
+// Run also refuses Options without a Store, Ledger and Bucket. Other errors
+// are the store's or the ledger's ("audit: listing …", "audit: looking up the
+// ledger: …", "audit: resubmitting: …").
 package audit
 
 import (
