@@ -33,13 +33,24 @@
 //
 // # Errors
 //
-// Parse returns a *ParseError naming the field at fault; it wraps ErrMalformed
-// (the message is not valid for its shape), ErrUnknownFormat (no shape fits) or
-// ErrUnknownEventType (an event name outside the S3 families). ParseAll keeps
-// the good records of a message with bad ones and names each bad one. Every
-// record is held to the limits of Validate (bucket name, key of 1 to 1,024
-// bytes of UTF-8 without control characters, hex sequencer). Arbitrary input
-// never panics (fuzzed).
+// Parse returns a *ParseError (errors.As) naming the field at fault, which
+// wraps one of these (errors.Is):
+//
+//   - ErrMalformed: the message, or one of its records, is not valid for its
+//     shape: a field missing or of the wrong type, a key that does not
+//     decode, no records at all, or a record that breaks the limits below.
+//     Parsing it again will not help.
+//   - ErrUnknownFormat: no shape fits — not a JSON object, or not an S3,
+//     SNS, SQS, EventBridge or MinIO notification (an SNS subscription
+//     confirmation, say).
+//   - ErrUnknownEventType: an event name outside the S3 families.
+//
+// Event.Validate returns a *ParseError wrapping ErrMalformed too (ValidateKey
+// and ValidateBucket return a plain error saying what is wrong). ParseAll
+// keeps the good records of a message with bad ones and names each bad one.
+// Every record is held to the limits of Validate (bucket name, key of 1 to
+// 1,024 bytes of UTF-8 without control characters, hex sequencer). Arbitrary
+// input never panics (fuzzed).
 package event
 
 import (
