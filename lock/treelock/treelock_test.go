@@ -94,9 +94,7 @@ func TestRandomLoadInvariant(t *testing.T) {
 	ctx := context.Background()
 	s := objstore.New(faulty.New(mem.NewBackend(""), &faulty.Options{Jitter: 300 * time.Microsecond}), nil)
 	paths := []string{"/a", "/a/x", "/a/y", "/b", "/b/x", "/b/x/1"}
-	var mu sync.Mutex
-	active := map[int]treelock.Request{}
-	lastToken := map[string]int64{}
+	holds := newHolds()
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -120,21 +118,7 @@ func TestRandomLoadInvariant(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				id := g*100 + i
-				mu.Lock()
-				for _, o := range active {
-					if conflict(r, o) {
-						t.Errorf("conflicting requests held together: %+v and %+v", r, o)
-					}
-				}
-				checkTokens(t, h, r, lastToken)
-				active[id] = r
-				mu.Unlock()
-				time.Sleep(time.Millisecond)
-				mu.Lock()
-				delete(active, id)
-				mu.Unlock()
-				h.Release(ctx)
+				holds.hold(t, ctx, g*100+i, r, h)
 			}
 		})
 	}
@@ -196,9 +180,7 @@ func TestRandomLoadLateLanding(t *testing.T) {
 		LateApplyRate: 0.05, LostRequestRate: 0.05, LostResponseRate: 0.05, LateJitter: 30 * time.Millisecond})
 	s := objstore.New(fb, nil)
 	paths := []string{"/a", "/a/x", "/b", "/b/x"}
-	var mu sync.Mutex
-	active := map[int]treelock.Request{}
-	lastToken := map[string]int64{}
+	holds := newHolds()
 	var wg sync.WaitGroup
 	var failures atomic.Int64
 	for g := range 4 {
@@ -225,21 +207,7 @@ func TestRandomLoadLateLanding(t *testing.T) {
 					failures.Add(1) // a fault the retries did not absorb: allowed
 					continue
 				}
-				id := g*100 + i
-				mu.Lock()
-				for _, o := range active {
-					if conflict(r, o) {
-						t.Errorf("conflicting requests held together: %+v and %+v", r, o)
-					}
-				}
-				checkTokens(t, h, r, lastToken)
-				active[id] = r
-				mu.Unlock()
-				time.Sleep(time.Millisecond)
-				mu.Lock()
-				delete(active, id)
-				mu.Unlock()
-				h.Release(ctx)
+				holds.hold(t, ctx, g*100+i, r, h)
 			}
 		})
 	}
@@ -264,6 +232,36 @@ func TestRandomLoadLateLanding(t *testing.T) {
 // checkTokens: a write excludes every other grant on its path, so the tokens
 // of its path's writers grow in the order they hold it — across the cleanups
 // that releases do in between.
+// holds is what the random-load tests' requesters hold at once.
+type holds struct {
+	mu        sync.Mutex
+	active    map[int]treelock.Request
+	lastToken map[string]int64
+}
+
+func newHolds() *holds {
+	return &holds{active: map[int]treelock.Request{}, lastToken: map[string]int64{}}
+}
+
+// hold checks that r conflicts with nothing held and that its tokens grew,
+// holds it for a moment, and releases it.
+func (hs *holds) hold(t *testing.T, ctx context.Context, id int, r treelock.Request, h *treelock.Held) {
+	hs.mu.Lock()
+	for _, o := range hs.active {
+		if conflict(r, o) {
+			t.Errorf("conflicting requests held together: %+v and %+v", r, o)
+		}
+	}
+	checkTokens(t, h, r, hs.lastToken)
+	hs.active[id] = r
+	hs.mu.Unlock()
+	time.Sleep(time.Millisecond)
+	hs.mu.Lock()
+	delete(hs.active, id)
+	hs.mu.Unlock()
+	h.Release(ctx)
+}
+
 func checkTokens(t *testing.T, h *treelock.Held, r treelock.Request, last map[string]int64) {
 	t.Helper()
 	seen := map[string]bool{}
