@@ -105,12 +105,14 @@
 //     source and destination overlap (one inside the other). Nothing was done.
 //   - ErrReserved: the folder overlaps cairn's reserved prefixes
 //     (JournalPrefix, LockPrefix). Nothing was done.
-//   - ErrNotFound: the source folder is empty or missing (for a rename or
-//     delete started again, see Result.Already above). Nothing was done.
+//   - ErrNotFound (also cairn.ErrNotFound): the source folder is empty or
+//     missing (for a rename or delete started again, see Result.Already
+//     above). Nothing was done.
 //   - ErrNotEmpty: the destination holds objects and overwrite was not asked
 //     for. Nothing was done.
-//   - ErrLockLost: the operation's lock was lost while it ran; it stopped, and
-//     its journal is left for Recover (or the next overlapping operation).
+//   - ErrLockLost (also cairn.ErrLost): the operation's lock was lost while
+//     it ran; it stopped, and its journal is left for Recover (or the next
+//     overlapping operation).
 //   - objstore.ErrAmbiguous (wrapped): the intent's write had an unknown
 //     outcome; if it still lands, the next Recover checks again and runs it.
 //   - *InterruptedError: the context ended; it wraps the context's error
@@ -126,6 +128,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairn-s3/cairn"
 	"github.com/cairn-s3/cairn/lock/pathlock"
 	"github.com/cairn-s3/cairn/lock/treelock"
 	"github.com/cairn-s3/cairn/objstore"
@@ -134,9 +137,9 @@ import (
 // Errors (use errors.Is / errors.As).
 var (
 	ErrInvalid  = errors.New("folder: invalid operation")
-	ErrNotFound = errors.New("folder: source folder is empty or missing")
+	ErrNotFound = cairn.Sentinel(cairn.ErrNotFound, "folder: source folder is empty or missing")
 	ErrNotEmpty = errors.New("folder: destination folder is not empty; to merge into it, ask for overwrite (cairn fs: --overwrite)")
-	ErrLockLost = errors.New("folder: lock lost while the operation ran; run Recover")
+	ErrLockLost = cairn.Sentinel(cairn.ErrLost, "folder: lock lost while the operation ran; run Recover")
 	ErrReserved = errors.New("folder: folder overlaps cairn's reserved prefixes")
 )
 

@@ -3,13 +3,16 @@ package objstore
 import (
 	"errors"
 	"fmt"
+
+	"github.com/cairn-s3/cairn"
 )
 
 // Sentinel errors. Test for them with errors.Is; the concrete error carries the
-// operation, the key and the backend's own message.
+// operation, the key and the backend's own message. ErrNotFound is also
+// cairn.ErrNotFound.
 var (
 	// ErrNotFound: the object (or the multipart upload) does not exist.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = cairn.Sentinel(cairn.ErrNotFound, "not found")
 	// ErrPreconditionFailed: the write's condition did not hold (HTTP 412); nothing
 	// was written. Re-read the object and decide again.
 	ErrPreconditionFailed = errors.New("precondition failed")
