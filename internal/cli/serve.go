@@ -187,7 +187,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	}
 	if f.sqsQueueURL != "" {
 		// The queue URL keeps its scheme (SQS-compatible servers over http).
-		s, err := sqssrc.New(ctx, sqssrc.Options{QueueURL: f.sqsQueueURL, Logger: log})
+		s, err := sqssrc.New(ctx, f.sqsQueueURL, &sqssrc.Options{Logger: log})
 		if err != nil {
 			return usagef("--sqs-queue-url: %s", safetext.Redact(err.Error()))
 		}
@@ -213,7 +213,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p, err := intake.New(intake.Options{Ledger: led, Handler: h, Concurrency: f.concurrency, Lease: f.lease, Timeout: f.timeout,
+	p, err := intake.New(led, h, &intake.Options{Concurrency: f.concurrency, Lease: f.lease, Timeout: f.timeout,
 		Grace: f.grace, Registerer: reg, Logger: log, EveryVersion: f.everyVersion})
 	if err != nil {
 		return err

@@ -451,7 +451,7 @@ func runCairn(ctx context.Context, o Options, order []event.Event, tables *table
 		}
 		return nil
 	}
-	p, err := intake.New(intake.Options{Ledger: o.Ledger, Handler: h, Concurrency: o.Concurrency, Poll: 50 * time.Millisecond, Logger: o.Logger})
+	p, err := intake.New(o.Ledger, h, &intake.Options{Concurrency: o.Concurrency, Poll: 50 * time.Millisecond, Logger: o.Logger})
 	if err != nil {
 		return 0, err
 	}
