@@ -336,7 +336,6 @@ type request struct {
 	err   error
 }
 
-
 // permanent reports errors that retrying cannot fix.
 func permanent(err error) bool {
 	return errors.Is(err, objstore.ErrNotSupported) || errors.Is(err, objstore.ErrInvalidKey) ||
