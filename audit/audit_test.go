@@ -114,11 +114,11 @@ func TestAudit(t *testing.T) {
 				}
 				want[evs[i].Key] = ""
 			}
-			base := audit.Options{Store: s, Ledger: l, Bucket: "bkt", Grace: -1} // -1: the default grace
+			base := audit.Options{Grace: -1} // -1: the default grace
 			run := func(mod func(*audit.Options)) *audit.Report {
 				o := base
 				mod(&o)
-				rep, err := audit.Run(ctx, o)
+				rep, err := audit.Run(ctx, s, l, "bkt", &o)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -232,7 +232,7 @@ func TestInventory(t *testing.T) {
 	if _, err := l.Record(ctx, "webhook", []event.Event{{Bucket: "src", Key: "photos/dog.jpg", ETag: "etag-dog", Sequencer: "01", Kind: event.Created}}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := audit.Run(ctx, audit.Options{Store: inv, Ledger: l, Bucket: bucket, Objects: objs, Prefixes: []string{"photos/"}})
+	rep, err := audit.Run(ctx, inv, l, bucket, &audit.Options{Objects: objs, Prefixes: []string{"photos/"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestInventory(t *testing.T) {
 		}
 		_, objs, err := audit.Inventory(ctx, inv, "bad.json")
 		if err == nil {
-			_, err = audit.Run(ctx, audit.Options{Store: inv, Ledger: l, Bucket: "src", Objects: objs})
+			_, err = audit.Run(ctx, inv, l, "src", &audit.Options{Objects: objs})
 		}
 		if !errors.Is(err, audit.ErrInventory) {
 			t.Errorf("%s: %v, want ErrInventory", name, err)
@@ -332,7 +332,7 @@ func TestResubmissionRecord(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			rep, err := audit.Run(ctx, audit.Options{Store: s, Ledger: l, Bucket: "bkt", Grace: 0, ResubmitFailed: true})
+			rep, err := audit.Run(ctx, s, l, "bkt", &audit.Options{Grace: 0, ResubmitFailed: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -411,7 +411,7 @@ func TestGrace(t *testing.T) {
 	}
 	l := ledgers["sqlite"](t)
 	for grace, class := range map[time.Duration]string{0: audit.Missing, -1: audit.TooYoung, time.Hour: audit.TooYoung} {
-		rep, err := audit.Run(ctx, audit.Options{Store: s, Ledger: l, Bucket: "b", Grace: grace, DryRun: true})
+		rep, err := audit.Run(ctx, s, l, "b", &audit.Options{Grace: grace, DryRun: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -65,7 +65,7 @@ func ledgerWith(t *testing.T) ledger.Ledger {
 func TestStatusPageInChromium(t *testing.T) {
 	bin := testenv.Chromium(t)
 	l := ledgerWith(t)
-	srv := httptest.NewServer(web.Handler(web.Options{Ledger: l, OperatorToken: "op-secret", Activity: func() []int {
+	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret", Activity: func() []int {
 		a := make([]int, 60)
 		for i := range a {
 			a[i] = i * 3 % 17
@@ -137,7 +137,7 @@ func browser(t *testing.T, bin string) context.Context {
 // origin, and a read-only page all refuse; the API needs the bearer token.
 func TestActionsAreProtected(t *testing.T) {
 	l := ledgerWith(t)
-	srv := httptest.NewServer(web.Handler(web.Options{Ledger: l, OperatorToken: "op-secret"}))
+	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret"}))
 	defer srv.Close()
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	page, err := client.Get(srv.URL + "/")
@@ -203,7 +203,7 @@ func TestActionsAreProtected(t *testing.T) {
 		}
 	}
 	// Read-only without an operator token.
-	ro := httptest.NewServer(web.Handler(web.Options{Ledger: l}))
+	ro := httptest.NewServer(web.Handler(l, nil))
 	defer ro.Close()
 	resp, err := http.Get(ro.URL + "/")
 	if err != nil {
@@ -344,7 +344,7 @@ func formPoster(t *testing.T, srv *httptest.Server, client *http.Client) func(fo
 // the server gave it after an action, never text from the link.
 func TestFlashShowsOnlyServerMessages(t *testing.T) {
 	l := deadLedger(t, 1)
-	srv := httptest.NewServer(web.Handler(web.Options{Ledger: l, OperatorToken: "op-secret"}))
+	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret"}))
 	defer srv.Close()
 	for _, flash := range []string{"Call 555-0100 to restore your account", "0000000000000000000000000A"} {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/?flash="+url.QueryEscape(flash), nil)
@@ -365,7 +365,7 @@ func TestFlashShowsOnlyServerMessages(t *testing.T) {
 // "expect" refuses when the number changed.
 func TestReplayNeedsARecordOrAll(t *testing.T) {
 	l := deadLedger(t, 3)
-	srv := httptest.NewServer(web.Handler(web.Options{Ledger: l, OperatorToken: "op-secret"}))
+	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret"}))
 	defer srv.Close()
 	post := formPoster(t, srv, noRedirects)
 	api := func(body string) (int, string) {
@@ -430,7 +430,7 @@ func TestReplayNeedsARecordOrAll(t *testing.T) {
 func TestReplayAllInChromium(t *testing.T) {
 	bin := testenv.Chromium(t)
 	l := deadLedger(t, 3)
-	srv := httptest.NewServer(web.Handler(web.Options{Ledger: l, OperatorToken: "op-secret", ReadToken: "read-secret"}))
+	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret", ReadToken: "read-secret"}))
 	defer srv.Close()
 	ctx := browser(t, bin)
 	signedIn := strings.Replace(srv.URL, "http://", "http://reader:read-secret@", 1)
@@ -480,7 +480,7 @@ func TestReplayAllInChromium(t *testing.T) {
 // origin, scheme, host and port (default ports normalised), or an allowed one.
 func TestFormOriginIsSchemeHostPort(t *testing.T) {
 	l := deadLedger(t, 1)
-	h := web.Handler(web.Options{Ledger: l, OperatorToken: "op-secret", AllowedOrigins: []string{"https://ops.example.com"}})
+	h := web.Handler(l, &web.Options{OperatorToken: "op-secret", AllowedOrigins: []string{"https://ops.example.com"}})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	tls := httptest.NewTLSServer(h)
@@ -531,10 +531,10 @@ func TestFormOriginIsSchemeHostPort(t *testing.T) {
 			t.Errorf("Origin %q to Host cairn.example: %d, want %d: %s", origin, code, want, body)
 		}
 	}
-	if err := (web.Options{Ledger: l, AllowedOrigins: []string{"ops.example.com"}}).Check(); err == nil {
+	if err := (&web.Options{AllowedOrigins: []string{"ops.example.com"}}).Check(); err == nil {
 		t.Error("Check accepts an allowed origin without a scheme")
 	}
-	if err := (web.Options{Ledger: l, AllowedOrigins: []string{"https://ops.example.com:8443"}}).Check(); err != nil {
+	if err := (&web.Options{AllowedOrigins: []string{"https://ops.example.com:8443"}}).Check(); err != nil {
 		t.Error(err)
 	}
 }
@@ -559,7 +559,7 @@ func csrfOf(t *testing.T, srv *httptest.Server) string {
 // asked for it. Actions still need the operator token, as before.
 func TestReadToken(t *testing.T) {
 	l := deadLedger(t, 1)
-	srv := httptest.NewServer(web.Handler(web.Options{Ledger: l, OperatorToken: "op-secret", ReadToken: "read-secret"}))
+	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret", ReadToken: "read-secret"}))
 	defer srv.Close()
 	get := func(path string, auth func(*http.Request)) (*http.Response, string) {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
@@ -624,7 +624,7 @@ func TestReadToken(t *testing.T) {
 func TestLastAudit(t *testing.T) {
 	l := ledgerWith(t)
 	detail := map[string]any{"bucket": "b", "listed": 7, "resubmitted": 2, "findings": []string{"k1", "k2"}}
-	srv := httptest.NewServer(web.Handler(web.Options{Ledger: l, LastAudit: func() *web.Audit {
+	srv := httptest.NewServer(web.Handler(l, &web.Options{LastAudit: func() *web.Audit {
 		return &web.Audit{Started: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC), Listed: 7, Resubmitted: 2,
 			Counts: map[string]int{"missing": 2}, Findings: []web.AuditFinding{{Class: "missing", Key: "k1"}, {Class: "missing", Key: "k2"}}, Detail: detail}
 	}}))

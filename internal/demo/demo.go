@@ -484,7 +484,7 @@ func runCairn(ctx context.Context, o Options, order []event.Event, tables *table
 		// its way: the audit needs no grace period here.
 		o.Progress("cairn (audit)", 0, 1)
 		var rep *audit.Report
-		rep, err = audit.Run(ctx, audit.Options{Store: o.Store, Ledger: o.Ledger, Bucket: o.Bucket, Grace: time.Nanosecond})
+		rep, err = audit.Run(ctx, o.Store, o.Ledger, o.Bucket, &audit.Options{Grace: time.Nanosecond})
 		if err != nil {
 			err = fmt.Errorf("demo: cairn's audit of the bucket failed: %w", err)
 		} else {
