@@ -162,9 +162,9 @@ type auditor struct {
 	l      ledger.Ledger
 	bucket string
 	o      Options
-	now time.Time
-	mu  sync.Mutex
-	rep *Report
+	now    time.Time
+	mu     sync.Mutex
+	rep    *Report
 }
 
 // Run audits s, the bucket (or a prefix of it) whose events carry the bucket
