@@ -3,7 +3,8 @@ package backoff
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/cairn-s3/cairn/internal/testmain"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain is the shared one: it fails the binary if goroutines leaked.
+func TestMain(m *testing.M) { testmain.Run(m) }
