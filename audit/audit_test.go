@@ -16,6 +16,7 @@ import (
 	"github.com/cairn-s3/cairn/audit"
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testenv/testledger"
 	"github.com/cairn-s3/cairn/internal/testmain"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/objledger"
@@ -262,12 +263,7 @@ func TestInventory(t *testing.T) {
 // ledgers opens a fresh ledger of each backend.
 var ledgers = map[string]func(t *testing.T) ledger.Ledger{
 	"sqlite": func(t *testing.T) ledger.Ledger {
-		l, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "l.db"), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		return l
+		return testledger.New(t, nil)
 	},
 	"postgres": func(t *testing.T) ledger.Ledger {
 		l, err := postgres.Open(context.Background(), testenv.PostgresSchema(t, testenv.PGExec), nil)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,18 +17,13 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/internal/testenv/testledger"
 	"github.com/cairn-s3/cairn/ledger"
-	"github.com/cairn-s3/cairn/ledger/sqlite"
 )
 
 func newLedger(t *testing.T, opts *ledger.Options) ledger.Ledger {
 	t.Helper()
-	l, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
+	return testledger.New(t, opts)
 }
 
 func ev(key string, seq int) event.Event {

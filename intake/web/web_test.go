@@ -18,11 +18,12 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/event/eventtest"
 	"github.com/cairn-s3/cairn/intake/web"
 	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testenv/testledger"
 	"github.com/cairn-s3/cairn/internal/testmain"
 	"github.com/cairn-s3/cairn/ledger"
-	"github.com/cairn-s3/cairn/ledger/sqlite"
 )
 
 func TestMain(m *testing.M) { testmain.Run(m) }
@@ -31,14 +32,8 @@ func TestMain(m *testing.M) { testmain.Run(m) }
 func ledgerWith(t *testing.T) ledger.Ledger {
 	t.Helper()
 	ctx := context.Background()
-	l, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "l.db"), &ledger.Options{MaxAttempts: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	ev := func(k string) event.Event {
-		return event.Event{Bucket: "photos", Key: k, Sequencer: "0A", ETag: "e-" + k, Kind: event.Created, Name: "ObjectCreated:Put"}
-	}
+	l := testledger.New(t, &ledger.Options{MaxAttempts: 2})
+	ev := func(k string) event.Event { return eventtest.Created("photos", k, "0A") }
 	if _, err := l.Record(ctx, "webhook", []event.Event{ev("cats/dead ünï.jpg"), ev("dogs/flaky.jpg"), ev("birds/running.jpg")}); err != nil {
 		t.Fatal(err)
 	}
@@ -250,11 +245,7 @@ func between(s, a, b string) string {
 // deadLedger holds only dead letters, photos/dead-0.jpg onwards.
 func deadLedger(t *testing.T, n int) ledger.Ledger {
 	t.Helper()
-	l, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "l.db"), &ledger.Options{MaxAttempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
+	l := testledger.New(t, &ledger.Options{MaxAttempts: 1})
 	addDead(t, l, 0, n)
 	return l
 }
