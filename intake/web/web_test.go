@@ -131,6 +131,7 @@ func browser(t *testing.T, bin string) context.Context {
 // TestActionsAreProtected: wrong token, missing or stale CSRF token, another
 // origin, and a read-only page all refuse; the API needs the bearer token.
 func TestActionsAreProtected(t *testing.T) {
+	t.Parallel()
 	l := ledgerWith(t)
 	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret"}))
 	defer srv.Close()
@@ -334,6 +335,7 @@ func formPoster(t *testing.T, srv *httptest.Server, client *http.Client) func(fo
 // TestFlashShowsOnlyServerMessages: /?flash= shows a message only by the id
 // the server gave it after an action, never text from the link.
 func TestFlashShowsOnlyServerMessages(t *testing.T) {
+	t.Parallel()
 	l := deadLedger(t, 1)
 	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret"}))
 	defer srv.Close()
@@ -355,6 +357,7 @@ func TestFlashShowsOnlyServerMessages(t *testing.T) {
 // named by bucket and key, or all dead letters when asked to explicitly;
 // "expect" refuses when the number changed.
 func TestReplayNeedsARecordOrAll(t *testing.T) {
+	t.Parallel()
 	l := deadLedger(t, 3)
 	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret"}))
 	defer srv.Close()
@@ -470,6 +473,7 @@ func TestReplayAllInChromium(t *testing.T) {
 // TestFormOriginIsSchemeHostPort: a form post's Origin must be the page's own
 // origin, scheme, host and port (default ports normalised), or an allowed one.
 func TestFormOriginIsSchemeHostPort(t *testing.T) {
+	t.Parallel()
 	l := deadLedger(t, 1)
 	h := web.Handler(l, &web.Options{OperatorToken: "op-secret", AllowedOrigins: []string{"https://ops.example.com"}})
 	srv := httptest.NewServer(h)
@@ -549,6 +553,7 @@ func csrfOf(t *testing.T, srv *httptest.Server) string {
 // the operator token), as a bearer token or Basic password; the browser is
 // asked for it. Actions still need the operator token, as before.
 func TestReadToken(t *testing.T) {
+	t.Parallel()
 	l := deadLedger(t, 1)
 	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret", ReadToken: "read-secret"}))
 	defer srv.Close()
@@ -613,6 +618,7 @@ func TestReadToken(t *testing.T) {
 // The last audit reaches the page as a summary and the API as the daemon's
 // full report, unchanged (the page does not import package audit).
 func TestLastAudit(t *testing.T) {
+	t.Parallel()
 	l := ledgerWith(t)
 	detail := map[string]any{"bucket": "b", "listed": 7, "resubmitted": 2, "findings": []string{"k1", "k2"}}
 	srv := httptest.NewServer(web.Handler(l, &web.Options{LastAudit: func() *web.Audit {
