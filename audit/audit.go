@@ -57,7 +57,7 @@
 //     resubmitted before is recorded in the ledger: running the audit again
 //     finds those objects current and resubmits only the rest.
 //
-// Run also refuses Options without a Store, Ledger and Bucket. Other errors
+// Run also refuses a nil store or ledger and an empty bucket name. Other errors
 // are the store's or the ledger's ("audit: listing …", "audit: looking up the
 // ledger: …", "audit: resubmitting: …").
 package audit
@@ -104,12 +104,8 @@ func EventName(class string) string {
 	return event.AuditPrefix + strings.ToUpper(class[:1]) + class[1:]
 }
 
-// Options configure an audit.
+// Options configure an audit; nil means the defaults.
 type Options struct {
-	Store  *objstore.Store // required: the bucket (or a prefix of it)
-	Ledger ledger.Ledger   // required
-	// Bucket is the bucket name events carry (what the ledger keys records by).
-	Bucket string
 	// Prefixes to audit; default: everything.
 	Prefixes []string
 	// Grace skips objects modified more recently (their events may still be
@@ -162,16 +158,25 @@ type Report struct {
 }
 
 type auditor struct {
-	o   Options
-	now time.Time
-	mu  sync.Mutex
-	rep *Report
+	s      *objstore.Store
+	l      ledger.Ledger
+	bucket string
+	o      Options
+	now    time.Time
+	mu     sync.Mutex
+	rep    *Report
 }
 
-// Run audits.
-func Run(ctx context.Context, o Options) (*Report, error) {
-	if o.Store == nil || o.Ledger == nil || o.Bucket == "" {
-		return nil, errors.New("audit: Store, Ledger and Bucket are required")
+// Run audits s, the bucket (or a prefix of it) whose events carry the bucket
+// name bucket (what the ledger keys records by), against the ledger l, and
+// resubmits to l what it finds out of step; opts may be nil (the defaults).
+func Run(ctx context.Context, s *objstore.Store, l ledger.Ledger, bucket string, opts *Options) (*Report, error) {
+	if s == nil || l == nil || bucket == "" {
+		return nil, errors.New("audit: a store, a ledger and a bucket name are required")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
 	}
 	if o.Grace < 0 {
 		o.Grace = DefaultGrace
@@ -191,7 +196,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if len(o.Prefixes) == 0 {
 		o.Prefixes = []string{""}
 	}
-	a := &auditor{o: o, now: o.Now(), rep: &Report{Bucket: o.Bucket, Counts: map[string]int{}, Decisions: map[string]int{}, DryRun: o.DryRun}}
+	a := &auditor{s: s, l: l, bucket: bucket, o: o, now: o.Now(), rep: &Report{Bucket: bucket, Counts: map[string]int{}, Decisions: map[string]int{}, DryRun: o.DryRun}}
 	a.rep.Started = a.now
 	prefixes, err := a.fanOut(ctx)
 	if err != nil {
@@ -273,7 +278,7 @@ func (a *auditor) fanOut(ctx context.Context) ([]string, error) {
 	var out []string
 	for _, p := range a.o.Prefixes {
 		var subs []string
-		for info, err := range a.o.Store.List(ctx, p, &objstore.ListOptions{Delimiter: "/"}) {
+		for info, err := range a.s.List(ctx, p, &objstore.ListOptions{Delimiter: "/"}) {
 			if err != nil {
 				return nil, err
 			}
@@ -292,7 +297,7 @@ func (a *auditor) fanOut(ctx context.Context) ([]string, error) {
 // listPrefix lists one prefix page by page and judges each page.
 func (a *auditor) listPrefix(ctx context.Context, prefix string) error {
 	if single, ok := strings.CutPrefix(prefix, "\x00"); ok {
-		info, err := a.o.Store.Head(ctx, single)
+		info, err := a.s.Head(ctx, single)
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil
 		}
@@ -302,7 +307,7 @@ func (a *auditor) listPrefix(ctx context.Context, prefix string) error {
 		return a.judge(ctx, []objstore.Info{info})
 	}
 	list := func(yield func(objstore.Info, error) bool) {
-		for info, err := range a.o.Store.List(ctx, prefix, nil) {
+		for info, err := range a.s.List(ctx, prefix, nil) {
 			if err != nil {
 				err = fmt.Errorf("audit: listing %q: %w", prefix, err)
 			}
@@ -345,7 +350,7 @@ func (a *auditor) merge(ctx context.Context, prefix string) error {
 			}
 		}
 		var page []objstore.Info
-		for info, err := range a.o.Store.List(lctx, prefix, nil) {
+		for info, err := range a.s.List(lctx, prefix, nil) {
 			if err != nil {
 				send(pageMsg{err: fmt.Errorf("audit: listing %q: %w", prefix, err)})
 				return
@@ -387,9 +392,9 @@ func (a *auditor) mergePage(ctx context.Context, prefix string, page []objstore.
 	}
 	recs := map[string]ledger.Record{}
 	var orphans []ledger.Claim
-	f := ledger.Filter{Bucket: a.o.Bucket, Prefix: prefix, Through: through, AfterBucket: a.o.Bucket, AfterIdent: after, Limit: 1000}
+	f := ledger.Filter{Bucket: a.bucket, Prefix: prefix, Through: through, AfterBucket: a.bucket, AfterIdent: after, Limit: 1000}
 	for {
-		rs, err := a.o.Ledger.List(ctx, f)
+		rs, err := a.l.List(ctx, f)
 		if err != nil {
 			return "", fmt.Errorf("audit: reading the ledger: %w", err)
 		}
@@ -428,7 +433,7 @@ func (a *auditor) judge(ctx context.Context, page []objstore.Info) error {
 	for i, info := range page {
 		keys[i] = info.Key
 	}
-	recs, err := a.o.Ledger.Lookup(ctx, a.o.Bucket, keys)
+	recs, err := a.l.Lookup(ctx, a.bucket, keys)
 	if err != nil {
 		return fmt.Errorf("audit: looking up the ledger: %w", err)
 	}
@@ -462,7 +467,7 @@ func (a *auditor) judgeWith(ctx context.Context, page []objstore.Info, recs map[
 			f.Class = Current
 		}
 		if f.Class == Missing || f.Class == Changed || (a.o.ResubmitFailed && (f.Class == Failed || f.Class == Dead)) {
-			resubmit = append(resubmit, event.Event{Bucket: a.o.Bucket, Key: info.Key, ETag: info.ETag, Size: info.Size,
+			resubmit = append(resubmit, event.Event{Bucket: a.bucket, Key: info.Key, ETag: info.ETag, Size: info.Size,
 				VersionID: info.VersionID, Kind: event.Created, Name: EventName(f.Class), Time: info.LastModified, Format: event.FormatAudit})
 		}
 		if f.Class != Current {
@@ -477,7 +482,7 @@ func (a *auditor) record(ctx context.Context, listed int64, resubmit []event.Eve
 	var ds []ledger.Decision
 	if len(resubmit) > 0 && !a.o.DryRun {
 		var err error
-		if ds, err = a.o.Ledger.Record(ctx, "audit", resubmit); err != nil {
+		if ds, err = a.l.Record(ctx, "audit", resubmit); err != nil {
 			return fmt.Errorf("audit: resubmitting: %w", err)
 		}
 	}
@@ -504,9 +509,9 @@ func (a *auditor) record(ctx context.Context, listed int64, resubmit []event.Eve
 // that no longer exist (deleted without a removal event): one LIST of the
 // key range per page of records.
 func (a *auditor) gone(ctx context.Context, prefix string) error {
-	f := ledger.Filter{Bucket: a.o.Bucket, Prefix: prefix, Limit: 1000}
+	f := ledger.Filter{Bucket: a.bucket, Prefix: prefix, Limit: 1000}
 	for {
-		page, err := a.o.Ledger.List(ctx, f)
+		page, err := a.l.List(ctx, f)
 		if err != nil {
 			return fmt.Errorf("audit: listing the ledger: %w", err)
 		}
@@ -516,7 +521,7 @@ func (a *auditor) gone(ctx context.Context, prefix string) error {
 		f.AfterBucket, f.AfterIdent = page[len(page)-1].Bucket, page[len(page)-1].Ident
 		var candidates []ledger.Claim
 		for _, c := range page {
-			if c.Bucket == a.o.Bucket && c.Kind == event.Created && c.Status == ledger.Processed && a.now.Sub(c.Updated) >= a.o.Grace {
+			if c.Bucket == a.bucket && c.Kind == event.Created && c.Status == ledger.Processed && a.now.Sub(c.Updated) >= a.o.Grace {
 				candidates = append(candidates, c)
 			}
 		}
@@ -540,7 +545,7 @@ func (a *auditor) checkGone(ctx context.Context, cs []ledger.Claim) error {
 	// From just before lo: lo without its last character sorts before it.
 	_, size := utf8.DecodeLastRuneInString(lo)
 	start := lo[:len(lo)-size]
-	for info, err := range a.o.Store.List(ctx, commonPrefix(lo, hi), &objstore.ListOptions{StartAfter: start}) {
+	for info, err := range a.s.List(ctx, commonPrefix(lo, hi), &objstore.ListOptions{StartAfter: start}) {
 		if err != nil {
 			return err
 		}
@@ -568,14 +573,14 @@ func (a *auditor) confirmGone(ctx context.Context, cs []ledger.Claim) error {
 	var resubmit []event.Event
 	var findings []Finding
 	for _, c := range cs {
-		if _, err := a.o.Store.Head(ctx, c.Key); !errors.Is(err, objstore.ErrNotFound) {
+		if _, err := a.s.Head(ctx, c.Key); !errors.Is(err, objstore.ErrNotFound) {
 			if err != nil {
 				return err
 			}
 			continue
 		}
 		findings = append(findings, Finding{Key: c.Key, Class: Gone, LedgerETag: c.ETag, Status: string(c.Status)})
-		resubmit = append(resubmit, event.Event{Bucket: a.o.Bucket, Key: c.Key, VersionID: c.VersionID, Kind: event.Removed,
+		resubmit = append(resubmit, event.Event{Bucket: a.bucket, Key: c.Key, VersionID: c.VersionID, Kind: event.Removed,
 			Name: EventName(Gone), Time: listedAt, Format: event.FormatAudit})
 	}
 	return a.record(ctx, 0, resubmit, findings)

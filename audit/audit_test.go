@@ -16,6 +16,7 @@ import (
 	"github.com/cairn-s3/cairn/audit"
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testenv/testledger"
 	"github.com/cairn-s3/cairn/internal/testmain"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/objledger"
@@ -114,11 +115,11 @@ func TestAudit(t *testing.T) {
 				}
 				want[evs[i].Key] = ""
 			}
-			base := audit.Options{Store: s, Ledger: l, Bucket: "bkt", Grace: -1} // -1: the default grace
+			base := audit.Options{Grace: -1} // -1: the default grace
 			run := func(mod func(*audit.Options)) *audit.Report {
 				o := base
 				mod(&o)
-				rep, err := audit.Run(ctx, o)
+				rep, err := audit.Run(ctx, s, l, "bkt", &o)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -232,7 +233,7 @@ func TestInventory(t *testing.T) {
 	if _, err := l.Record(ctx, "webhook", []event.Event{{Bucket: "src", Key: "photos/dog.jpg", ETag: "etag-dog", Sequencer: "01", Kind: event.Created}}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := audit.Run(ctx, audit.Options{Store: inv, Ledger: l, Bucket: bucket, Objects: objs, Prefixes: []string{"photos/"}})
+	rep, err := audit.Run(ctx, inv, l, bucket, &audit.Options{Objects: objs, Prefixes: []string{"photos/"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +252,7 @@ func TestInventory(t *testing.T) {
 		}
 		_, objs, err := audit.Inventory(ctx, inv, "bad.json")
 		if err == nil {
-			_, err = audit.Run(ctx, audit.Options{Store: inv, Ledger: l, Bucket: "src", Objects: objs})
+			_, err = audit.Run(ctx, inv, l, "src", &audit.Options{Objects: objs})
 		}
 		if !errors.Is(err, audit.ErrInventory) {
 			t.Errorf("%s: %v, want ErrInventory", name, err)
@@ -262,12 +263,7 @@ func TestInventory(t *testing.T) {
 // ledgers opens a fresh ledger of each backend.
 var ledgers = map[string]func(t *testing.T) ledger.Ledger{
 	"sqlite": func(t *testing.T) ledger.Ledger {
-		l, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "l.db"), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		return l
+		return testledger.New(t, nil)
 	},
 	"postgres": func(t *testing.T) ledger.Ledger {
 		l, err := postgres.Open(context.Background(), testenv.PostgresSchema(t, testenv.PGExec), nil)
@@ -332,7 +328,7 @@ func TestResubmissionRecord(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			rep, err := audit.Run(ctx, audit.Options{Store: s, Ledger: l, Bucket: "bkt", Grace: 0, ResubmitFailed: true})
+			rep, err := audit.Run(ctx, s, l, "bkt", &audit.Options{Grace: 0, ResubmitFailed: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -411,7 +407,7 @@ func TestGrace(t *testing.T) {
 	}
 	l := ledgers["sqlite"](t)
 	for grace, class := range map[time.Duration]string{0: audit.Missing, -1: audit.TooYoung, time.Hour: audit.TooYoung} {
-		rep, err := audit.Run(ctx, audit.Options{Store: s, Ledger: l, Bucket: "b", Grace: grace, DryRun: true})
+		rep, err := audit.Run(ctx, s, l, "b", &audit.Options{Grace: grace, DryRun: true})
 		if err != nil {
 			t.Fatal(err)
 		}

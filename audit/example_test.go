@@ -37,7 +37,7 @@ func ExampleRun() {
 		panic(err)
 	}
 
-	rep, err := audit.Run(ctx, audit.Options{Store: s, Ledger: led, Bucket: "shop", Grace: 0, DryRun: true})
+	rep, err := audit.Run(ctx, s, led, "shop", &audit.Options{Grace: 0, DryRun: true})
 	if err != nil {
 		panic(err)
 	}

@@ -8,11 +8,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/cairn-s3/cairn/internal/backoff"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
@@ -80,8 +80,9 @@ type Meta struct {
 // Store keeps documents in an objstore.Store. It is safe for concurrent use;
 // use one per process and store so group commit can combine updates.
 type Store struct {
-	s    *objstore.Store
-	opts Options
+	s     *objstore.Store
+	opts  Options
+	retry backoff.Policy // BaseBackoff, MaxBackoff
 
 	counter atomic.Uint64
 
@@ -137,6 +138,7 @@ func New(s *objstore.Store, opts *Options) *Store {
 	if o.Strategy != Auto {
 		d.strategy = o.Strategy
 	}
+	d.retry = backoff.Policy{Base: o.BaseBackoff, Max: o.MaxBackoff}
 	return d
 }
 
@@ -334,21 +336,6 @@ type request struct {
 	err   error
 }
 
-func (d *Store) backoff(ctx context.Context, attempt int) error {
-	ceil := d.opts.BaseBackoff << min(attempt, 20)
-	if ceil <= 0 || ceil > d.opts.MaxBackoff {
-		ceil = d.opts.MaxBackoff
-	}
-	t := time.NewTimer(time.Duration(rand.Int64N(int64(ceil) + 1)))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // permanent reports errors that retrying cannot fix.
 func permanent(err error) bool {
 	return errors.Is(err, objstore.ErrNotSupported) || errors.Is(err, objstore.ErrInvalidKey) ||
@@ -480,7 +467,7 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 				return finish(err)
 			}
 			lastErr = err
-			if d.backoff(ctx, attempt) != nil {
+			if d.retry.Wait(ctx, attempt) != nil {
 				return finish(err)
 			}
 			continue
@@ -549,7 +536,7 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 			d.count(func(s *Stats) { s.Redrives++ })
 			lastErr = err
 			if attempt >= 2 { // the first redrives are immediate; then spread out
-				if d.backoff(ctx, attempt-2) != nil {
+				if d.retry.Wait(ctx, attempt-2) != nil {
 					return finish(ctx.Err())
 				}
 			}
@@ -565,14 +552,14 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 			}
 			sent = append(sent, w)
 			lastErr = err
-			if attempt >= 1 && d.backoff(ctx, attempt-1) != nil {
+			if attempt >= 1 && d.retry.Wait(ctx, attempt-1) != nil {
 				return finish(err)
 			}
 		case permanent(err):
 			return finish(err)
 		default: // 409 or a transient failure before the write was applied: back off and retry
 			lastErr = err
-			if d.backoff(ctx, attempt) != nil {
+			if d.retry.Wait(ctx, attempt) != nil {
 				return finish(ctx.Err())
 			}
 		}

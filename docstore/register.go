@@ -76,7 +76,7 @@ func (d *Store) registerUpdate(ctx context.Context, key string, reqs []*request)
 				return
 			}
 			lastErr = err
-			if d.backoff(ctx, attempt) != nil {
+			if d.retry.Wait(ctx, attempt) != nil {
 				break
 			}
 			continue
@@ -105,7 +105,7 @@ func (d *Store) registerUpdate(ctx context.Context, key string, reqs []*request)
 			return
 		}
 		lastErr = err
-		if d.backoff(ctx, attempt) != nil {
+		if d.retry.Wait(ctx, attempt) != nil {
 			break
 		}
 	}
@@ -139,7 +139,7 @@ func (d *Store) registerPut(ctx context.Context, vkey string, body []byte) (objs
 			return info, err
 		}
 		unknown = true
-		if d.backoff(ctx, attempt) != nil {
+		if d.retry.Wait(ctx, attempt) != nil {
 			break
 		}
 	}

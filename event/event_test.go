@@ -15,6 +15,7 @@ import (
 
 // The fixtures were captured from a real MinIO server (webhook bodies).
 func TestMinIOFixtures(t *testing.T) {
+	t.Parallel()
 	f, err := os.Open("testdata/minio-webhook-all.jsonl")
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +76,7 @@ const awsRecord = `{"eventVersion":"2.1","eventSource":"aws:s3","awsRegion":"eu-
 "object":{"key":"raw/red+flower%281%29.jpg","size":1024,"eTag":"0123456789abcdef0123456789abcdef","versionId":"v1","sequencer":"0055AED6DCD90281E5"}}}`
 
 func TestShapes(t *testing.T) {
+	t.Parallel()
 	s3 := `{"Records":[` + awsRecord + `,` + strings.Replace(awsRecord, `"size":1024`, `"size":7`, 1) + `]}`
 	snsBody, _ := json.Marshal(map[string]string{"Type": "Notification", "MessageId": "m", "Message": s3})
 	sqsLambda, _ := json.Marshal(map[string]any{"Records": []map[string]any{{"eventSource": "aws:sqs", "body": string(snsBody)}}})
@@ -120,6 +122,7 @@ func TestShapes(t *testing.T) {
 }
 
 func TestMalformed(t *testing.T) {
+	t.Parallel()
 	rec := func(old, new string) string { return `{"Records":[` + strings.Replace(awsRecord, old, new, 1) + `]}` }
 	tests := []struct {
 		name, data string
@@ -154,6 +157,7 @@ func TestMalformed(t *testing.T) {
 }
 
 func TestCompareSequencer(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		a, b string
 		want int
@@ -258,6 +262,7 @@ func FuzzCompareSequencer(f *testing.F) {
 }
 
 func TestS3BodyRoundTrip(t *testing.T) {
+	t.Parallel()
 	in := []event.Event{
 		{Bucket: "b", Key: "dir/ünï cødé +&=?%.txt", ETag: "abc", Size: 12, Sequencer: "0A1B", Kind: event.Created, Name: "ObjectCreated:Put",
 			Time: time.Date(2026, 11, 22, 1, 2, 3, 0, time.UTC), RequestID: "r1", HostID: "h1", Region: "eu-west-1", VersionID: "v1"},

@@ -8,11 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/cairn-s3/cairn/internal/backoff"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
@@ -178,7 +178,7 @@ func write(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeke
 			if permanent(herr) {
 				return objstore.Info{}, ambiguousIf(pending, herr)
 			}
-			if err := backoff(ctx, attempt); err != nil {
+			if err := retryWait.Wait(ctx, attempt); err != nil {
 				return objstore.Info{}, ambiguousIf(pending, err)
 			}
 			continue
@@ -248,13 +248,13 @@ func write(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeke
 		case errors.Is(werr, objstore.ErrPreconditionFailed):
 			// Someone wrote first: read and judge again.
 		case errors.Is(werr, objstore.ErrConflict):
-			if err := backoff(ctx, attempt); err != nil {
+			if err := retryWait.Wait(ctx, attempt); err != nil {
 				return objstore.Info{}, ambiguousIf(pending, err)
 			}
 		case permanent(werr):
 			return objstore.Info{}, ambiguousIf(pending, werr)
 		default: // a failure that applied nothing: try again
-			if err := backoff(ctx, attempt); err != nil {
+			if err := retryWait.Wait(ctx, attempt); err != nil {
 				return objstore.Info{}, ambiguousIf(pending, err)
 			}
 		}
@@ -275,17 +275,9 @@ func permanent(err error) bool {
 		errors.Is(err, context.DeadlineExceeded)
 }
 
-func backoff(ctx context.Context, attempt int) error {
-	d := time.Millisecond << min(attempt, 8)
-	t := time.NewTimer(time.Duration(rand.Int64N(int64(d) + 1)))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+// retryWait spaces the attempts of a fenced write under contention: full
+// jitter from 1ms, doubling up to 256ms.
+var retryWait = backoff.Policy{Base: time.Millisecond, Max: 256 * time.Millisecond}
 
 func newNonce() string {
 	var b [12]byte

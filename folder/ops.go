@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/cairn-s3/cairn/internal/backoff"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
@@ -255,12 +256,8 @@ func (ops *Ops) putResolvedTries(ctx context.Context, key string, data []byte, c
 	var lastErr error
 	for attempt := range 8 {
 		if attempt > 0 {
-			t := time.NewTimer(time.Duration(attempt) * 5 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return "", fmt.Errorf("%w (%w)", lastErr, ctx.Err())
-			case <-t.C:
+			if err := journalRetry.Wait(ctx, attempt-1); err != nil {
+				return "", fmt.Errorf("%w (%w)", lastErr, err)
 			}
 		}
 		info, err := ops.s.PutBytes(ctx, key, data, &objstore.PutOptions{If: cond, ContentType: "application/json"})
@@ -1234,3 +1231,7 @@ func PendingOps(ctx context.Context, s *objstore.Store, prefix string) ([]Pendin
 	}
 	return out, nil
 }
+
+// journalRetry spaces the tries of a journal write whose outcome was
+// unknown: full jitter from 5ms, doubling up to 40ms.
+var journalRetry = backoff.Policy{Base: 5 * time.Millisecond, Max: 40 * time.Millisecond}

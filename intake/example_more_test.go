@@ -33,7 +33,7 @@ func ExampleHandlerFunc() {
 		handled <- fmt.Sprintf("handled %s/%s (token %d)", w.Event.Bucket, w.Event.Key, w.Token)
 		return "ok", nil
 	})
-	p, err := intake.New(intake.Options{Ledger: led, Handler: h})
+	p, err := intake.New(led, h, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -38,7 +38,7 @@ func Example() {
 		handled <- fmt.Sprintf("%s %s → %s (token %d)", w.Event.Kind, w.Event.Key, w.Event.ETag, w.Token)
 		return "ok", nil
 	})
-	p, err := intake.New(intake.Options{Ledger: led, Handler: h, Concurrency: 1})
+	p, err := intake.New(led, h, &intake.Options{Concurrency: 1})
 	if err != nil {
 		panic(err)
 	}

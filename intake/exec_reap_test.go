@@ -12,11 +12,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/internal/testenv"
 )
 
 // The test binary serves as its own exec handler watchdog.
@@ -34,8 +34,8 @@ func startGroup(t *testing.T, env ...string) (*exec.Cmd, int) {
 	t.Helper()
 	// The leader outlives its child by a minute: only a kill ends it early.
 	cmd := exec.Command("/bin/sh", "-c", "sleep 60 & echo $!; wait; sleep 60")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = append(os.Environ(), env...)
+	testenv.KillGroupAtCleanup(t, cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +43,6 @@ func startGroup(t *testing.T, env ...string) (*exec.Cmd, int) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		t.Fatal(err)

@@ -115,6 +115,7 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/internal/backoff"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
@@ -222,12 +223,7 @@ func panicError(v any) error { return fmt.Errorf("intake: handler panicked: %v",
 
 // Sleep waits for d or until ctx is done (sources back off with it).
 func Sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
+	_ = backoff.Sleep(ctx, d)
 }
 
 // SubmitKeepingAlive submits evs to sink and calls keepalive every interval

@@ -81,7 +81,7 @@ func (d *Daemon) jobs(log *slog.Logger) ([]Job, error) {
 		if every == 0 {
 			every = DefaultPurgeEvery
 		}
-		l, retention := d.Pipeline.o.Ledger, d.Retention
+		l, retention := d.Pipeline.l, d.Retention
 		js = append(js, Job{Name: "purge", Every: every, AtStart: true, Run: func(ctx context.Context) error {
 			n, err := l.Purge(ctx, time.Now().Add(-retention), false)
 			if err == nil && n > 0 {

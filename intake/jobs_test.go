@@ -49,7 +49,7 @@ func TestDaemonJobsAndPurge(t *testing.T) {
 	if err := l.Complete(ctx, cs[0], "ok"); err != nil {
 		t.Fatal(err)
 	}
-	p, err := intake.New(intake.Options{Ledger: l, Handler: intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil })})
+	p, err := intake.New(l, intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestDaemonJobsAndPurge(t *testing.T) {
 // TestDaemonJobChecked: a Job without an interval is refused before anything starts.
 func TestDaemonJobChecked(t *testing.T) {
 	t.Parallel()
-	p, err := intake.New(intake.Options{Ledger: newLedger(t, nil), Handler: intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil })})
+	p, err := intake.New(newLedger(t, nil), intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

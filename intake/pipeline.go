@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,17 +12,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/internal/backoff"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
-// Options configure a Pipeline.
+// Options configure a Pipeline; nil means the defaults.
 type Options struct {
-	Ledger  ledger.Ledger // required
-	Handler Handler       // required
-	// Concurrency is how many handlers run at once. Default 16.
+	// Concurrency is how many handlers run at once. Default
+	// DefaultConcurrency (16).
 	Concurrency int
 	// Lease is each claim's lease, renewed every third of it while the handler
-	// runs. Default 30s. It also bounds settling: a handler's outcome that the
+	// runs. Default DefaultLease (30s). It also bounds settling: a handler's outcome that the
 	// ledger cannot record for a transient reason is retried, with backoff,
 	// until the lease would expire (counted in
 	// cairn_intake_settle_given_up_total when it does).
@@ -32,13 +31,15 @@ type Options struct {
 	// attempt retried). Default 0: no timeout; the lease is renewed meanwhile.
 	Timeout time.Duration
 	// Grace is how long running handlers may finish at shutdown before their
-	// contexts are cancelled and their work released. Default 10s.
+	// contexts are cancelled and their work released. Default DefaultGrace
+	// (10s).
 	Grace time.Duration
 	// Poll is the longest a worker idles between claims when no new work is
 	// announced (retries and expired leases become due without an announcement).
-	// Default 1s.
+	// Default DefaultPoll (1s).
 	Poll time.Duration
-	// MaxBatch caps the events one ledger transaction records. Default 4096.
+	// MaxBatch caps the events one ledger transaction records. Default
+	// DefaultMaxBatch (4096).
 	MaxBatch int
 	// Registerer receives the pipeline's metrics; nil registers none.
 	Registerer prometheus.Registerer
@@ -53,6 +54,36 @@ type Options struct {
 	EveryVersion bool
 }
 
+// Defaults of Options.
+const (
+	DefaultConcurrency = 16
+	DefaultLease       = 30 * time.Second
+	DefaultGrace       = 10 * time.Second
+	DefaultPoll        = time.Second
+	DefaultMaxBatch    = 4096
+)
+
+// Fixed limits of the pipeline.
+const (
+	// maxResult caps the bytes of a handler's result the ledger keeps.
+	maxResult = 4096
+	// queueLen is the capacity of the submission and completion queues
+	// (the group-commit loops drain them).
+	queueLen = 1024
+	// maxCompleteBatch caps the completions one ledger transaction records.
+	maxCompleteBatch = 1024
+	// callTimeout bounds one Record, RecordAndClaim or Claim call, and a batch
+	// of completions.
+	callTimeout = 30 * time.Second
+	// drainReleaseTimeout bounds releasing, at shutdown, work claimed while
+	// recording (the pipeline's lock is held meanwhile).
+	drainReleaseTimeout = 10 * time.Second
+)
+
+// claimRetry spaces attempts to claim work after the ledger failed a Claim:
+// full jitter from 50ms, doubling up to 5s.
+var claimRetry = backoff.Policy{Base: 50 * time.Millisecond, Max: 5 * time.Second}
+
 // The outcomes of one handler attempt, as metrics label them.
 const (
 	OutcomeProcessed = "processed"
@@ -64,6 +95,8 @@ const (
 
 // Pipeline runs the intake: Submit records, Run claims and handles.
 type Pipeline struct {
+	l   ledger.Ledger
+	h   Handler
 	o   Options
 	log *slog.Logger
 	m   *metrics
@@ -90,38 +123,43 @@ type Pipeline struct {
 	closed   chan struct{} // closed when Run returns
 }
 
-// New checks o and returns a pipeline; Run starts it.
-func New(o Options) (*Pipeline, error) {
-	if o.Ledger == nil || o.Handler == nil {
-		return nil, errors.New("intake: Options.Ledger and Options.Handler are required")
+// New returns a pipeline recording in l and running h on each claimed piece of
+// work; opts may be nil (the defaults). Run starts it.
+func New(l ledger.Ledger, h Handler, opts *Options) (*Pipeline, error) {
+	if l == nil || h == nil {
+		return nil, errors.New("intake: New needs a ledger and a handler")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
 	}
 	if o.Concurrency <= 0 {
-		o.Concurrency = 16
+		o.Concurrency = DefaultConcurrency
 	}
 	if o.Lease <= 0 {
-		o.Lease = 30 * time.Second
+		o.Lease = DefaultLease
 	}
 	if o.Grace <= 0 {
-		o.Grace = 10 * time.Second
+		o.Grace = DefaultGrace
 	}
 	if o.Poll <= 0 {
-		o.Poll = time.Second
+		o.Poll = DefaultPoll
 	}
 	if o.MaxBatch <= 0 {
-		o.MaxBatch = 4096
+		o.MaxBatch = DefaultMaxBatch
 	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m, err := newMetrics(o.Registerer, o.Ledger)
+	m, err := newMetrics(o.Registerer, l)
 	if err != nil {
 		return nil, err
 	}
 	return &Pipeline{
-		o: o, log: log, m: m,
-		subs:      make(chan *submission, 1024),
-		completes: make(chan *completion, 1024),
+		l: l, h: h, o: o, log: log, m: m,
+		subs:      make(chan *submission, queueLen),
+		completes: make(chan *completion, queueLen),
 		wake:      make(chan struct{}, 1),
 		slotFreed: make(chan struct{}, 1),
 		closed:    make(chan struct{}),
@@ -196,7 +234,7 @@ func (p *Pipeline) Ready(ctx context.Context) error {
 		return ErrClosed
 	default:
 	}
-	return p.o.Ledger.Ping(ctx)
+	return p.l.Ping(ctx)
 }
 
 // Run records submissions and runs handlers until ctx is done, then drains:
@@ -289,16 +327,16 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 			evs = append(evs, s.evs...)
 		}
 		start := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, callTimeout)
 		var ds []ledger.Decision
 		var cs []ledger.Claim
 		var err error
 		if n := p.reserveIfIdle(len(evs)); n > 0 {
 			// The claims' leases run from (no earlier than) the call's start.
-			ds, cs, err = p.o.Ledger.RecordAndClaim(rctx, src, evs, n, p.o.Lease)
+			ds, cs, err = p.l.RecordAndClaim(rctx, src, evs, n, p.o.Lease)
 			p.unreserve(n - len(cs))
 		} else {
-			ds, err = p.o.Ledger.Record(rctx, src, evs)
+			ds, err = p.l.Record(rctx, src, evs)
 		}
 		cancel()
 		p.m.recordSeconds.Observe(time.Since(start).Seconds())
@@ -319,8 +357,8 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 			// (What the failed batch did record is decided again as a
 			// duplicate, and its work is claimed by the next poll.)
 			for _, s := range subs {
-				rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				s.ds, s.err = p.o.Ledger.Record(rctx, src, s.evs)
+				rctx, cancel := context.WithTimeout(ctx, callTimeout)
+				s.ds, s.err = p.l.Record(rctx, src, s.evs)
 				cancel()
 				if s.err == nil && len(s.ds) != len(s.evs) {
 					s.ds, s.err = nil, fmt.Errorf("intake: ledger returned %d decisions for %d events", len(s.ds), len(s.evs))
@@ -404,10 +442,10 @@ func (p *Pipeline) launch(c ledger.Claim, claimedAt time.Time) {
 	defer p.mu.Unlock()
 	if p.draining {
 		deadline := claimedAt.Add(p.o.Lease)
-		if limit := time.Now().Add(10 * time.Second); limit.Before(deadline) {
+		if limit := time.Now().Add(drainReleaseTimeout); limit.Before(deadline) {
 			deadline = limit // p.mu is held
 		}
-		err := p.settle(c, deadline, "release", func(ctx context.Context) error { return p.o.Ledger.Release(ctx, c) })
+		err := p.settle(c, deadline, "release", func(ctx context.Context) error { return p.l.Release(ctx, c) })
 		if err != nil {
 			p.log.Warn("releasing a claim at shutdown failed; its lease will expire", "bucket", c.Bucket, "key", c.Key, "err", err)
 		}
@@ -420,7 +458,7 @@ func (p *Pipeline) launch(c ledger.Claim, claimedAt time.Time) {
 
 // dispatch claims work while slots are free and runs handlers.
 func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFunc) {
-	backoff := 50 * time.Millisecond
+	failures := 0 // failed claims in a row
 	for ctx.Err() == nil {
 		free := p.reserve(p.o.Concurrency)
 		if free <= 0 {
@@ -430,21 +468,22 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 			}
 			continue
 		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		claimedAt := time.Now()
-		cs, err := p.o.Ledger.Claim(cctx, free, p.o.Lease)
+		cs, err := p.l.Claim(cctx, free, p.o.Lease)
 		cancel()
 		p.unreserve(free - len(cs))
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			p.log.Warn("claiming work failed", "err", err, "retry_in", backoff)
-			Sleep(ctx, backoff)
-			backoff = min(backoff*2, 5*time.Second)
+			wait := claimRetry.Delay(failures)
+			failures++
+			p.log.Warn("claiming work failed", "err", err, "retry_in", wait)
+			_ = backoff.Sleep(ctx, wait)
 			continue
 		}
-		backoff = 50 * time.Millisecond
+		failures = 0
 		p.m.claims.Add(float64(len(cs)))
 		for _, c := range cs {
 			p.launch(c, claimedAt)
@@ -516,20 +555,20 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim, claimedAt time.Time
 	case lost != nil:
 		outcome, serr = OutcomeLeaseLost, lost
 	case err == nil:
-		if len(result) > 4096 {
-			result = result[:4096]
+		if len(result) > maxResult {
+			result = result[:maxResult]
 		}
 		serr = p.settle(c, deadline, "complete", func(ctx context.Context) error { return p.complete(ctx, c, result, deadline) })
 		outcome = OutcomeProcessed
 	case hctx.Err() != nil && !IsPermanent(err):
 		// Shutdown cut the handler short: give the work back uncounted.
-		serr = p.settle(c, deadline, "release", func(ctx context.Context) error { return p.o.Ledger.Release(ctx, c) })
+		serr = p.settle(c, deadline, "release", func(ctx context.Context) error { return p.l.Release(ctx, c) })
 		outcome = OutcomeReleased
 	case IsPermanent(err):
-		serr = p.settle(c, deadline, "fail", func(ctx context.Context) error { return p.o.Ledger.Fail(ctx, c, err.Error(), false) })
+		serr = p.settle(c, deadline, "fail", func(ctx context.Context) error { return p.l.Fail(ctx, c, err.Error(), false) })
 		outcome = OutcomeDead
 	default:
-		serr = p.settle(c, deadline, "fail", func(ctx context.Context) error { return p.o.Ledger.Fail(ctx, c, err.Error(), true) })
+		serr = p.settle(c, deadline, "fail", func(ctx context.Context) error { return p.l.Fail(ctx, c, err.Error(), true) })
 		outcome = OutcomeRetry
 	}
 	if errors.Is(serr, ledger.ErrLeaseLost) || errors.Is(serr, ledger.ErrSuperseded) {
@@ -562,19 +601,24 @@ func refusal(err error) bool {
 	return errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrSuperseded) || errors.Is(err, ledger.ErrNotFound)
 }
 
-// Backoff between attempts to settle an outcome.
-const (
-	settleRetryMin = 20 * time.Millisecond
-	settleRetryMax = 2 * time.Second
-)
+// settleRetry spaces attempts to settle an outcome: full jitter from 20ms,
+// doubling up to 2s.
+var settleRetry = backoff.Policy{Base: 20 * time.Millisecond, Max: 2 * time.Second}
+
+// settleMargin: the last attempt to settle starts this long before the lease
+// runs out.
+const settleMargin = 10 * time.Millisecond
 
 // settle runs call, which records a claim's outcome in the ledger (op names
 // it: complete, fail, release), again after a jittered backoff while it fails
 // for any reason but a refusal, until deadline, when the claim's lease would
 // expire: the ledger refuses the claim after that anyway, and the work runs
 // again once it is claimed again. Giving up is counted and logged.
+//
+// settle deliberately ignores the pipeline's context: an outcome a handler
+// produced must be recorded at shutdown too (otherwise the work runs again),
+// and the lease deadline bounds every wait.
 func (p *Pipeline) settle(c ledger.Claim, deadline time.Time, op string, call func(ctx context.Context) error) error {
-	backoff := settleRetryMin
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		err := call(ctx)
@@ -582,9 +626,9 @@ func (p *Pipeline) settle(c ledger.Claim, deadline time.Time, op string, call fu
 		if err == nil || refusal(err) {
 			return err
 		}
-		wait := backoff/2 + rand.N(backoff)
+		wait := settleRetry.Delay(attempt - 1)
 		// The last attempt comes just before the lease runs out.
-		if left := time.Until(deadline) - settleRetryMin/2; left < wait {
+		if left := time.Until(deadline) - settleMargin; left < wait {
 			wait = left
 		}
 		if wait <= 0 {
@@ -596,8 +640,7 @@ func (p *Pipeline) settle(c ledger.Claim, deadline time.Time, op string, call fu
 		p.m.settleRetries.WithLabelValues(op).Inc()
 		p.log.Info("recording a handler's outcome failed; retrying", "op", op, "bucket", c.Bucket, "key", c.Key,
 			"token", c.Token, "attempt", attempt, "retry_in", wait, "err", err)
-		time.Sleep(wait)
-		backoff = min(2*backoff, settleRetryMax)
+		time.Sleep(wait) // at most until settleMargin before deadline
 	}
 }
 
@@ -615,7 +658,7 @@ func (p *Pipeline) call(ctx context.Context, w Work) (result string, err error) 
 			err = panicError(v)
 		}
 	}()
-	result, err = p.o.Handler.Handle(ctx, w)
+	result, err = p.h.Handle(ctx, w)
 	if err == nil && ctx.Err() != nil && context.Cause(ctx) != nil && !errors.Is(context.Cause(ctx), context.Canceled) {
 		// The lease was lost or the attempt timed out while the handler ignored
 		// its context: its result cannot be trusted to have been the only one.
@@ -641,7 +684,7 @@ func (p *Pipeline) startRenewal(c ledger.Claim, claimedAt time.Time, cancel cont
 	tick := func() {
 		ctx, done := context.WithTimeout(context.Background(), every)
 		at := time.Now()
-		_, err := p.o.Ledger.Renew(ctx, c, p.o.Lease)
+		_, err := p.l.Renew(ctx, c, p.o.Lease)
 		done()
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -715,7 +758,7 @@ func (p *Pipeline) completeLoop(ctx context.Context) {
 		}
 		batch := []*completion{first}
 	fill:
-		for len(batch) < 1024 {
+		for len(batch) < maxCompleteBatch {
 			select {
 			case c := <-p.completes:
 				batch = append(batch, c)
@@ -732,13 +775,13 @@ func (p *Pipeline) completeLoop(ctx context.Context) {
 				deadline = b.deadline
 			}
 		}
-		if limit := time.Now().Add(30 * time.Second); limit.Before(deadline) {
+		if limit := time.Now().Add(callTimeout); limit.Before(deadline) {
 			deadline = limit
 		}
 		// Until the last of the batch's leases runs out (its waiter retries a
 		// failed batch until then; the others have given up by then).
 		bctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-		errs, err := p.o.Ledger.CompleteBatch(bctx, cs, results)
+		errs, err := p.l.CompleteBatch(bctx, cs, results)
 		cancel()
 		for i, b := range batch {
 			if err != nil {

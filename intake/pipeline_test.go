@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,18 +17,13 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/internal/testenv/testledger"
 	"github.com/cairn-s3/cairn/ledger"
-	"github.com/cairn-s3/cairn/ledger/sqlite"
 )
 
 func newLedger(t *testing.T, opts *ledger.Options) ledger.Ledger {
 	t.Helper()
-	l, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
+	return testledger.New(t, opts)
 }
 
 func ev(key string, seq int) event.Event {
@@ -97,13 +91,12 @@ func (h *handled) leave(w intake.Work) {
 func TestStorm(t *testing.T) {
 	l := newLedger(t, nil)
 	h := newHandled()
-	p, err := intake.New(intake.Options{Ledger: l, Concurrency: 8, Poll: 20 * time.Millisecond,
-		Handler: intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
-			h.enter(w)
-			defer h.leave(w)
-			time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
-			return "ok", nil
-		})})
+	p, err := intake.New(l, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+		h.enter(w)
+		defer h.leave(w)
+		time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+		return "ok", nil
+	}), &intake.Options{Concurrency: 8, Poll: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,24 +168,23 @@ func TestOutcomes(t *testing.T) {
 	l := newLedger(t, &ledger.Options{RetryBase: time.Millisecond, RetryMax: time.Millisecond, MaxAttempts: 3})
 	var mu sync.Mutex
 	attempts := map[string]int{}
-	p, err := intake.New(intake.Options{Ledger: l, Poll: 5 * time.Millisecond,
-		Handler: intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
-			mu.Lock()
-			attempts[w.Event.Key]++
-			n := attempts[w.Event.Key]
-			mu.Unlock()
-			switch w.Event.Key {
-			case "flaky":
-				if n < 3 {
-					return "", errors.New("try again")
-				}
-			case "bad":
-				return "", intake.Permanent(errors.New("cannot parse"))
-			case "panics":
-				panic("boom")
+	p, err := intake.New(l, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+		mu.Lock()
+		attempts[w.Event.Key]++
+		n := attempts[w.Event.Key]
+		mu.Unlock()
+		switch w.Event.Key {
+		case "flaky":
+			if n < 3 {
+				return "", errors.New("try again")
 			}
-			return "done", nil
-		})})
+		case "bad":
+			return "", intake.Permanent(errors.New("cannot parse"))
+		case "panics":
+			panic("boom")
+		}
+		return "done", nil
+	}), &intake.Options{Poll: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,17 +238,15 @@ func TestLeaseLost(t *testing.T) {
 	l := &flakyRenew{Ledger: newLedger(t, nil)}
 	l.blocked.Store(true)
 	outcomes := make(chan string, 4)
-	p, err := intake.New(intake.Options{Ledger: l, Lease: 300 * time.Millisecond, Poll: 10 * time.Millisecond,
-		Handler: intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
-			if w.Token == 1 {
-				<-ctx.Done() // stalls until its lease is known lost
-				return "stale holder", nil
-			}
-			l.blocked.Store(false) // the first worker reconnects
-			return "second holder", nil
-		}),
-		OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- fmt.Sprint(w.Token, " ", outcome) },
-	})
+	p, err := intake.New(l, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+		if w.Token == 1 {
+			<-ctx.Done() // stalls until its lease is known lost
+			return "stale holder", nil
+		}
+		l.blocked.Store(false) // the first worker reconnects
+		return "second holder", nil
+	}), &intake.Options{Lease: 300 * time.Millisecond, Poll: 10 * time.Millisecond,
+		OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- fmt.Sprint(w.Token, " ", outcome) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,12 +272,11 @@ func TestLeaseLost(t *testing.T) {
 func TestShutdownReleases(t *testing.T) {
 	l := newLedger(t, nil)
 	started := make(chan struct{})
-	p, err := intake.New(intake.Options{Ledger: l, Grace: 50 * time.Millisecond,
-		Handler: intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
-			close(started)
-			<-ctx.Done()
-			return "", ctx.Err()
-		})})
+	p, err := intake.New(l, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+		close(started)
+		<-ctx.Done()
+		return "", ctx.Err()
+	}), &intake.Options{Grace: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,10 +298,10 @@ func TestShutdownReleases(t *testing.T) {
 	}
 	// The next pipeline picks the work up.
 	done := make(chan struct{})
-	p2, _ := intake.New(intake.Options{Ledger: l, Handler: intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+	p2, _ := intake.New(l, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
 		close(done)
 		return "", nil
-	})})
+	}), nil)
 	start(t, p2)
 	<-done
 }
@@ -368,16 +357,14 @@ func TestSettleRetried(t *testing.T) {
 			var runs atomic.Int64
 			reg := prometheus.NewRegistry()
 			outcomes := make(chan string, 4)
-			p, err := intake.New(intake.Options{Ledger: l, Poll: 10 * time.Millisecond, Registerer: reg,
-				Handler: intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
-					runs.Add(1)
-					if w.Event.Key == "fails" {
-						return "", errors.New("try later")
-					}
-					return "done", nil
-				}),
-				OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- outcome },
-			})
+			p, err := intake.New(l, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+				runs.Add(1)
+				if w.Event.Key == "fails" {
+					return "", errors.New("try later")
+				}
+				return "done", nil
+			}), &intake.Options{Poll: 10 * time.Millisecond, Registerer: reg,
+				OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- outcome }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -419,10 +406,8 @@ func TestSettleGivenUp(t *testing.T) {
 		l.failing.Store(1 << 40)
 		reg := prometheus.NewRegistry()
 		outcomes := make(chan string, 4)
-		p, err := intake.New(intake.Options{Ledger: l, Lease: 400 * time.Millisecond, Poll: 10 * time.Millisecond, Registerer: reg,
-			Handler:   intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "done", nil }),
-			OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- fmt.Sprint(w.Token, " ", outcome) },
-		})
+		p, err := intake.New(l, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "done", nil }), &intake.Options{Lease: 400 * time.Millisecond, Poll: 10 * time.Millisecond, Registerer: reg,
+			OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- fmt.Sprint(w.Token, " ", outcome) }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -454,10 +439,8 @@ func TestSettleGivenUp(t *testing.T) {
 		l := &flakySettle{Ledger: newLedger(t, nil), refuse: fmt.Errorf("fail: %w", ledger.ErrLeaseLost)}
 		reg := prometheus.NewRegistry()
 		outcomes := make(chan string, 4)
-		p, err := intake.New(intake.Options{Ledger: l, Poll: 10 * time.Millisecond, Registerer: reg,
-			Handler:   intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "", errors.New("try later") }),
-			OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- outcome },
-		})
+		p, err := intake.New(l, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "", errors.New("try later") }), &intake.Options{Poll: 10 * time.Millisecond, Registerer: reg,
+			OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- outcome }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -503,9 +486,8 @@ func TestEveryVersionWarnsUnversioned(t *testing.T) {
 	var buf bytes.Buffer
 	var mu sync.Mutex
 	lw := writerFunc(func(b []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(b) })
-	p, err := intake.New(intake.Options{Ledger: newLedger(t, &ledger.Options{EveryVersion: true}), EveryVersion: true,
-		Logger:  slog.New(slog.NewTextHandler(lw, nil)),
-		Handler: intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil })})
+	p, err := intake.New(newLedger(t, &ledger.Options{EveryVersion: true}), intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }), &intake.Options{EveryVersion: true,
+		Logger: slog.New(slog.NewTextHandler(lw, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,12 +29,18 @@ func SourceSchemes() []string { return sourceOpeners.Schemes() }
 // package registered.
 var ErrUnknownSource = errors.New("intake: unknown source scheme")
 
+// OpenSourceOptions configure OpenSource; nil means the defaults.
+type OpenSourceOptions struct {
+	// Logger is handed to the source. Default: discarded.
+	Logger *slog.Logger
+}
+
 // OpenSource opens a pull source by its URL's scheme, as `cairn serve --source`
 // does. The source's package must be linked in (import _
 // "github.com/cairn-s3/cairn/intake/natssrc"); an unknown scheme is
 // ErrUnknownSource, naming the registered ones. Nothing connects until the
-// source runs.
-func OpenSource(ctx context.Context, url string, log *slog.Logger) (Source, error) {
+// source runs. opts may be nil (the defaults).
+func OpenSource(ctx context.Context, url string, opts *OpenSourceOptions) (Source, error) {
 	scheme, _, ok := strings.Cut(url, "://")
 	o, found := sourceOpeners.Get(scheme)
 	if !ok || !found {
@@ -44,8 +50,9 @@ func OpenSource(ctx context.Context, url string, log *slog.Logger) (Source, erro
 		}
 		return nil, fmt.Errorf("%w %q: want one of %s://", ErrUnknownSource, scheme, known)
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	log := slog.New(slog.DiscardHandler)
+	if opts != nil && opts.Logger != nil {
+		log = opts.Logger
 	}
 	return o(ctx, url, log)
 }

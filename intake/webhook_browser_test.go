@@ -25,8 +25,7 @@ import (
 func openWebhook(t *testing.T, o intake.WebhookOptions) (string, ledger.Ledger) {
 	t.Helper()
 	l := newLedger(t, nil)
-	p, err := intake.New(intake.Options{Ledger: l, Handler: intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }),
-		Registerer: prometheus.NewRegistry()})
+	p, err := intake.New(l, intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }), &intake.Options{Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,8 +72,7 @@ func TestWebhookBadRecordsOnEveryLedger(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			l := open(t)
-			p, err := intake.New(intake.Options{Ledger: l, Handler: intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }),
-				Registerer: prometheus.NewRegistry()})
+			p, err := intake.New(l, intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }), &intake.Options{Registerer: prometheus.NewRegistry()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -143,8 +142,7 @@ func TestWebhookBadRecordsOnEveryLedger(t *testing.T) {
 func TestSubmitRefusesInvalidEvents(t *testing.T) {
 	t.Parallel()
 	l := newLedger(t, nil)
-	p, err := intake.New(intake.Options{Ledger: l, Handler: intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }),
-		Registerer: prometheus.NewRegistry()})
+	p, err := intake.New(l, intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }), &intake.Options{Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

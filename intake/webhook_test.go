@@ -24,7 +24,7 @@ import (
 func webhookServer(t *testing.T, l ledger.Ledger, h intake.Handler) (*httptest.Server, *intake.Pipeline) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	p, err := intake.New(intake.Options{Ledger: l, Handler: h, Registerer: reg})
+	p, err := intake.New(l, h, &intake.Options{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,10 +27,15 @@ import (
 
 	"github.com/cairn-s3/cairn/audit"
 	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/objstore"
 )
 
 // Options configure the job; nil means the defaults.
 type Options struct {
+	// Audit configures each audit (prefixes, grace, horizon, …). Default nil:
+	// audit.Run's defaults.
+	Audit *audit.Options
 	// Logger receives "audit done" lines. Default: discarded.
 	Logger *slog.Logger
 	// OnReport is given every finished audit's report (e.g. to show the last
@@ -38,9 +43,10 @@ type Options struct {
 	OnReport func(*audit.Report)
 }
 
-// New returns a job auditing with o every interval. The daemon's Logger logs
-// failures; opts.Logger should be the same logger.
-func New(o audit.Options, every time.Duration, opts *Options) intake.Job {
+// New returns a job auditing s, whose events carry the bucket name bucket,
+// against the ledger l every interval (audit.Run's arguments). The daemon's
+// Logger logs failures; opts.Logger should be the same logger.
+func New(s *objstore.Store, l ledger.Ledger, bucket string, every time.Duration, opts *Options) intake.Job {
 	var op Options
 	if opts != nil {
 		op = *opts
@@ -50,7 +56,7 @@ func New(o audit.Options, every time.Duration, opts *Options) intake.Job {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return intake.Job{Name: "audit", Every: every, Run: func(ctx context.Context) error {
-		rep, err := audit.Run(ctx, o)
+		rep, err := audit.Run(ctx, s, l, bucket, op.Audit)
 		if err != nil {
 			return err
 		}

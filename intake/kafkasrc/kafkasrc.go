@@ -25,28 +25,37 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/internal/backoff"
 )
 
 // Options configure the source.
 type Options struct {
-	Brokers []string
-	Topic   string
 	// Group is the consumer group. Default "cairn".
 	Group string
 	// MaxPoll caps the records recorded at once. Default 1000.
 	MaxPoll int
-	Logger  *slog.Logger
+	// Logger; default: discarded.
+	Logger *slog.Logger
 	// Client options added to the defaults (TLS, SASL, …).
 	Extra []kgo.Opt
 }
 
 // Source consumes from Kafka.
-type Source struct{ o Options }
+type Source struct {
+	brokers []string
+	topic   string
+	o       Options
+}
 
-// New returns a source; nothing connects until Run.
-func New(o Options) (*Source, error) {
-	if len(o.Brokers) == 0 || o.Topic == "" {
+// New returns a source consuming topic from the brokers (host:port each);
+// opts may be nil (the defaults). Nothing connects until Run.
+func New(brokers []string, topic string, opts *Options) (*Source, error) {
+	if len(brokers) == 0 || topic == "" {
 		return nil, errors.New("kafkasrc: brokers and a topic are required")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
 	}
 	if o.Group == "" {
 		o.Group = "cairn"
@@ -57,7 +66,7 @@ func New(o Options) (*Source, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Source{o: o}, nil
+	return &Source{brokers: brokers, topic: topic, o: o}, nil
 }
 
 // FromURL parses kafka://HOST:PORT[,HOST:PORT…]?topic=T&group=G.
@@ -75,7 +84,7 @@ func FromURL(raw string, log *slog.Logger) (*Source, error) {
 	if q.Get("topic") == "" {
 		return nil, fmt.Errorf("kafkasrc: %q: topic= is required", raw)
 	}
-	return New(Options{Brokers: strings.Split(u.Host, ","), Topic: q.Get("topic"), Group: q.Get("group"), Logger: log})
+	return New(strings.Split(u.Host, ","), q.Get("topic"), &Options{Group: q.Get("group"), Logger: log})
 }
 
 func init() {
@@ -93,7 +102,7 @@ func (s *Source) Name() string { return "kafka" }
 
 // Run consumes until ctx is done.
 func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
-	opts := append([]kgo.Opt{kgo.SeedBrokers(s.o.Brokers...), kgo.ConsumerGroup(s.o.Group), kgo.ConsumeTopics(s.o.Topic),
+	opts := append([]kgo.Opt{kgo.SeedBrokers(s.brokers...), kgo.ConsumerGroup(s.o.Group), kgo.ConsumeTopics(s.topic),
 		kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.ClientID("cairn")}, s.o.Extra...)
 	cl, err := kgo.NewClient(opts...)
@@ -101,7 +110,7 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		return fmt.Errorf("kafkasrc: %w", err)
 	}
 	defer cl.Close()
-	log := s.o.Logger.With("source", "kafka", "topic", s.o.Topic)
+	log := s.o.Logger.With("source", "kafka", "topic", s.topic)
 	for ctx.Err() == nil {
 		fetches := cl.PollRecords(ctx, s.o.MaxPoll)
 		if ctx.Err() != nil {
@@ -137,8 +146,7 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 			continue
 		}
 		// Record (retrying until it is durable), then commit.
-		backoff := 100 * time.Millisecond
-		for {
+		for attempt := 0; ; attempt++ {
 			_, err := sink.Submit(context.WithoutCancel(ctx), "kafka", evs)
 			if err == nil {
 				break
@@ -148,12 +156,10 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 				break
 			}
 			log.Warn("recording failed; retrying the same records", "records", len(recs), "err", err)
-			if ctx.Err() != nil {
+			if recordRetry.Wait(ctx, attempt) != nil {
 				cl.AllowRebalance()
 				return nil // uncommitted: the group redelivers them
 			}
-			time.Sleep(backoff)
-			backoff = min(backoff*2, 5*time.Second)
 		}
 		if err := cl.CommitRecords(context.WithoutCancel(ctx), recs...); err != nil {
 			log.Warn("commit failed; the records will be delivered again (the ledger drops the duplicates)", "err", err)
@@ -162,3 +168,7 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 	}
 	return nil
 }
+
+// recordRetry spaces the attempts to record a fetch the ledger failed:
+// full jitter from 100ms, doubling up to 5s.
+var recordRetry = backoff.Policy{Base: 100 * time.Millisecond, Max: 5 * time.Second}

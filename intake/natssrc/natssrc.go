@@ -31,11 +31,6 @@ import (
 
 // Options configure the source.
 type Options struct {
-	// Servers is the NATS URL (nats://host:port; several comma-separated).
-	Servers string
-	// Stream is the JetStream stream. Created (file storage, capturing Subject)
-	// if it does not exist; an existing stream is never changed.
-	Stream string
 	// Subject filters the consumer (and is the new stream's subject). Required
 	// if the stream must be created.
 	Subject string
@@ -46,16 +41,27 @@ type Options struct {
 	Batch int
 	// AckWait is the consumer's redelivery timer. Default 30s.
 	AckWait time.Duration
-	Logger  *slog.Logger
+	// Logger; default: discarded.
+	Logger *slog.Logger
 }
 
 // Source pulls from JetStream.
-type Source struct{ o Options }
+type Source struct {
+	servers, stream string
+	o               Options
+}
 
-// New returns a source; nothing connects until Run.
-func New(o Options) (*Source, error) {
-	if o.Servers == "" || o.Stream == "" {
+// New returns a source pulling from stream on the NATS servers (nats://host:port;
+// several comma-separated). The stream is created (file storage, capturing
+// Options.Subject) if it does not exist; an existing stream is never changed.
+// opts may be nil (the defaults). Nothing connects until Run.
+func New(servers, stream string, opts *Options) (*Source, error) {
+	if servers == "" || stream == "" {
 		return nil, errors.New("natssrc: a server URL and a stream are required")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
 	}
 	if o.Durable == "" {
 		o.Durable = "cairn"
@@ -69,7 +75,7 @@ func New(o Options) (*Source, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Source{o: o}, nil
+	return &Source{servers: servers, stream: stream, o: o}, nil
 }
 
 // FromURL parses nats://HOST:PORT?stream=S&subject=X&durable=D&batch=N
@@ -80,7 +86,8 @@ func FromURL(raw string, log *slog.Logger) (*Source, error) {
 		return nil, fmt.Errorf("natssrc: %q: want nats://HOST:PORT?stream=S&subject=X&durable=D", raw)
 	}
 	q := u.Query()
-	o := Options{Stream: q.Get("stream"), Subject: q.Get("subject"), Durable: q.Get("durable"), Logger: log}
+	stream := q.Get("stream")
+	o := Options{Subject: q.Get("subject"), Durable: q.Get("durable"), Logger: log}
 	for k := range q {
 		switch k {
 		case "stream", "subject", "durable":
@@ -94,12 +101,11 @@ func FromURL(raw string, log *slog.Logger) (*Source, error) {
 			return nil, fmt.Errorf("natssrc: %q: unknown parameter %q (stream, subject, durable, batch)", raw, k)
 		}
 	}
-	if o.Stream == "" {
+	if stream == "" {
 		return nil, fmt.Errorf("natssrc: %q: stream= is required", raw)
 	}
 	u.RawQuery = ""
-	o.Servers = u.String()
-	return New(o)
+	return New(u.String(), stream, &o)
 }
 
 func init() {
@@ -117,31 +123,31 @@ func (s *Source) Name() string { return "nats" }
 
 // Run consumes until ctx is done.
 func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
-	nc, err := nats.Connect(s.o.Servers, nats.Name("cairn"), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(s.servers, nats.Name("cairn"), nats.MaxReconnects(-1))
 	if err != nil {
-		return fmt.Errorf("natssrc: connecting to %s: %w", s.o.Servers, err)
+		return fmt.Errorf("natssrc: connecting to %s: %w", s.servers, err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
 	}
-	stream, err := js.Stream(ctx, s.o.Stream)
+	stream, err := js.Stream(ctx, s.stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if s.o.Subject == "" {
-			return fmt.Errorf("natssrc: stream %s does not exist; give subject= to have it created", s.o.Stream)
+			return fmt.Errorf("natssrc: stream %s does not exist; give subject= to have it created", s.stream)
 		}
-		stream, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: s.o.Stream, Subjects: []string{s.o.Subject}, Storage: jetstream.FileStorage})
+		stream, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: s.stream, Subjects: []string{s.o.Subject}, Storage: jetstream.FileStorage})
 	}
 	if err != nil {
-		return fmt.Errorf("natssrc: stream %s: %w", s.o.Stream, err)
+		return fmt.Errorf("natssrc: stream %s: %w", s.stream, err)
 	}
 	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: s.o.Durable, AckPolicy: jetstream.AckExplicitPolicy,
 		FilterSubject: s.o.Subject, AckWait: s.o.AckWait, MaxAckPending: 4 * s.o.Batch})
 	if err != nil {
 		return fmt.Errorf("natssrc: consumer %s: %w", s.o.Durable, err)
 	}
-	log := s.o.Logger.With("source", "nats", "stream", s.o.Stream)
+	log := s.o.Logger.With("source", "nats", "stream", s.stream)
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(s.o.Batch, jetstream.FetchMaxWait(time.Second))
 		if err != nil {

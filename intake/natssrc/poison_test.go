@@ -46,7 +46,7 @@ func rec(key string) string {
 func TestPoisonMessages(t *testing.T) {
 	t.Parallel()
 	natsURL := testenv.NATS(t)
-	src, err := natssrc.New(natssrc.Options{Servers: natsURL, Stream: "EV", Subject: "ev", AckWait: time.Second})
+	src, err := natssrc.New(natsURL, "EV", &natssrc.Options{Subject: "ev", AckWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

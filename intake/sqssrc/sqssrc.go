@@ -50,12 +50,11 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/internal/backoff"
 )
 
 // Options configure the source.
 type Options struct {
-	// QueueURL, e.g. https://sqs.eu-west-1.amazonaws.com/123456789012/uploads.
-	QueueURL string
 	// Region; default: from the queue URL's host, else the AWS config.
 	Region string
 	// Endpoint overrides the service endpoint (SQS-compatible servers);
@@ -71,6 +70,7 @@ type Options struct {
 	Poison Poison
 	// Client overrides the SQS client (tests, custom credentials).
 	Client *sqs.Client
+	// Logger; default: discarded.
 	Logger *slog.Logger
 }
 
@@ -89,16 +89,23 @@ const maxLoggedBody = 64 << 10
 
 // Source receives from SQS.
 type Source struct {
-	o Options
-	c *sqs.Client
+	queueURL string
+	o        Options
+	c        *sqs.Client
 }
 
-// New returns a source; the client is built from the standard AWS
-// configuration chain unless Options.Client is set.
-func New(ctx context.Context, o Options) (*Source, error) {
-	u, err := url.Parse(o.QueueURL)
+// New returns a source receiving from the queue at queueURL (e.g.
+// https://sqs.eu-west-1.amazonaws.com/123456789012/uploads); opts may be nil
+// (the defaults). The client is built from the standard AWS configuration
+// chain unless Options.Client is set.
+func New(ctx context.Context, queueURL string, opts *Options) (*Source, error) {
+	u, err := url.Parse(queueURL)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return nil, fmt.Errorf("sqssrc: queue URL %q: want https://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE", o.QueueURL)
+		return nil, fmt.Errorf("sqssrc: queue URL %q: want https://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE", queueURL)
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
 	}
 	if o.Visibility <= 0 {
 		o.Visibility = 60 * time.Second
@@ -144,7 +151,7 @@ func New(ctx context.Context, o Options) (*Source, error) {
 			}
 		})
 	}
-	return &Source{o: o, c: c}, nil
+	return &Source{queueURL: queueURL, o: o, c: c}, nil
 }
 
 // FromURL parses sqs://HOST/ACCOUNT/QUEUE (the queue URL without https://),
@@ -172,8 +179,7 @@ func FromURL(ctx context.Context, raw string, log *slog.Logger) (*Source, error)
 		}
 	}
 	u.Scheme, u.RawQuery = "https", ""
-	o.QueueURL = u.String()
-	return New(ctx, o)
+	return New(ctx, u.String(), &o)
 }
 
 func init() {
@@ -191,24 +197,25 @@ func (s *Source) Name() string { return "sqs" }
 
 // Run receives until ctx is done.
 func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
-	log := s.o.Logger.With("source", "sqs", "queue", s.o.QueueURL)
+	log := s.o.Logger.With("source", "sqs", "queue", s.queueURL)
 	poison := s.poisonPolicy(ctx, log)
 	vis := int32(s.o.Visibility / time.Second)
-	backoff := time.Second
+	failures := 0 // receive failures in a row
 	for ctx.Err() == nil {
-		out, err := s.c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &s.o.QueueURL, MaxNumberOfMessages: 10,
+		out, err := s.c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &s.queueURL, MaxNumberOfMessages: 10,
 			WaitTimeSeconds: int32(s.o.Wait / time.Second), VisibilityTimeout: vis,
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			log.Warn("receive failed", "err", err, "retry_in", backoff)
-			intake.Sleep(ctx, backoff)
-			backoff = min(backoff*2, 30*time.Second)
+			wait := receiveRetry.Delay(failures)
+			failures++
+			log.Warn("receive failed", "err", err, "retry_in", wait)
+			_ = backoff.Sleep(ctx, wait)
 			continue
 		}
-		backoff = time.Second
+		failures = 0
 		if len(out.Messages) == 0 {
 			continue
 		}
@@ -267,7 +274,7 @@ func (s *Source) poisonPolicy(ctx context.Context, log *slog.Logger) Poison {
 	if s.o.Poison != PoisonAuto {
 		return s.o.Poison
 	}
-	out, err := s.c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &s.o.QueueURL,
+	out, err := s.c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &s.queueURL,
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedrivePolicy}})
 	if err != nil {
 		log.Warn("cannot read the queue's redrive policy; messages that are not events are left for it (grant sqs:GetQueueAttributes, or set poison=dlq or poison=delete)", "err", err)
@@ -302,7 +309,7 @@ func (s *Source) extend(ctx context.Context, ms []types.Message, vis int32, log 
 	for i, m := range ms {
 		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: vis}
 	}
-	out, err := s.c.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &s.o.QueueURL, Entries: entries})
+	out, err := s.c.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &s.queueURL, Entries: entries})
 	if err != nil {
 		log.Warn("extending visibility failed", "err", err)
 		return
@@ -323,13 +330,12 @@ func (s *Source) delete(ctx context.Context, ms []types.Message, log *slog.Logge
 	for i, m := range ms {
 		pending[strconv.Itoa(i)] = m
 	}
-	wait := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		entries := make([]types.DeleteMessageBatchRequestEntry, 0, len(pending))
 		for id, m := range pending {
 			entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(id), ReceiptHandle: m.ReceiptHandle})
 		}
-		out, err := s.c.DeleteMessageBatch(context.WithoutCancel(ctx), &sqs.DeleteMessageBatchInput{QueueUrl: &s.o.QueueURL, Entries: entries})
+		out, err := s.c.DeleteMessageBatch(context.WithoutCancel(ctx), &sqs.DeleteMessageBatchInput{QueueUrl: &s.queueURL, Entries: entries})
 		if err == nil {
 			for _, ok := range out.Successful {
 				delete(pending, aws.ToString(ok.Id))
@@ -344,12 +350,21 @@ func (s *Source) delete(ctx context.Context, ms []types.Message, log *slog.Logge
 		if len(pending) == 0 {
 			return
 		}
+		wait := deleteRetry.Delay(attempt - 1)
 		if ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
 			log.Warn("delete failed; the messages will come back as duplicates", "messages", len(pending), "attempts", attempt, "err", err)
 			return
 		}
 		log.Debug("delete failed; retrying", "messages", len(pending), "attempt", attempt, "err", err)
-		intake.Sleep(ctx, wait)
-		wait = min(wait*2, 5*time.Second)
+		// Cut short when ctx ends: one last attempt follows at once.
+		_ = backoff.Sleep(ctx, wait)
 	}
 }
+
+// Backoff of the source's retries (full jitter): receiving after a failed
+// ReceiveMessage, from 1s up to 30s; deleting entries a DeleteMessageBatch
+// failed, from 200ms up to 5s.
+var (
+	receiveRetry = backoff.Policy{Base: time.Second, Max: 30 * time.Second}
+	deleteRetry  = backoff.Policy{Base: 200 * time.Millisecond, Max: 5 * time.Second}
+)

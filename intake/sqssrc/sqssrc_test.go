@@ -78,12 +78,12 @@ func setupLogs(t *testing.T, vis time.Duration, opts ...func(*sqssrc.Options)) (
 	// No SDK-level retries: the source's own retries are under test.
 	c := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(f.srv.URL), Credentials: aws.AnonymousCredentials{}, RetryMaxAttempts: 1})
 	lg := &logs{t: t}
-	o := sqssrc.Options{QueueURL: f.queueURL(), Client: c, Visibility: vis, Wait: time.Second,
+	o := sqssrc.Options{Client: c, Visibility: vis, Wait: time.Second,
 		Logger: slog.New(slog.NewTextHandler(lg, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	for _, fn := range opts {
 		fn(&o)
 	}
-	src, err := sqssrc.New(context.Background(), o)
+	src, err := sqssrc.New(context.Background(), f.queueURL(), &o)
 	if err != nil {
 		t.Fatal(err)
 	}

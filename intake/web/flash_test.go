@@ -8,6 +8,7 @@ import (
 // TestFlashesAreBounded: the store keeps at most maxFlashes messages, the
 // newest; unknown ids show nothing.
 func TestFlashesAreBounded(t *testing.T) {
+	t.Parallel()
 	f := newFlashes()
 	var ids []string
 	for i := range maxFlashes + 40 {

@@ -78,7 +78,7 @@ func (h *handler) replay(ctx context.Context, q ReplayRequest) (int, error) {
 	if q.Expect != nil {
 		dry := sel
 		dry.DryRun = true
-		n, err := h.o.Ledger.Replay(ctx, dry)
+		n, err := h.l.Replay(ctx, dry)
 		if err != nil {
 			return 0, errors.New("the ledger did not answer: " + err.Error())
 		}
@@ -86,7 +86,7 @@ func (h *handler) replay(ctx context.Context, q ReplayRequest) (int, error) {
 			return 0, refusal(http.StatusConflict, strconv.Itoa(n)+" records would be replayed now, not the "+strconv.Itoa(*q.Expect)+" expected: nothing was replayed; look again (reload the page) and replay again if that is still what you want")
 		}
 	}
-	n, err := h.o.Ledger.Replay(ctx, sel)
+	n, err := h.l.Replay(ctx, sel)
 	if err != nil {
 		return 0, errors.New("the ledger did not answer: " + err.Error())
 	}

@@ -87,9 +87,9 @@ var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 // statuses are the ledger's, in the page's order.
 var statuses = []ledger.Status{ledger.Pending, ledger.Claimed, ledger.Processed, ledger.Failed, ledger.Dead}
 
-// Options configure the page.
+// Options configure the page; nil means the defaults (a read-only page that
+// anyone who reaches the port may read).
 type Options struct {
-	Ledger ledger.Ledger // required
 	// OperatorToken enables actions; "" makes the page read-only. It also
 	// grants reading.
 	OperatorToken string
@@ -108,12 +108,12 @@ type Options struct {
 	Title string
 }
 
-// Check reports Options that cannot work: no ledger, or an AllowedOrigins
-// entry that is not an origin. Handler does not check (an unusable origin
-// matches nothing); call Check first to refuse such settings.
-func (o Options) Check() error {
-	if o.Ledger == nil {
-		return errors.New("web: Options.Ledger is required")
+// Check reports Options that cannot work: an AllowedOrigins entry that is not
+// an origin. Handler does not check (an unusable origin matches nothing); call
+// Check first to refuse such settings. A nil *Options is fine.
+func (o *Options) Check() error {
+	if o == nil {
+		return nil
 	}
 	for _, s := range o.AllowedOrigins {
 		if _, ok := normOrigin(s); !ok {
@@ -171,6 +171,7 @@ type Status struct {
 }
 
 type handler struct {
+	l              ledger.Ledger
 	o              Options
 	csrf           string
 	operator, read secret
@@ -180,12 +181,20 @@ type handler struct {
 
 // Handler returns the page (GET /), the API (GET /api/v1/status, POST
 // /api/v1/replay) and the form action (POST /actions/replay), to mount on
-// the daemon's mux.
-func Handler(o Options) http.Handler {
+// the daemon's mux. The page reads and replays through l, which must not be
+// nil; opts may be nil (the defaults).
+func Handler(l ledger.Ledger, opts *Options) http.Handler {
+	if l == nil {
+		panic("web: Handler needs a ledger")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
 	if o.Title == "" {
 		o.Title = "cairn"
 	}
-	h := &handler{o: o, csrf: rand.Text(), operator: newSecret(o.OperatorToken), read: newSecret(o.ReadToken), flashes: newFlashes()}
+	h := &handler{l: l, o: o, csrf: rand.Text(), operator: newSecret(o.OperatorToken), read: newSecret(o.ReadToken), flashes: newFlashes()}
 	for _, s := range o.AllowedOrigins {
 		if n, ok := normOrigin(s); ok {
 			h.origins = append(h.origins, n)
@@ -199,16 +208,16 @@ func Handler(o Options) http.Handler {
 	return mux
 }
 
-// Mount adds the page's routes to mux.
-func Mount(mux *http.ServeMux, o Options) {
-	h := Handler(o)
+// Mount adds the page's routes (Handler's) to mux.
+func Mount(mux *http.ServeMux, l ledger.Ledger, opts *Options) {
+	h := Handler(l, opts)
 	for _, p := range []string{"GET /{$}", "GET /api/v1/status", "POST /api/v1/replay", "POST /actions/replay"} {
 		mux.Handle(p, h)
 	}
 }
 
 func (h *handler) status(ctx context.Context) (*Status, error) {
-	l := h.o.Ledger
+	l := h.l
 	st := &Status{Now: time.Now(), Counts: map[string]int{}, Actions: h.operator.set}
 	counts, err := l.Counts(ctx)
 	if err != nil {

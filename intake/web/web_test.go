@@ -18,11 +18,12 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/event/eventtest"
 	"github.com/cairn-s3/cairn/intake/web"
 	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testenv/testledger"
 	"github.com/cairn-s3/cairn/internal/testmain"
 	"github.com/cairn-s3/cairn/ledger"
-	"github.com/cairn-s3/cairn/ledger/sqlite"
 )
 
 func TestMain(m *testing.M) { testmain.Run(m) }
@@ -31,14 +32,8 @@ func TestMain(m *testing.M) { testmain.Run(m) }
 func ledgerWith(t *testing.T) ledger.Ledger {
 	t.Helper()
 	ctx := context.Background()
-	l, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "l.db"), &ledger.Options{MaxAttempts: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	ev := func(k string) event.Event {
-		return event.Event{Bucket: "photos", Key: k, Sequencer: "0A", ETag: "e-" + k, Kind: event.Created, Name: "ObjectCreated:Put"}
-	}
+	l := testledger.New(t, &ledger.Options{MaxAttempts: 2})
+	ev := func(k string) event.Event { return eventtest.Created("photos", k, "0A") }
 	if _, err := l.Record(ctx, "webhook", []event.Event{ev("cats/dead ünï.jpg"), ev("dogs/flaky.jpg"), ev("birds/running.jpg")}); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +60,7 @@ func ledgerWith(t *testing.T) ledger.Ledger {
 func TestStatusPageInChromium(t *testing.T) {
 	bin := testenv.Chromium(t)
 	l := ledgerWith(t)
-	srv := httptest.NewServer(web.Handler(web.Options{Ledger: l, OperatorToken: "op-secret", Activity: func() []int {
+	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret", Activity: func() []int {
 		a := make([]int, 60)
 		for i := range a {
 			a[i] = i * 3 % 17
@@ -136,8 +131,9 @@ func browser(t *testing.T, bin string) context.Context {
 // TestActionsAreProtected: wrong token, missing or stale CSRF token, another
 // origin, and a read-only page all refuse; the API needs the bearer token.
 func TestActionsAreProtected(t *testing.T) {
+	t.Parallel()
 	l := ledgerWith(t)
-	srv := httptest.NewServer(web.Handler(web.Options{Ledger: l, OperatorToken: "op-secret"}))
+	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret"}))
 	defer srv.Close()
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	page, err := client.Get(srv.URL + "/")
@@ -203,7 +199,7 @@ func TestActionsAreProtected(t *testing.T) {
 		}
 	}
 	// Read-only without an operator token.
-	ro := httptest.NewServer(web.Handler(web.Options{Ledger: l}))
+	ro := httptest.NewServer(web.Handler(l, nil))
 	defer ro.Close()
 	resp, err := http.Get(ro.URL + "/")
 	if err != nil {
@@ -250,11 +246,7 @@ func between(s, a, b string) string {
 // deadLedger holds only dead letters, photos/dead-0.jpg onwards.
 func deadLedger(t *testing.T, n int) ledger.Ledger {
 	t.Helper()
-	l, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "l.db"), &ledger.Options{MaxAttempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
+	l := testledger.New(t, &ledger.Options{MaxAttempts: 1})
 	addDead(t, l, 0, n)
 	return l
 }
@@ -343,8 +335,9 @@ func formPoster(t *testing.T, srv *httptest.Server, client *http.Client) func(fo
 // TestFlashShowsOnlyServerMessages: /?flash= shows a message only by the id
 // the server gave it after an action, never text from the link.
 func TestFlashShowsOnlyServerMessages(t *testing.T) {
+	t.Parallel()
 	l := deadLedger(t, 1)
-	srv := httptest.NewServer(web.Handler(web.Options{Ledger: l, OperatorToken: "op-secret"}))
+	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret"}))
 	defer srv.Close()
 	for _, flash := range []string{"Call 555-0100 to restore your account", "0000000000000000000000000A"} {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/?flash="+url.QueryEscape(flash), nil)
@@ -364,8 +357,9 @@ func TestFlashShowsOnlyServerMessages(t *testing.T) {
 // named by bucket and key, or all dead letters when asked to explicitly;
 // "expect" refuses when the number changed.
 func TestReplayNeedsARecordOrAll(t *testing.T) {
+	t.Parallel()
 	l := deadLedger(t, 3)
-	srv := httptest.NewServer(web.Handler(web.Options{Ledger: l, OperatorToken: "op-secret"}))
+	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret"}))
 	defer srv.Close()
 	post := formPoster(t, srv, noRedirects)
 	api := func(body string) (int, string) {
@@ -430,7 +424,7 @@ func TestReplayNeedsARecordOrAll(t *testing.T) {
 func TestReplayAllInChromium(t *testing.T) {
 	bin := testenv.Chromium(t)
 	l := deadLedger(t, 3)
-	srv := httptest.NewServer(web.Handler(web.Options{Ledger: l, OperatorToken: "op-secret", ReadToken: "read-secret"}))
+	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret", ReadToken: "read-secret"}))
 	defer srv.Close()
 	ctx := browser(t, bin)
 	signedIn := strings.Replace(srv.URL, "http://", "http://reader:read-secret@", 1)
@@ -479,8 +473,9 @@ func TestReplayAllInChromium(t *testing.T) {
 // TestFormOriginIsSchemeHostPort: a form post's Origin must be the page's own
 // origin, scheme, host and port (default ports normalised), or an allowed one.
 func TestFormOriginIsSchemeHostPort(t *testing.T) {
+	t.Parallel()
 	l := deadLedger(t, 1)
-	h := web.Handler(web.Options{Ledger: l, OperatorToken: "op-secret", AllowedOrigins: []string{"https://ops.example.com"}})
+	h := web.Handler(l, &web.Options{OperatorToken: "op-secret", AllowedOrigins: []string{"https://ops.example.com"}})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	tls := httptest.NewTLSServer(h)
@@ -531,10 +526,10 @@ func TestFormOriginIsSchemeHostPort(t *testing.T) {
 			t.Errorf("Origin %q to Host cairn.example: %d, want %d: %s", origin, code, want, body)
 		}
 	}
-	if err := (web.Options{Ledger: l, AllowedOrigins: []string{"ops.example.com"}}).Check(); err == nil {
+	if err := (&web.Options{AllowedOrigins: []string{"ops.example.com"}}).Check(); err == nil {
 		t.Error("Check accepts an allowed origin without a scheme")
 	}
-	if err := (web.Options{Ledger: l, AllowedOrigins: []string{"https://ops.example.com:8443"}}).Check(); err != nil {
+	if err := (&web.Options{AllowedOrigins: []string{"https://ops.example.com:8443"}}).Check(); err != nil {
 		t.Error(err)
 	}
 }
@@ -558,8 +553,9 @@ func csrfOf(t *testing.T, srv *httptest.Server) string {
 // the operator token), as a bearer token or Basic password; the browser is
 // asked for it. Actions still need the operator token, as before.
 func TestReadToken(t *testing.T) {
+	t.Parallel()
 	l := deadLedger(t, 1)
-	srv := httptest.NewServer(web.Handler(web.Options{Ledger: l, OperatorToken: "op-secret", ReadToken: "read-secret"}))
+	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret", ReadToken: "read-secret"}))
 	defer srv.Close()
 	get := func(path string, auth func(*http.Request)) (*http.Response, string) {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
@@ -622,9 +618,10 @@ func TestReadToken(t *testing.T) {
 // The last audit reaches the page as a summary and the API as the daemon's
 // full report, unchanged (the page does not import package audit).
 func TestLastAudit(t *testing.T) {
+	t.Parallel()
 	l := ledgerWith(t)
 	detail := map[string]any{"bucket": "b", "listed": 7, "resubmitted": 2, "findings": []string{"k1", "k2"}}
-	srv := httptest.NewServer(web.Handler(web.Options{Ledger: l, LastAudit: func() *web.Audit {
+	srv := httptest.NewServer(web.Handler(l, &web.Options{LastAudit: func() *web.Audit {
 		return &web.Audit{Started: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC), Listed: 7, Resubmitted: 2,
 			Counts: map[string]int{"missing": 2}, Findings: []web.AuditFinding{{Class: "missing", Key: "k1"}, {Class: "missing", Key: "k2"}}, Detail: detail}
 	}}))

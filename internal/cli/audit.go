@@ -53,6 +53,7 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 			if o.Grace < 0 {
 				return usagef("--grace must not be negative (0: judge every object however young)")
 			}
+			var store *objstore.Store
 			if inventory != "" {
 				if storeURL != "" {
 					return usagef("give --store or --inventory, not both")
@@ -69,7 +70,7 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 				if bucket == "" {
 					bucket = src
 				}
-				o.Store, o.Objects = s, objs
+				store, o.Objects = s, objs
 				storeURL = inventory
 			} else if storeURL == "" {
 				return usagef("--store URL is required (the bucket to audit), or --inventory URL")
@@ -81,13 +82,13 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 					return usagef("--bucket NAME is required when --store is not an s3:// URL (the bucket name events carry)")
 				}
 			}
-			if o.Store == nil {
+			if store == nil {
 				s, err := openStore(ctx, storeURL)
 				if err != nil {
 					return err
 				}
 				defer s.Close()
-				o.Store = s
+				store = s
 			}
 			// A dry run only reads the ledger: it never creates one.
 			var l ledger.Ledger
@@ -101,7 +102,6 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 				return err
 			}
 			defer l.Close()
-			o.Ledger, o.Bucket = l, bucket
 			var mu sync.Mutex
 			last := time.Time{}
 			if !e.json && isTerminal(e.stderr) {
@@ -114,7 +114,7 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 					}
 				}
 			}
-			rep, err := audit.Run(ctx, o)
+			rep, err := audit.Run(ctx, store, l, bucket, &o)
 			if o.Progress != nil {
 				fmt.Fprint(e.stderr, "\r\033[K")
 			}

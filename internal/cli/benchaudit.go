@@ -140,7 +140,7 @@ delete, and how to delete it). Only a killed process leaves them behind.`,
 			start = time.Now()
 			peak, err := peakHeap(func() error {
 				var err error
-				rep, err = audit.Run(ctx, audit.Options{Store: s, Ledger: l, Bucket: "bench", Prefixes: []string{prefix}, Grace: time.Nanosecond, DryRun: true})
+				rep, err = audit.Run(ctx, s, l, "bench", &audit.Options{Prefixes: []string{prefix}, Grace: time.Nanosecond, DryRun: true})
 				return err
 			})
 			if err != nil {

@@ -162,7 +162,7 @@ func runServeBench(ctx context.Context, l ledger.Ledger, h intake.Handler, n, se
 		})
 		stop = func() error { return nil }
 	} else {
-		p, err := intake.New(intake.Options{Ledger: l, Handler: wrapped, Concurrency: concurrency, Poll: 100 * time.Millisecond})
+		p, err := intake.New(l, wrapped, &intake.Options{Concurrency: concurrency, Poll: 100 * time.Millisecond})
 		if err != nil {
 			return serveBenchResult{}, err
 		}

@@ -187,7 +187,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	}
 	if f.sqsQueueURL != "" {
 		// The queue URL keeps its scheme (SQS-compatible servers over http).
-		s, err := sqssrc.New(ctx, sqssrc.Options{QueueURL: f.sqsQueueURL, Logger: log})
+		s, err := sqssrc.New(ctx, f.sqsQueueURL, &sqssrc.Options{Logger: log})
 		if err != nil {
 			return usagef("--sqs-queue-url: %s", safetext.Redact(err.Error()))
 		}
@@ -198,7 +198,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		return err
 	}
 	defer led.Close()
-	wo := web.Options{Ledger: led, OperatorToken: f.operator, ReadToken: f.readToken, AllowedOrigins: f.statusOrigins}
+	wo := &web.Options{OperatorToken: f.operator, ReadToken: f.readToken, AllowedOrigins: f.statusOrigins}
 	if err := wo.Check(); err != nil {
 		return usagef("--status-allow-origin: %v", err)
 	}
@@ -213,7 +213,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p, err := intake.New(intake.Options{Ledger: led, Handler: h, Concurrency: f.concurrency, Lease: f.lease, Timeout: f.timeout,
+	p, err := intake.New(led, h, &intake.Options{Concurrency: f.concurrency, Lease: f.lease, Timeout: f.timeout,
 		Grace: f.grace, Registerer: reg, Logger: log, EveryVersion: f.everyVersion})
 	if err != nil {
 		return err
@@ -238,8 +238,8 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		if horizon <= 0 {
 			horizon = -1
 		}
-		d.Jobs = append(d.Jobs, auditjob.New(audit.Options{Store: auditStore, Ledger: led, Bucket: f.bucket, Grace: f.auditGrace, Horizon: horizon},
-			f.auditEvery, &auditjob.Options{Logger: log, OnReport: lastAudit.Store}))
+		d.Jobs = append(d.Jobs, auditjob.New(auditStore, led, f.bucket, f.auditEvery,
+			&auditjob.Options{Audit: &audit.Options{Grace: f.auditGrace, Horizon: horizon}, Logger: log, OnReport: lastAudit.Store}))
 	}
 	wo.Activity, wo.LastAudit = p.Activity, func() *web.Audit {
 		r := lastAudit.Load()
@@ -253,7 +253,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		return a
 	}
 	d.Extra = func(mux *http.ServeMux) {
-		web.Mount(mux, wo)
+		web.Mount(mux, led, wo)
 	}
 	d.Retention = f.retention
 	err = d.Run(ctx)
@@ -335,7 +335,7 @@ func loopback(addr string) bool {
 // openSource opens a pull source by URL scheme (intake.OpenSource: the source
 // packages linked in above register nats://, kafka:// and sqs://).
 func openSource(ctx context.Context, raw string, log *slog.Logger) (intake.Source, error) {
-	s, err := intake.OpenSource(ctx, raw, log)
+	s, err := intake.OpenSource(ctx, raw, &intake.OpenSourceOptions{Logger: log})
 	if err != nil {
 		return nil, usagef("--source %q: %s", safetext.Redact(raw), safetext.Redact(err.Error()))
 	}

@@ -451,7 +451,7 @@ func runCairn(ctx context.Context, o Options, order []event.Event, tables *table
 		}
 		return nil
 	}
-	p, err := intake.New(intake.Options{Ledger: o.Ledger, Handler: h, Concurrency: o.Concurrency, Poll: 50 * time.Millisecond, Logger: o.Logger})
+	p, err := intake.New(o.Ledger, h, &intake.Options{Concurrency: o.Concurrency, Poll: 50 * time.Millisecond, Logger: o.Logger})
 	if err != nil {
 		return 0, err
 	}
@@ -484,7 +484,7 @@ func runCairn(ctx context.Context, o Options, order []event.Event, tables *table
 		// its way: the audit needs no grace period here.
 		o.Progress("cairn (audit)", 0, 1)
 		var rep *audit.Report
-		rep, err = audit.Run(ctx, audit.Options{Store: o.Store, Ledger: o.Ledger, Bucket: o.Bucket, Grace: time.Nanosecond})
+		rep, err = audit.Run(ctx, o.Store, o.Ledger, o.Bucket, &audit.Options{Grace: time.Nanosecond})
 		if err != nil {
 			err = fmt.Errorf("demo: cairn's audit of the bucket failed: %w", err)
 		} else {

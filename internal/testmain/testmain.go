@@ -16,6 +16,7 @@ import (
 
 // Run is the body of TestMain: testmain.Run(m). cleanups run after the tests.
 func Run(m *testing.M, cleanups ...func()) {
+	testenv.MaybeChild()
 	objstoretest.MaybeChild()
 	code := m.Run()
 	for _, c := range cleanups {

@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairn-s3/cairn/internal/backoff"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
@@ -246,20 +247,6 @@ func (b *Backend) lateDelay() time.Duration {
 // Wait blocks until every late request injected so far has landed or failed.
 func (b *Backend) Wait() { b.late.Wait() }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 func (b *Backend) cond(c objstore.Condition) objstore.Condition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -327,7 +314,7 @@ func (b *Backend) racyCheck(ctx context.Context, key string, c *objstore.Conditi
 func do[T any](b *Backend, ctx context.Context, op Op, key string, call func(context.Context) (T, error)) (T, error) {
 	var zero T
 	f, d := b.decide(op, key)
-	if err := sleep(ctx, d); err != nil {
+	if err := backoff.Sleep(ctx, d); err != nil {
 		return zero, err
 	}
 	switch f {

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/fs"
 )
@@ -119,19 +119,17 @@ func TestOpenErrors(t *testing.T) {
 
 const envKillChild = "CAIRN_FS_KILL_CHILD"
 
+func init() { testenv.RegisterChild("fs-killed-writer", killedWriter) }
+
 // TestKilledWriter kills a process that overwrites one object in a loop at
 // random moments; every time, the object must be one complete version whose
 // ETag is the MD5 of its bytes (no torn writes, no mislabelled ETags).
 func TestKilledWriter(t *testing.T) {
 	t.Parallel()
-	if os.Getenv(envKillChild) != "" {
-		t.Skip("child")
-	}
 	dir := t.TempDir()
 	ctx := context.Background()
 	for round := range 8 {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKilledWriterChild$")
-		cmd.Env = append(os.Environ(), envKillChild+"="+dir)
+		cmd := testenv.Child(t, "fs-killed-writer", envKillChild+"="+dir)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -165,20 +163,20 @@ func TestKilledWriter(t *testing.T) {
 	}
 }
 
-func TestKilledWriterChild(t *testing.T) {
-	dir := os.Getenv(envKillChild)
-	if dir == "" {
-		t.Skip("runs only as TestKilledWriter's child")
-	}
-	s, err := fs.New(dir, nil)
+// killedWriter is TestKilledWriter's child: it overwrites one object in the
+// directory store $CAIRN_FS_KILL_CHILD until it is killed.
+func killedWriter() int {
+	s, err := fs.New(os.Getenv(envKillChild), nil)
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	for i := 0; ; i++ {
 		fill := byte(i%250 + 1)
 		body := bytes.Repeat([]byte{fill}, 256<<10+i%1000)
 		if _, err := s.PutBytes(context.Background(), "torn/object", body, &objstore.PutOptions{Metadata: map[string]string{"fill": fmt.Sprint(fill)}}); err != nil {
-			t.Fatal(err)
+			fmt.Fprintln(os.Stderr, err)
+			return 1
 		}
 		if i == 0 {
 			fmt.Println("writing")
