@@ -107,7 +107,7 @@ func EventName(class string) string {
 // Options configure an audit.
 type Options struct {
 	Store  *objstore.Store // required: the bucket (or a prefix of it)
-	Ledger ledger.Ledger   // required
+	Ledger *ledger.Ledger  // required
 	// Bucket is the bucket name events carry (what the ledger keys records by).
 	Bucket string
 	// Prefixes to audit; default: everything.

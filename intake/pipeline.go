@@ -18,8 +18,8 @@ import (
 
 // Options configure a Pipeline.
 type Options struct {
-	Ledger  ledger.Ledger // required
-	Handler Handler       // required
+	Ledger  *ledger.Ledger // required
+	Handler Handler        // required
 	// Concurrency is how many handlers run at once. Default 16.
 	Concurrency int
 	// Lease is each claim's lease, renewed every third of it while the handler
@@ -516,9 +516,6 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim, claimedAt time.Time
 	case lost != nil:
 		outcome, serr = OutcomeLeaseLost, lost
 	case err == nil:
-		if len(result) > 4096 {
-			result = result[:4096]
-		}
 		serr = p.settle(c, deadline, "complete", func(ctx context.Context) error { return p.complete(ctx, c, result, deadline) })
 		outcome = OutcomeProcessed
 	case hctx.Err() != nil && !IsPermanent(err):

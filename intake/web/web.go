@@ -89,7 +89,7 @@ var statuses = []ledger.Status{ledger.Pending, ledger.Claimed, ledger.Processed,
 
 // Options configure the page.
 type Options struct {
-	Ledger ledger.Ledger // required
+	Ledger *ledger.Ledger // required
 	// OperatorToken enables actions; "" makes the page read-only. It also
 	// grants reading.
 	OperatorToken string

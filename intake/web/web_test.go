@@ -28,7 +28,7 @@ import (
 func TestMain(m *testing.M) { testmain.Run(m) }
 
 // ledgerWith holds a dead letter, a failure to retry and a running claim.
-func ledgerWith(t *testing.T) ledger.Ledger {
+func ledgerWith(t *testing.T) *ledger.Ledger {
 	t.Helper()
 	ctx := context.Background()
 	l, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "l.db"), &ledger.Options{MaxAttempts: 2})
@@ -248,7 +248,7 @@ func between(s, a, b string) string {
 }
 
 // deadLedger holds only dead letters, photos/dead-0.jpg onwards.
-func deadLedger(t *testing.T, n int) ledger.Ledger {
+func deadLedger(t *testing.T, n int) *ledger.Ledger {
 	t.Helper()
 	l, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "l.db"), &ledger.Options{MaxAttempts: 1})
 	if err != nil {
@@ -261,7 +261,7 @@ func deadLedger(t *testing.T, n int) ledger.Ledger {
 
 // addDead makes photos/dead-FROM.jpg … dead-(FROM+N-1).jpg dead letters; the
 // ledger must hold no other pending work.
-func addDead(t *testing.T, l ledger.Ledger, from, n int) {
+func addDead(t *testing.T, l *ledger.Ledger, from, n int) {
 	t.Helper()
 	ctx := context.Background()
 	var evs []event.Event
@@ -283,7 +283,7 @@ func addDead(t *testing.T, l ledger.Ledger, from, n int) {
 	}
 }
 
-func countOf(t *testing.T, l ledger.Ledger, s ledger.Status) int {
+func countOf(t *testing.T, l *ledger.Ledger, s ledger.Status) int {
 	t.Helper()
 	c, err := l.Counts(context.Background())
 	if err != nil {

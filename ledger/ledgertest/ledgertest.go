@@ -26,7 +26,7 @@ import (
 type Harness struct {
 	// New returns an empty ledger with opts, and a URL other processes can open
 	// it by ("" skips process tests). Register cleanup on t.
-	New func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string)
+	New func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string)
 	// Env is added to the environment of child processes (e.g. credentials).
 	Env []string
 	// Only, if set, runs just the cases of these names (e.g. "NoDeadlocks"
@@ -193,7 +193,7 @@ func allPerms(xs []string) [][]string {
 }
 
 // worker drains claimable work, logging (key, seq) completions.
-func drain(t *testing.T, ctx context.Context, l ledger.Ledger, log map[string][]string) {
+func drain(t *testing.T, ctx context.Context, l *ledger.Ledger, log map[string][]string) {
 	t.Helper()
 	for {
 		cs := must(l.Claim(ctx, 1000, time.Minute))
@@ -759,7 +759,7 @@ func storm(keys int, seed uint64) []event.Event {
 }
 
 // work delivers evs in batches while claiming and completing, logging what ran.
-func work(ctx context.Context, l ledger.Ledger, evs []event.Event, batch int, log func(key, seq string)) error {
+func work(ctx context.Context, l *ledger.Ledger, evs []event.Event, batch int, log func(key, seq string)) error {
 	for start := 0; start < len(evs); start += batch {
 		if _, err := l.Record(ctx, "storm", evs[start:min(start+batch, len(evs))]); err != nil {
 			return err
@@ -789,7 +789,7 @@ func work(ctx context.Context, l ledger.Ledger, evs []event.Event, batch int, lo
 	}
 }
 
-func checkStorm(t *testing.T, ctx context.Context, l ledger.Ledger, keys int, log map[string][]string) {
+func checkStorm(t *testing.T, ctx context.Context, l *ledger.Ledger, keys int, log map[string][]string) {
 	t.Helper()
 	checkLog(t, log, "03")
 	if len(log) != keys {

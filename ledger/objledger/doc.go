@@ -25,7 +25,7 @@
 // whose response was lost is resolved by reading the nonce back — so a Record
 // is applied once even when the store applied it and the client saw an error.
 //
-// Decisions are ledger.Decide, the same function the SQL backends run, applied
+// Decisions are driver.Decide, the same function the SQL backends run, applied
 // inside the shard's compare-and-swap: two processes deciding the same key
 // serialise on the head's ETag; the loser re-reads and decides again.
 //
