@@ -12,7 +12,8 @@ import (
 
 // MaxText is how many bytes of a handler's result (Complete, CompleteBatch)
 // or failure cause (Fail) a ledger keeps: longer ones are cut, at a UTF-8
-// character boundary, to at most this many bytes.
+// character boundary, to at most this many bytes (and bytes that are not
+// UTF-8 are stored as U+FFFD).
 const MaxText = 4096
 
 // Ledger is the user-facing handle on a ledger, over a Backend. Open one with
@@ -30,11 +31,12 @@ func NewLedger(b Backend) *Ledger { return &Ledger{b: b} }
 // (e.g. an object-store ledger's Compact).
 func (l *Ledger) Backend() Backend { return l.b }
 
-// clip cuts s to at most MaxText bytes at a UTF-8 character boundary; what it
-// keeps is valid UTF-8 (a database text column may refuse anything else).
+// clip makes s valid UTF-8 (a database text column may refuse anything
+// else; JSON would replace the bad bytes anyway) and cuts it to at most
+// MaxText bytes at a character boundary.
 func clip(s string) string {
-	if len(s) <= MaxText && utf8.ValidString(s) {
-		return s
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
 	if len(s) > MaxText {
 		i := MaxText
@@ -43,7 +45,7 @@ func clip(s string) string {
 		}
 		s = s[:i]
 	}
-	return strings.ToValidUTF8(s, "\uFFFD")
+	return s
 }
 
 // checkLease refuses a lease that would expire the moment it is granted.
