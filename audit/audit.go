@@ -30,9 +30,9 @@
 // handler that deduplicates by (key, sequencer) must not drop these.
 //
 // The ledger never lets such an event override a newer sequenced one (see
-// ledger.Decide): a real event arriving later for the same state is a
-// duplicate, and an audit resubmission older than an event already accepted
-// is stale.
+// Decide in package ledger/driver): a real event arriving later for the same
+// state is a duplicate, and an audit resubmission older than an event already
+// accepted is stale.
 //
 // # The grace period
 //

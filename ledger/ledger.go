@@ -43,10 +43,22 @@
 //   - Lease expiry on PostgreSQL is judged by the database server's clock, so
 //     workers on many machines never compare their own clocks.
 //
+// # Backends
+//
+// A *Ledger is the same type on every backend: Open picks the backend by URL
+// (sqlite:///path or a plain path, postgres://…, s3://… or file://… with
+// package ledger/objledger), each backend package has an Open of its own,
+// and NewLedger wraps any Backend. The Ledger checks arguments and shapes
+// results once, for every backend: a result or failure cause is kept up to
+// MaxText bytes (cut at a UTF-8 boundary); a lease must be positive; a claim
+// must be one Claim returned. Writing a backend: see package ledger/driver
+// and the conformance suite ledger/ledgertest.
+//
 // # Errors
 //
-// ErrLeaseLost, ErrSuperseded, ErrNotFound, and ErrUnavailable (the database
-// cannot be reached: retry) work with errors.Is.
+// ErrLeaseLost, ErrSuperseded, ErrNotFound (also a claim without its
+// identity), and ErrUnavailable (the database cannot be reached: retry) work
+// with errors.Is; Open adds ErrInvalidURL and ErrNoLedger.
 package ledger
 
 import (

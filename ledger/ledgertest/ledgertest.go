@@ -1,6 +1,13 @@
 // Package ledgertest is the conformance suite every intake ledger backend must
-// pass: call Run from the backend's tests. Process tests re-execute the test
-// binary; its TestMain must call MaybeChild first.
+// pass: call Run from the backend's tests, with a Harness whose New returns
+// the backend wrapped in a *ledger.Ledger (ledger.NewLedger or the backend's
+// Open), so the suite checks what users get. Process tests re-execute the
+// test binary; its TestMain must call MaybeChild first.
+//
+// The cases are grouped by area, one file each: recording and reading
+// (record.go), claims, leases and contention (claim.go), settling claims
+// (settle.go), replay and purge (replay.go), and several processes
+// (process.go). A failing case fails through t.Fatal.
 package ledgertest
 
 import (
