@@ -19,6 +19,8 @@ import (
 //     get claims with a Bucket and an Ident.
 //   - CompleteBatch gets at least one claim and exactly one result per claim.
 //   - Results and causes are at most MaxText bytes of valid UTF-8.
+//   - List gets Filter.Limit ≥ 1; Replay gets at least one status, each
+//     processed, failed or dead.
 //
 // Methods are documented on Ledger; a Backend must be safe for concurrent use.
 type Backend interface {

@@ -182,7 +182,15 @@ func (l *Ledger) Get(ctx context.Context, bucket, key string) ([]Record, error) 
 }
 
 // List pages through records (Filter.After* is the cursor).
-func (l *Ledger) List(ctx context.Context, f Filter) ([]Claim, error) { return l.b.List(ctx, f) }
+func (l *Ledger) List(ctx context.Context, f Filter) ([]Claim, error) {
+	if f.Limit <= 0 {
+		f.Limit = defaultListLimit
+	}
+	return l.b.List(ctx, f)
+}
+
+// defaultListLimit is Filter.Limit's default.
+const defaultListLimit = 100
 
 // Counts counts the records by status.
 func (l *Ledger) Counts(ctx context.Context) (Counts, error) { return l.b.Counts(ctx) }
@@ -192,7 +200,19 @@ func (l *Ledger) Counts(ctx context.Context) (Counts, error) { return l.b.Counts
 // processed, failed and dead records can be replayed; the record's accepted
 // (newest) event is what runs again, never an older one. It returns how many
 // records were (or, with DryRun, would be) replayed.
-func (l *Ledger) Replay(ctx context.Context, s Selection) (int, error) { return l.b.Replay(ctx, s) }
+func (l *Ledger) Replay(ctx context.Context, s Selection) (int, error) {
+	if len(s.Statuses) == 0 {
+		s.Statuses = []Status{Dead}
+	}
+	for _, st := range s.Statuses {
+		switch st {
+		case Processed, Failed, Dead:
+		default:
+			return 0, fmt.Errorf("ledger: replay: %q records cannot be replayed (processed, failed or dead only)", st)
+		}
+	}
+	return l.b.Replay(ctx, s)
+}
 
 // Purge deletes processed records last updated before olderThan, and failed
 // and dead ones too if includeDead; never pending or claimed work.

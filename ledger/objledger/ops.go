@@ -662,9 +662,6 @@ func (l *Backend) Get(ctx context.Context, bucket, key string) ([]ledger.Record,
 
 // List pages through records in (bucket, ident) order.
 func (l *Backend) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, error) {
-	if f.Limit <= 0 {
-		f.Limit = 100
-	}
 	if f.Bucket != "" && f.AfterBucket > f.Bucket {
 		return nil, nil // the cursor is past the bucket
 	}
@@ -736,16 +733,6 @@ func selected(sel ledger.Selection, statuses []ledger.Status, w *row) bool {
 // Replay makes selected records pending again as an explicit replay.
 func (l *Backend) Replay(ctx context.Context, sel ledger.Selection) (int, error) {
 	statuses := sel.Statuses
-	if len(statuses) == 0 {
-		statuses = []ledger.Status{ledger.Dead}
-	}
-	for _, st := range statuses {
-		switch st {
-		case ledger.Processed, ledger.Failed, ledger.Dead:
-		default:
-			return 0, fmt.Errorf("ledger: replay: %q records cannot be replayed (processed, failed or dead only)", st)
-		}
-	}
 	var shards []int // nil: all
 	if sel.Key != "" && sel.Bucket != "" {
 		shards = []int{shardOf(sel.Bucket, sel.Key, l.shards)}

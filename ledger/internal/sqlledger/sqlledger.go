@@ -810,18 +810,9 @@ RETURNING cairn_ledger.bucket, cairn_ledger.ident`
 
 // Replay makes selected records pending again as an explicit replay.
 func (l *Backend) Replay(ctx context.Context, sel ledger.Selection) (int, error) {
-	statuses := sel.Statuses
-	if len(statuses) == 0 {
-		statuses = []ledger.Status{ledger.Dead}
-	}
 	where := ` WHERE status IN (`
 	var a []any
-	for i, st := range statuses {
-		switch st {
-		case ledger.Processed, ledger.Failed, ledger.Dead:
-		default:
-			return 0, fmt.Errorf("ledger: replay: %q records cannot be replayed (processed, failed or dead only)", st)
-		}
+	for i, st := range sel.Statuses {
 		if i > 0 {
 			where += `, `
 		}
@@ -1037,9 +1028,6 @@ func (l *Backend) Get(ctx context.Context, bucket, key string) ([]ledger.Record,
 
 // List pages through records in (bucket, ident) order.
 func (l *Backend) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, error) {
-	if f.Limit <= 0 {
-		f.Limit = 100
-	}
 	var q string
 	var a []any
 	switch {
