@@ -30,9 +30,9 @@
 // handler that deduplicates by (key, sequencer) must not drop these.
 //
 // The ledger never lets such an event override a newer sequenced one (see
-// ledger.Decide): a real event arriving later for the same state is a
-// duplicate, and an audit resubmission older than an event already accepted
-// is stale.
+// Decide in package ledger/driver): a real event arriving later for the same
+// state is a duplicate, and an audit resubmission older than an event already
+// accepted is stale.
 //
 // # The grace period
 //
@@ -159,7 +159,7 @@ type Report struct {
 
 type auditor struct {
 	s      *objstore.Store
-	l      ledger.Ledger
+	l      *ledger.Ledger
 	bucket string
 	o      Options
 	now    time.Time
@@ -170,7 +170,7 @@ type auditor struct {
 // Run audits s, the bucket (or a prefix of it) whose events carry the bucket
 // name bucket (what the ledger keys records by), against the ledger l, and
 // resubmits to l what it finds out of step; opts may be nil (the defaults).
-func Run(ctx context.Context, s *objstore.Store, l ledger.Ledger, bucket string, opts *Options) (*Report, error) {
+func Run(ctx context.Context, s *objstore.Store, l *ledger.Ledger, bucket string, opts *Options) (*Report, error) {
 	if s == nil || l == nil || bucket == "" {
 		return nil, errors.New("audit: a store, a ledger and a bucket name are required")
 	}

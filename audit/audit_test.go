@@ -30,7 +30,7 @@ import (
 func TestMain(m *testing.M) { testmain.Run(m) }
 
 // processAll claims and completes every piece of work, returning what ran.
-func processAll(t *testing.T, l ledger.Ledger) map[string]ledger.Claim {
+func processAll(t *testing.T, l *ledger.Ledger) map[string]ledger.Claim {
 	t.Helper()
 	ran := map[string]ledger.Claim{}
 	for {
@@ -261,11 +261,11 @@ func TestInventory(t *testing.T) {
 }
 
 // ledgers opens a fresh ledger of each backend.
-var ledgers = map[string]func(t *testing.T) ledger.Ledger{
-	"sqlite": func(t *testing.T) ledger.Ledger {
+var ledgers = map[string]func(t *testing.T) *ledger.Ledger{
+	"sqlite": func(t *testing.T) *ledger.Ledger {
 		return testledger.New(t, nil)
 	},
-	"postgres": func(t *testing.T) ledger.Ledger {
+	"postgres": func(t *testing.T) *ledger.Ledger {
 		l, err := postgres.Open(context.Background(), testenv.PostgresSchema(t, testenv.PGExec), nil)
 		if err != nil {
 			t.Fatal(err)
@@ -273,8 +273,8 @@ var ledgers = map[string]func(t *testing.T) ledger.Ledger{
 		t.Cleanup(func() { l.Close() })
 		return l
 	},
-	"objstore": func(t *testing.T) ledger.Ledger {
-		l, err := objledger.New(context.Background(), mem.New(), nil, nil)
+	"objstore": func(t *testing.T) *ledger.Ledger {
+		l, err := objledger.Open(context.Background(), mem.New(), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

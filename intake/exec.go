@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cairn-s3/cairn/ledger"
 )
 
 // ExitRetry is the exit status with which an exec handler asks for a retry
@@ -125,8 +127,9 @@ func (h *ExecHandler) Handle(ctx context.Context, w Work) (string, error) {
 		"CAIRN_SIZE="+strconv.FormatInt(ev.Size, 10), "CAIRN_SEQUENCER="+ev.Sequencer, "CAIRN_EVENT="+string(ev.Kind),
 		"CAIRN_EVENT_NAME="+ev.Name, "CAIRN_FENCING_TOKEN="+strconv.FormatInt(w.Token, 10), "CAIRN_ATTEMPT="+strconv.Itoa(w.Attempt))
 	cmd.Stdin = bytes.NewReader(in)
-	stdout := &capped{n: 4096}
-	stderr := &capped{n: 4096}
+	// Only what the ledger keeps of a result or failure cause is captured.
+	stdout := &capped{n: ledger.MaxText}
+	stderr := &capped{n: ledger.MaxText}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	run, marker, err := track(h.StateDir)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/cairn-s3/cairn/ledger"
 )
 
 // HTTPHandler POSTs each claim's Payload as JSON to URL, with the fencing
@@ -51,8 +53,8 @@ func (h *HTTPHandler) Handle(ctx context.Context, w Work) (string, error) {
 		return "", fmt.Errorf("handler %s: %w", h.URL, err)
 	}
 	defer resp.Body.Close()
-	out, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // reuse the connection
+	out, _ := io.ReadAll(io.LimitReader(resp.Body, ledger.MaxText)) // what the ledger keeps of a result
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))    // reuse the connection
 	switch s := resp.StatusCode; {
 	case s >= 200 && s < 300:
 		return string(out), nil

@@ -148,9 +148,9 @@ func (w Work) Payload() Payload {
 }
 
 // A Handler processes one claim. It returns a short result (stored in the
-// ledger, truncated) or an error; see the package doc for how errors are
-// treated. ctx is cancelled when the lease is lost, at the handler timeout, and
-// when a shutdown's grace period ends.
+// ledger, cut to ledger.MaxText bytes) or an error; see the package doc for
+// how errors are treated. ctx is cancelled when the lease is lost, at the
+// handler timeout, and when a shutdown's grace period ends.
 type Handler interface {
 	Handle(ctx context.Context, w Work) (result string, err error)
 }

@@ -24,7 +24,7 @@ type metrics struct {
 	settleGivenUp  *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer, l ledger.Ledger) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, l *ledger.Ledger) (*metrics, error) {
 	m := &metrics{
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "intake", Name: "events_received_total",
 			Help: "Events received, by source and notification format."}, []string{"source", "format"}),
@@ -65,7 +65,7 @@ func newMetrics(reg prometheus.Registerer, l ledger.Ledger) (*metrics, error) {
 // (pending depth, dead letters), cached for a second so frequent scrapes do not
 // load the database.
 type ledgerCollector struct {
-	l    ledger.Ledger
+	l    *ledger.Ledger
 	mu   sync.Mutex
 	at   time.Time
 	last ledger.Counts

@@ -65,8 +65,6 @@ const (
 
 // Fixed limits of the pipeline.
 const (
-	// maxResult caps the bytes of a handler's result the ledger keeps.
-	maxResult = 4096
 	// queueLen is the capacity of the submission and completion queues
 	// (the group-commit loops drain them).
 	queueLen = 1024
@@ -95,7 +93,7 @@ const (
 
 // Pipeline runs the intake: Submit records, Run claims and handles.
 type Pipeline struct {
-	l   ledger.Ledger
+	l   *ledger.Ledger
 	h   Handler
 	o   Options
 	log *slog.Logger
@@ -125,7 +123,7 @@ type Pipeline struct {
 
 // New returns a pipeline recording in l and running h on each claimed piece of
 // work; opts may be nil (the defaults). Run starts it.
-func New(l ledger.Ledger, h Handler, opts *Options) (*Pipeline, error) {
+func New(l *ledger.Ledger, h Handler, opts *Options) (*Pipeline, error) {
 	if l == nil || h == nil {
 		return nil, errors.New("intake: New needs a ledger and a handler")
 	}
@@ -555,9 +553,6 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim, claimedAt time.Time
 	case lost != nil:
 		outcome, serr = OutcomeLeaseLost, lost
 	case err == nil:
-		if len(result) > maxResult {
-			result = result[:maxResult]
-		}
 		serr = p.settle(c, deadline, "complete", func(ctx context.Context) error { return p.complete(ctx, c, result, deadline) })
 		outcome = OutcomeProcessed
 	case hctx.Err() != nil && !IsPermanent(err):

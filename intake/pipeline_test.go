@@ -21,7 +21,7 @@ import (
 	"github.com/cairn-s3/cairn/ledger"
 )
 
-func newLedger(t *testing.T, opts *ledger.Options) ledger.Ledger {
+func newLedger(t *testing.T, opts *ledger.Options) *ledger.Ledger {
 	t.Helper()
 	return testledger.New(t, opts)
 }
@@ -219,7 +219,7 @@ func TestOutcomes(t *testing.T) {
 // flakyRenew is a real ledger whose renewals fail with ErrUnavailable while
 // blocked: fault injection for a worker cut off from the ledger.
 type flakyRenew struct {
-	ledger.Ledger
+	ledger.Backend
 	blocked atomic.Bool
 }
 
@@ -227,7 +227,7 @@ func (f *flakyRenew) Renew(ctx context.Context, c ledger.Claim, lease time.Durat
 	if f.blocked.Load() {
 		return c, ledger.ErrUnavailable
 	}
-	return f.Ledger.Renew(ctx, c, lease)
+	return f.Backend.Renew(ctx, c, lease)
 }
 
 // TestLeaseLost: a worker cut off from the ledger loses its lease; the work is
@@ -235,10 +235,10 @@ func (f *flakyRenew) Renew(ctx context.Context, c ledger.Claim, lease time.Durat
 // renewal is refused, its handler's context is cancelled, and its result is
 // dropped, so the second holder's is the one recorded.
 func TestLeaseLost(t *testing.T) {
-	l := &flakyRenew{Ledger: newLedger(t, nil)}
+	l := &flakyRenew{Backend: newLedger(t, nil).Backend()}
 	l.blocked.Store(true)
 	outcomes := make(chan string, 4)
-	p, err := intake.New(l, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+	p, err := intake.New(ledger.NewLedger(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
 		if w.Token == 1 {
 			<-ctx.Done() // stalls until its lease is known lost
 			return "stale holder", nil
@@ -311,7 +311,7 @@ func TestShutdownReleases(t *testing.T) {
 // with refuse (e.g. ErrLeaseLost) if set: fault injection for a ledger that
 // deadlocks or drops connections under load (issue 15).
 type flakySettle struct {
-	ledger.Ledger
+	ledger.Backend
 	failing atomic.Int64
 	refuse  error
 	calls   atomic.Int64
@@ -334,14 +334,14 @@ func (f *flakySettle) CompleteBatch(ctx context.Context, cs []ledger.Claim, resu
 	if err := f.fault(); err != nil {
 		return nil, err
 	}
-	return f.Ledger.CompleteBatch(ctx, cs, results)
+	return f.Backend.CompleteBatch(ctx, cs, results)
 }
 
 func (f *flakySettle) Fail(ctx context.Context, c ledger.Claim, cause string, retryable bool) error {
 	if err := f.fault(); err != nil {
 		return err
 	}
-	return f.Ledger.Fail(ctx, c, cause, retryable)
+	return f.Backend.Fail(ctx, c, cause, retryable)
 }
 
 // TestSettleRetried: a handler's outcome the ledger fails to record for a
@@ -352,12 +352,12 @@ func TestSettleRetried(t *testing.T) {
 	for _, key := range []string{"ok", "fails"} {
 		t.Run(key, func(t *testing.T) {
 			t.Parallel()
-			l := &flakySettle{Ledger: newLedger(t, &ledger.Options{RetryBase: time.Hour})}
+			l := &flakySettle{Backend: newLedger(t, &ledger.Options{RetryBase: time.Hour}).Backend()}
 			l.failing.Store(5)
 			var runs atomic.Int64
 			reg := prometheus.NewRegistry()
 			outcomes := make(chan string, 4)
-			p, err := intake.New(l, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+			p, err := intake.New(ledger.NewLedger(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
 				runs.Add(1)
 				if w.Event.Key == "fails" {
 					return "", errors.New("try later")
@@ -402,11 +402,11 @@ func TestSettleGivenUp(t *testing.T) {
 	t.Parallel()
 	t.Run("transient", func(t *testing.T) {
 		t.Parallel()
-		l := &flakySettle{Ledger: newLedger(t, nil)}
+		l := &flakySettle{Backend: newLedger(t, nil).Backend()}
 		l.failing.Store(1 << 40)
 		reg := prometheus.NewRegistry()
 		outcomes := make(chan string, 4)
-		p, err := intake.New(l, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "done", nil }), &intake.Options{Lease: 400 * time.Millisecond, Poll: 10 * time.Millisecond, Registerer: reg,
+		p, err := intake.New(ledger.NewLedger(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "done", nil }), &intake.Options{Lease: 400 * time.Millisecond, Poll: 10 * time.Millisecond, Registerer: reg,
 			OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- fmt.Sprint(w.Token, " ", outcome) }})
 		if err != nil {
 			t.Fatal(err)
@@ -436,10 +436,10 @@ func TestSettleGivenUp(t *testing.T) {
 	})
 	t.Run("refused", func(t *testing.T) {
 		t.Parallel()
-		l := &flakySettle{Ledger: newLedger(t, nil), refuse: fmt.Errorf("fail: %w", ledger.ErrLeaseLost)}
+		l := &flakySettle{Backend: newLedger(t, nil).Backend(), refuse: fmt.Errorf("fail: %w", ledger.ErrLeaseLost)}
 		reg := prometheus.NewRegistry()
 		outcomes := make(chan string, 4)
-		p, err := intake.New(l, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "", errors.New("try later") }), &intake.Options{Poll: 10 * time.Millisecond, Registerer: reg,
+		p, err := intake.New(ledger.NewLedger(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "", errors.New("try later") }), &intake.Options{Poll: 10 * time.Millisecond, Registerer: reg,
 			OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- outcome }})
 		if err != nil {
 			t.Fatal(err)

@@ -22,7 +22,7 @@ import (
 
 // openWebhook serves the webhook with no token (the loopback default) and
 // returns its URL and the ledger behind it.
-func openWebhook(t *testing.T, o intake.WebhookOptions) (string, ledger.Ledger) {
+func openWebhook(t *testing.T, o intake.WebhookOptions) (string, *ledger.Ledger) {
 	t.Helper()
 	l := newLedger(t, nil)
 	p, err := intake.New(l, intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }), &intake.Options{Registerer: prometheus.NewRegistry()})

@@ -25,9 +25,9 @@ import (
 )
 
 // backends opens a fresh ledger of each kind.
-var backends = map[string]func(t *testing.T) ledger.Ledger{
-	"sqlite": func(t *testing.T) ledger.Ledger { return newLedger(t, nil) },
-	"postgres": func(t *testing.T) ledger.Ledger {
+var backends = map[string]func(t *testing.T) *ledger.Ledger{
+	"sqlite": func(t *testing.T) *ledger.Ledger { return newLedger(t, nil) },
+	"postgres": func(t *testing.T) *ledger.Ledger {
 		url := testenv.PostgresSchema(t, testenv.PGExec)
 		l, err := postgres.Open(context.Background(), url, nil)
 		if err != nil {
@@ -36,8 +36,8 @@ var backends = map[string]func(t *testing.T) ledger.Ledger{
 		t.Cleanup(func() { l.Close() })
 		return l
 	},
-	"objstore": func(t *testing.T) ledger.Ledger {
-		l, err := objledger.New(context.Background(), mem.New(), nil, nil)
+	"objstore": func(t *testing.T) *ledger.Ledger {
+		l, err := objledger.Open(context.Background(), mem.New(), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,7 @@ import (
 	"github.com/cairn-s3/cairn/ledger"
 )
 
-func webhookServer(t *testing.T, l ledger.Ledger, h intake.Handler) (*httptest.Server, *intake.Pipeline) {
+func webhookServer(t *testing.T, l *ledger.Ledger, h intake.Handler) (*httptest.Server, *intake.Pipeline) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	p, err := intake.New(l, h, &intake.Options{Registerer: reg})

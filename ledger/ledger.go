@@ -43,15 +43,26 @@
 //   - Lease expiry on PostgreSQL is judged by the database server's clock, so
 //     workers on many machines never compare their own clocks.
 //
+// # Backends
+//
+// A *Ledger is the same type on every backend: Open picks the backend by URL
+// (sqlite:///path or a plain path, postgres://…, s3://… or file://… with
+// package ledger/objledger), each backend package has an Open of its own,
+// and NewLedger wraps any Backend. The Ledger checks arguments and shapes
+// results once, for every backend: a result or failure cause is kept up to
+// MaxText bytes (cut at a UTF-8 boundary); a lease must be positive; a claim
+// must be one Claim returned. Writing a backend: see package ledger/driver
+// and the conformance suite ledger/ledgertest.
+//
 // # Errors
 //
-// ErrLeaseLost, ErrSuperseded, ErrNotFound, and ErrUnavailable (the database
-// cannot be reached: retry) work with errors.Is.
+// ErrLeaseLost, ErrSuperseded, ErrNotFound (also a claim without its
+// identity), and ErrUnavailable (the database cannot be reached: retry) work
+// with errors.Is; Open adds ErrInvalidURL and ErrNoLedger.
 package ledger
 
 import (
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
@@ -211,160 +222,4 @@ type Options struct {
 	// object-store descriptor or directory), and a ledger that is missing is
 	// ErrNoLedger. An existing ledger of an older schema is still upgraded.
 	MustExist bool
-}
-
-// WithDefaults fills the zero fields.
-func (o *Options) WithDefaults() Options {
-	var c Options
-	if o != nil {
-		c = *o
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 5
-	}
-	if c.RetryBase <= 0 {
-		c.RetryBase = time.Second
-	}
-	if c.RetryMax <= 0 {
-		c.RetryMax = 5 * time.Minute
-	}
-	return c
-}
-
-// Backoff is the delay before attempt n+1 after n failed attempts.
-func (o Options) Backoff(attempts int) time.Duration {
-	d := o.RetryBase << min(max(attempts-1, 0), 30)
-	if d <= 0 || d > o.RetryMax {
-		d = o.RetryMax
-	}
-	return d
-}
-
-// UnixMilli is how backends store times: unix milliseconds, 0 for the zero
-// time.
-func UnixMilli(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-// FromUnixMilli reverses UnixMilli (in UTC).
-func FromUnixMilli(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(v).UTC()
-}
-
-// seqWidth is the fixed width sequencers are padded to for storage, so that
-// string order in SQL equals event.CompareSequencer.
-const seqWidth = 64
-
-// SortSeq is the stored, comparable form of a sequencer: upper case, right-
-// padded with zeros to 64 hex digits. "" stays "" (unordered).
-func SortSeq(s string) string {
-	if s == "" {
-		return ""
-	}
-	s = strings.ToUpper(s)
-	if len(s) < seqWidth {
-		s += strings.Repeat("0", seqWidth-len(s))
-	}
-	return s
-}
-
-// Ident is the identity of the work an event belongs to: the key, or with
-// everyVersion the key, U+001F and the version id (NUL cannot be stored in
-// PostgreSQL text).
-func Ident(ev event.Event, everyVersion bool) string {
-	if everyVersion && ev.VersionID != "" {
-		return ev.Key + "\x1f" + ev.VersionID
-	}
-	return ev.Key
-}
-
-// Decide applies one event to the current row (nil if none) and returns the
-// outcome and the row to store (nil if unchanged). It is the single place the
-// ledger's acceptance rules live; every backend calls it inside its
-// transaction, so all backends decide alike.
-func Decide(row *Record, ev event.Event, source string, now time.Time) (Outcome, *Record) {
-	if ev.Ignorable() {
-		return Ignored, nil
-	}
-	if row == nil {
-		r := &Record{Bucket: ev.Bucket, Key: ev.Key, VersionID: ev.VersionID, ETag: ev.ETag, Size: ev.Size, Kind: ev.Kind,
-			Name: ev.Name, EventTime: ev.Time, Seq: ev.Sequencer, Status: Pending, FirstSeen: now, Updated: now, Seen: 1, Source: source, Gen: 1,
-			NextAttempt: now, Format: ev.Format, Region: ev.Region, RequestID: ev.RequestID, HostID: ev.HostID}
-		return New, r
-	}
-	r := *row
-	r.Seen++
-	r.Updated = now
-	accept := func() Outcome {
-		prev := r.Status
-		r.VersionID, r.ETag, r.Size, r.Kind, r.Name, r.EventTime, r.Source = ev.VersionID, ev.ETag, ev.Size, ev.Kind, ev.Name, ev.Time, source
-		r.Format, r.Region, r.RequestID, r.HostID = ev.Format, ev.Region, ev.RequestID, ev.HostID
-		r.LastError = ""
-		r.Gen++
-		switch r.Status {
-		case Pending:
-			// Coalesced: the key keeps its place in the queue (next_at orders
-			// pending work first-in, first-out), so a key written again and
-			// again is not pushed back for ever.
-		case Claimed:
-		default:
-			r.Status, r.Attempts, r.NextAttempt = Pending, 0, now
-		}
-		if prev == Pending || prev == Failed {
-			return Coalesced
-		}
-		return New
-	}
-	switch {
-	case ev.Unordered():
-		// No sequencer (e.g. an audit resubmission): never overrides a sequenced
-		// decision; it only asks for the key to be processed again if what it
-		// saw differs from what the ledger accepted, or if the accepted work
-		// failed (an explicit resubmission of failed or dead work).
-		if ev.ETag != "" && ev.ETag == r.ETag && ev.Kind == r.Kind && r.Status != Failed && r.Status != Dead {
-			return Duplicate, &r
-		}
-		// What it saw is older than the accepted event (the store's own clock
-		// on both sides; listings give whole seconds): an event for a newer
-		// write already arrived. An audit skips objects younger than its grace
-		// period, so a state it saw and a later write are far apart.
-		if !ev.Time.IsZero() && !r.EventTime.IsZero() && ev.Time.Before(r.EventTime.Truncate(time.Second)) {
-			r.Stale++
-			return Stale, &r
-		}
-		seq := r.Seq
-		out := accept()
-		r.Seq = seq
-		return out, &r
-	case r.Seq == "":
-		r.Seq = ev.Sequencer
-		if ev.ETag != "" && ev.ETag == r.ETag && ev.Kind == r.Kind && ev.VersionID == r.VersionID {
-			// The late real event of a change an audit resubmitted first: the
-			// state already accepted. Its sequencer orders the key from now on.
-			return Duplicate, &r
-		}
-		return accept(), &r
-	}
-	switch c := event.CompareSequencer(ev.Sequencer, r.Seq); {
-	case c == 0:
-		return Duplicate, &r
-	case c > 0 && ev.ETag != "" && ev.ETag == r.ETag && ev.Kind == r.Kind && ev.VersionID == r.VersionID:
-		// Newer, but the object's state is the one already accepted (an
-		// identical re-upload, or the real event of a change an audit
-		// resubmitted first): the latest state has not changed.
-		r.Seq = ev.Sequencer
-		return Duplicate, &r
-	case c < 0:
-		r.Stale++
-		return Stale, &r
-	default:
-		r.Seq = ev.Sequencer
-		return accept(), &r
-	}
 }

@@ -46,7 +46,7 @@ type Options struct {
 // New returns a job auditing s, whose events carry the bucket name bucket,
 // against the ledger l every interval (audit.Run's arguments). The daemon's
 // Logger logs failures; opts.Logger should be the same logger.
-func New(s *objstore.Store, l ledger.Ledger, bucket string, every time.Duration, opts *Options) intake.Job {
+func New(s *objstore.Store, l *ledger.Ledger, bucket string, every time.Duration, opts *Options) intake.Job {
 	var op Options
 	if opts != nil {
 		op = *opts

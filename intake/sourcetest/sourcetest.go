@@ -71,7 +71,7 @@ func Body(key string, seq int) []byte {
 // sink records into a ledger after calling before, if set: before may fail
 // the submission (nothing recorded) or block.
 type sink struct {
-	l      ledger.Ledger
+	l      *ledger.Ledger
 	mu     sync.Mutex
 	before func(evs []event.Event) error
 	after  func(evs []event.Event) error
@@ -139,7 +139,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // records returns the ledger's records by key.
-func records(t *testing.T, l ledger.Ledger) map[string]ledger.Record {
+func records(t *testing.T, l *ledger.Ledger) map[string]ledger.Record {
 	t.Helper()
 	page, err := l.List(context.Background(), ledger.Filter{Limit: 1000})
 	if err != nil {

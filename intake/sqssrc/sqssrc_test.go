@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { testmain.Run(m) }
 
 // sink records into a real SQLite ledger, optionally failing or stalling.
 type sink struct {
-	l     ledger.Ledger
+	l     *ledger.Ledger
 	fail  atomic.Bool
 	stall time.Duration
 	calls atomic.Int64

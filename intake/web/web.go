@@ -171,7 +171,7 @@ type Status struct {
 }
 
 type handler struct {
-	l              ledger.Ledger
+	l              *ledger.Ledger
 	o              Options
 	csrf           string
 	operator, read secret
@@ -183,7 +183,7 @@ type handler struct {
 // /api/v1/replay) and the form action (POST /actions/replay), to mount on
 // the daemon's mux. The page reads and replays through l, which must not be
 // nil; opts may be nil (the defaults).
-func Handler(l ledger.Ledger, opts *Options) http.Handler {
+func Handler(l *ledger.Ledger, opts *Options) http.Handler {
 	if l == nil {
 		panic("web: Handler needs a ledger")
 	}
@@ -209,7 +209,7 @@ func Handler(l ledger.Ledger, opts *Options) http.Handler {
 }
 
 // Mount adds the page's routes (Handler's) to mux.
-func Mount(mux *http.ServeMux, l ledger.Ledger, opts *Options) {
+func Mount(mux *http.ServeMux, l *ledger.Ledger, opts *Options) {
 	h := Handler(l, opts)
 	for _, p := range []string{"GET /{$}", "GET /api/v1/status", "POST /api/v1/replay", "POST /actions/replay"} {
 		mux.Handle(p, h)

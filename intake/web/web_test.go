@@ -29,7 +29,7 @@ import (
 func TestMain(m *testing.M) { testmain.Run(m) }
 
 // ledgerWith holds a dead letter, a failure to retry and a running claim.
-func ledgerWith(t *testing.T) ledger.Ledger {
+func ledgerWith(t *testing.T) *ledger.Ledger {
 	t.Helper()
 	ctx := context.Background()
 	l := testledger.New(t, &ledger.Options{MaxAttempts: 2})
@@ -244,7 +244,7 @@ func between(s, a, b string) string {
 }
 
 // deadLedger holds only dead letters, photos/dead-0.jpg onwards.
-func deadLedger(t *testing.T, n int) ledger.Ledger {
+func deadLedger(t *testing.T, n int) *ledger.Ledger {
 	t.Helper()
 	l := testledger.New(t, &ledger.Options{MaxAttempts: 1})
 	addDead(t, l, 0, n)
@@ -253,7 +253,7 @@ func deadLedger(t *testing.T, n int) ledger.Ledger {
 
 // addDead makes photos/dead-FROM.jpg … dead-(FROM+N-1).jpg dead letters; the
 // ledger must hold no other pending work.
-func addDead(t *testing.T, l ledger.Ledger, from, n int) {
+func addDead(t *testing.T, l *ledger.Ledger, from, n int) {
 	t.Helper()
 	ctx := context.Background()
 	var evs []event.Event
@@ -275,7 +275,7 @@ func addDead(t *testing.T, l ledger.Ledger, from, n int) {
 	}
 }
 
-func countOf(t *testing.T, l ledger.Ledger, s ledger.Status) int {
+func countOf(t *testing.T, l *ledger.Ledger, s ledger.Status) int {
 	t.Helper()
 	c, err := l.Counts(context.Background())
 	if err != nil {

@@ -91,7 +91,7 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 				store = s
 			}
 			// A dry run only reads the ledger: it never creates one.
-			var l ledger.Ledger
+			var l *ledger.Ledger
 			var err error
 			if o.DryRun {
 				l, err = openExistingLedger(ctx, ledgerURL)

@@ -80,7 +80,7 @@ object-store ledger's prefix): point them at scratch locations.`,
 // benchOneLedger wipes the ledger at url, runs the naive baseline and cairn on
 // evs, and returns the results named after the backend.
 func benchOneLedger(ctx context.Context, url string, evs []event.Event, keys, naiveEvents, batch, workers, claims int) ([]bench.Result, error) {
-	var l ledger.Ledger
+	var l *ledger.Ledger
 	var naive, perK float64
 	var naiveDesc, kind string
 	var requests func() float64
@@ -90,7 +90,7 @@ func benchOneLedger(ctx context.Context, url string, evs []event.Event, keys, na
 		if err != nil {
 			return nil, err
 		}
-		l, requests = ol, count
+		l, requests = ledger.NewLedger(ol), count
 		n := min(naiveEvents, 2000, len(evs))
 		naive, perK, err = naiveObjectLedger(ctx, ol.Store(), evs[:n])
 		if err != nil {
@@ -102,7 +102,7 @@ func benchOneLedger(ctx context.Context, url string, evs []event.Event, keys, na
 		if l, err = openLedger(ctx, url); err != nil {
 			return nil, err
 		}
-		db, ok := l.(interface{ DB() *sql.DB })
+		db, ok := l.Backend().(interface{ DB() *sql.DB })
 		if !ok {
 			l.Close()
 			return nil, fmt.Errorf("bench ledger needs a SQL ledger (sqlite or postgres) or an object-store ledger (s3://, file://)")
@@ -160,7 +160,7 @@ func isObjectLedger(url string) bool {
 
 // openCountedObjLedger wipes and opens the object-store ledger at url with
 // its requests counted.
-func openCountedObjLedger(ctx context.Context, url string) (*objledger.Ledger, func() float64, error) {
+func openCountedObjLedger(ctx context.Context, url string) (*objledger.Backend, func() float64, error) {
 	storeURL, cfg, err := objledger.ParseURL(url)
 	if err != nil {
 		return nil, nil, err
@@ -189,7 +189,7 @@ func openCountedObjLedger(ctx context.Context, url string) (*objledger.Ledger, f
 		return nil, nil, err
 	}
 	counted := objstore.New(m.Wrap(s.Backend(), "ledger"), nil)
-	l, err := objledger.New(ctx, counted, nil, &cfg)
+	l, err := objledger.OpenBackend(ctx, counted, nil, &cfg)
 	if err != nil {
 		s.Close()
 		return nil, nil, err
@@ -266,7 +266,7 @@ func benchEvents(n, keys int) []event.Event {
 	return evs[:n]
 }
 
-func recordParallel(ctx context.Context, l ledger.Ledger, evs []event.Event, batch, workers int) error {
+func recordParallel(ctx context.Context, l *ledger.Ledger, evs []event.Event, batch, workers int) error {
 	next := make(chan []event.Event)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -290,7 +290,7 @@ func recordParallel(ctx context.Context, l ledger.Ledger, evs []event.Event, bat
 	return firstErr
 }
 
-func claimComplete(ctx context.Context, l ledger.Ledger, total, workers int) (float64, error) {
+func claimComplete(ctx context.Context, l *ledger.Ledger, total, workers int) (float64, error) {
 	var mu sync.Mutex
 	done := 0
 	var firstErr error

@@ -111,7 +111,7 @@ type serveBenchResult struct {
 
 // runServeBench posts n single-record MinIO bodies and waits until the
 // handler has been called for each. l nil bypasses the ledger.
-func runServeBench(ctx context.Context, l ledger.Ledger, h intake.Handler, n, senders, concurrency int) (serveBenchResult, error) {
+func runServeBench(ctx context.Context, l *ledger.Ledger, h intake.Handler, n, senders, concurrency int) (serveBenchResult, error) {
 	runtime.GC()                    // start each side from the same heap
 	sent := make([]atomic.Int64, n) // unix nanos at send, by key index
 	lat := make(bench.Latencies, n)

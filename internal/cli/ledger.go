@@ -20,14 +20,14 @@ import (
 	_ "github.com/cairn-s3/cairn/ledger/sqlite"
 )
 
-func openLedger(ctx context.Context, url string) (ledger.Ledger, error) {
+func openLedger(ctx context.Context, url string) (*ledger.Ledger, error) {
 	return ledger.Open(ctx, url, nil)
 }
 
 // openExistingLedger opens the ledger at url for a command that reads it or
 // changes the records it holds: it never creates one (ledger.Options.MustExist)
 // and says how to get one when there is none.
-func openExistingLedger(ctx context.Context, url string) (ledger.Ledger, error) {
+func openExistingLedger(ctx context.Context, url string) (*ledger.Ledger, error) {
 	l, err := ledger.Open(ctx, url, &ledger.Options{MustExist: true})
 	if errors.Is(err, ledger.ErrNoLedger) {
 		return nil, noLedgerError{url: url, err: err}

@@ -48,7 +48,7 @@ import (
 type Options struct {
 	Store  *objstore.Store // required: where objects are written
 	Bucket string          // the bucket name events carry
-	Ledger ledger.Ledger   // required
+	Ledger *ledger.Ledger  // required
 	Dir    string          // required: where the serving tables live
 	// Writes, Keys: how many writes over how many keys. Defaults 2000, 400.
 	Writes, Keys int

@@ -13,7 +13,7 @@ import (
 var errCompacted = errors.New("objledger: another process compacted the shard first")
 
 // compactLater starts a background compaction of shard s unless one runs.
-func (l *Ledger) compactLater(s int) {
+func (l *Backend) compactLater(s int) {
 	l.mu.Lock()
 	if l.compacting[s] || l.ctx.Err() != nil {
 		l.mu.Unlock()
@@ -35,7 +35,7 @@ func (l *Ledger) compactLater(s int) {
 
 // Compact compacts shard s now if its head holds more than CompactAt records
 // (tests and tools; writes start compactions by themselves).
-func (l *Ledger) Compact(ctx context.Context, s int) error {
+func (l *Backend) Compact(ctx context.Context, s int) error {
 	err := l.compact(ctx, s)
 	if errors.Is(err, errCompacted) {
 		return nil
@@ -46,7 +46,7 @@ func (l *Ledger) Compact(ctx context.Context, s int) error {
 // compact writes a new base holding every live record of shard s, then swaps
 // it into the head, removing from the head the records it holds that have not
 // changed since. Replaced bases past their grace period are deleted.
-func (l *Ledger) compact(ctx context.Context, s int) error {
+func (l *Backend) compact(ctx context.Context, s int) error {
 	h0, err := l.view(ctx, s)
 	if err != nil {
 		return err
@@ -99,7 +99,7 @@ func (l *Ledger) compact(ctx context.Context, s int) error {
 			}
 		}
 		for rid, w0 := range h0.Rows {
-			if w, ok := h.Rows[rid]; ok && w.Ch == w0.Ch {
+			if w, ok := h.Rows[rid]; ok && w.Change == w0.Change {
 				delete(h.Rows, rid)
 			}
 		}
@@ -141,7 +141,7 @@ func (l *Ledger) compact(ctx context.Context, s int) error {
 	return nil
 }
 
-func (l *Ledger) addUnsure(s int, keys ...string) {
+func (l *Backend) addUnsure(s int, keys ...string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, k := range keys {
@@ -151,7 +151,7 @@ func (l *Ledger) addUnsure(s int, keys ...string) {
 	}
 }
 
-func (l *Ledger) takeUnsure(s int) []string {
+func (l *Backend) takeUnsure(s int) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := l.unsure[s]

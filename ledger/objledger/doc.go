@@ -1,6 +1,8 @@
 // Package objledger is the intake ledger kept in an object store (S3, MinIO or
 // a directory), on conditional writes alone: no database to run. Open it with
-// ledger.Open("s3://bucket/prefix?…") or ledger.Open("file:///dir"); it passes
+// ledger.Open("s3://bucket/prefix?…") or ledger.Open("file:///dir"), or on a
+// store you hold with Open (OpenBackend for the Backend's own methods, such as
+// Compact); it passes
 // the same conformance suite (package ledgertest) as the SQLite and PostgreSQL
 // backends, including the tests with several OS processes.
 //
@@ -25,7 +27,7 @@
 // whose response was lost is resolved by reading the nonce back — so a Record
 // is applied once even when the store applied it and the client saw an error.
 //
-// Decisions are ledger.Decide, the same function the SQL backends run, applied
+// Decisions are Decide of package ledger/driver, the same function the SQL backends run, applied
 // inside the shard's compare-and-swap: two processes deciding the same key
 // serialise on the head's ETag; the loser re-reads and decides again.
 //

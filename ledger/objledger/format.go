@@ -14,96 +14,99 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/driver"
 )
 
-// row is a record as stored: times in unix milliseconds, short names (a head
-// holds up to CompactAt of them and is rewritten on every write).
+// row is a record as stored: the fields of ledger.Record, with times in unix
+// milliseconds (0: none) and short JSON names (a head holds up to CompactAt
+// rows and is rewritten on every write). The JSON names are the stored
+// format: never change them.
 type row struct {
-	B      string `json:"b"`
-	I      string `json:"i,omitempty"` // the ident, when it is not the key
-	K      string `json:"k"`
-	V      string `json:"v,omitempty"`
-	E      string `json:"e,omitempty"`
-	Z      int64  `json:"z,omitempty"`
-	Kind   string `json:"kd,omitempty"`
-	N      string `json:"n,omitempty"`
-	T      int64  `json:"t,omitempty"`
-	Q      string `json:"q,omitempty"`
-	St     string `json:"st"`
-	At     int    `json:"at,omitempty"`
-	Tk     int64  `json:"tk,omitempty"`
-	L      int64  `json:"l,omitempty"`
-	Nx     int64  `json:"nx,omitempty"`
-	F      int64  `json:"f,omitempty"`
-	U      int64  `json:"u,omitempty"`
-	Seen   int    `json:"sn,omitempty"`
-	Stale  int    `json:"sl,omitempty"`
-	Err    string `json:"er,omitempty"`
-	Res    string `json:"r,omitempty"`
-	Src    string `json:"so,omitempty"`
-	Gen    int64  `json:"g,omitempty"`
-	RunGen int64  `json:"rg,omitempty"`
-	Rep    int    `json:"rp,omitempty"`
+	Bucket      string `json:"b"`
+	Ident       string `json:"i,omitempty"` // when it is not the key
+	Key         string `json:"k"`
+	VersionID   string `json:"v,omitempty"`
+	ETag        string `json:"e,omitempty"`
+	Size        int64  `json:"z,omitempty"`
+	Kind        string `json:"kd,omitempty"`
+	Name        string `json:"n,omitempty"`
+	EventTime   int64  `json:"t,omitempty"`
+	Seq         string `json:"q,omitempty"`
+	Status      string `json:"st"`
+	Attempts    int    `json:"at,omitempty"`
+	Token       int64  `json:"tk,omitempty"`
+	LeaseUntil  int64  `json:"l,omitempty"`
+	NextAttempt int64  `json:"nx,omitempty"`
+	FirstSeen   int64  `json:"f,omitempty"`
+	Updated     int64  `json:"u,omitempty"`
+	Seen        int    `json:"sn,omitempty"`
+	Stale       int    `json:"sl,omitempty"`
+	LastError   string `json:"er,omitempty"`
+	Result      string `json:"r,omitempty"`
+	Source      string `json:"so,omitempty"`
+	Gen         int64  `json:"g,omitempty"`
+	RunGen      int64  `json:"rg,omitempty"`
+	Replays     int    `json:"rp,omitempty"`
 	// The accepted event's format, region, request and host IDs (absent in
 	// rows written before).
-	Fmt string `json:"fm,omitempty"`
-	Reg string `json:"rn,omitempty"`
-	Req string `json:"rq,omitempty"`
-	Hst string `json:"hi,omitempty"`
-	// Ch is the head change counter when the row last changed (compaction
+	Format    string `json:"fm,omitempty"`
+	Region    string `json:"rn,omitempty"`
+	RequestID string `json:"rq,omitempty"`
+	HostID    string `json:"hi,omitempty"`
+	// Change is the head change counter when the row last changed (compaction
 	// removes from the head only rows unchanged since it read them).
-	Ch int64 `json:"ch,omitempty"`
-	// Del is a tombstone: the record was purged (it may still be in the base).
-	Del bool `json:"del,omitempty"`
+	Change int64 `json:"ch,omitempty"`
+	// Deleted marks a tombstone: the record was purged (it may still be in the base).
+	Deleted bool `json:"del,omitempty"`
 }
 
 func (r *row) ident() string {
-	if r.I != "" {
-		return r.I
+	if r.Ident != "" {
+		return r.Ident
 	}
-	return r.K
+	return r.Key
 }
 
 func id(bucket, ident string) string { return bucket + "/" + ident }
 
-func ms(t time.Time) int64     { return ledger.UnixMilli(t) }
-func fromMS(v int64) time.Time { return ledger.FromUnixMilli(v) }
+func ms(t time.Time) int64     { return driver.UnixMilli(t) }
+func fromMS(v int64) time.Time { return driver.FromUnixMilli(v) }
 
 func toRow(ident string, r *ledger.Record) *row {
-	w := &row{B: r.Bucket, K: r.Key, V: r.VersionID, E: r.ETag, Z: r.Size, Kind: string(r.Kind), N: r.Name, T: ms(r.EventTime),
-		Q: r.Seq, St: string(r.Status), At: r.Attempts, Tk: r.Token, L: ms(r.LeaseUntil), Nx: ms(r.NextAttempt), F: ms(r.FirstSeen),
-		U: ms(r.Updated), Seen: r.Seen, Stale: r.Stale, Err: r.LastError, Res: r.Result, Src: r.Source, Gen: r.Gen, RunGen: r.RunGen, Rep: r.Replays,
-		Fmt: string(r.Format), Reg: r.Region, Req: r.RequestID, Hst: r.HostID}
+	w := &row{Bucket: r.Bucket, Key: r.Key, VersionID: r.VersionID, ETag: r.ETag, Size: r.Size, Kind: string(r.Kind), Name: r.Name, EventTime: ms(r.EventTime),
+		Seq: r.Seq, Status: string(r.Status), Attempts: r.Attempts, Token: r.Token, LeaseUntil: ms(r.LeaseUntil), NextAttempt: ms(r.NextAttempt), FirstSeen: ms(r.FirstSeen),
+		Updated: ms(r.Updated), Seen: r.Seen, Stale: r.Stale, LastError: r.LastError, Result: r.Result, Source: r.Source, Gen: r.Gen, RunGen: r.RunGen, Replays: r.Replays,
+		Format: string(r.Format), Region: r.Region, RequestID: r.RequestID, HostID: r.HostID}
 	if ident != r.Key {
-		w.I = ident
+		w.Ident = ident
 	}
 	return w
 }
 
 func (r *row) record() ledger.Record {
-	return ledger.Record{Bucket: r.B, Key: r.K, VersionID: r.V, ETag: r.E, Size: r.Z, Kind: event.Kind(r.Kind), Name: r.N,
-		EventTime: fromMS(r.T), Seq: r.Q, Status: ledger.Status(r.St), Attempts: r.At, Token: r.Tk, LeaseUntil: fromMS(r.L),
-		NextAttempt: fromMS(r.Nx), FirstSeen: fromMS(r.F), Updated: fromMS(r.U), Seen: r.Seen, Stale: r.Stale, LastError: r.Err,
-		Result: r.Res, Source: r.Src, Gen: r.Gen, RunGen: r.RunGen, Replays: r.Rep,
-		Format: event.Format(r.Fmt), Region: r.Reg, RequestID: r.Req, HostID: r.Hst}
+	return ledger.Record{Bucket: r.Bucket, Key: r.Key, VersionID: r.VersionID, ETag: r.ETag, Size: r.Size, Kind: event.Kind(r.Kind), Name: r.Name,
+		EventTime: fromMS(r.EventTime), Seq: r.Seq, Status: ledger.Status(r.Status), Attempts: r.Attempts, Token: r.Token, LeaseUntil: fromMS(r.LeaseUntil),
+		NextAttempt: fromMS(r.NextAttempt), FirstSeen: fromMS(r.FirstSeen), Updated: fromMS(r.Updated), Seen: r.Seen, Stale: r.Stale, LastError: r.LastError,
+		Result: r.Result, Source: r.Source, Gen: r.Gen, RunGen: r.RunGen, Replays: r.Replays,
+		Format: event.Format(r.Format), Region: r.Region, RequestID: r.RequestID, HostID: r.HostID}
 }
 
 func (r *row) claim() ledger.Claim { return ledger.Claim{Record: r.record(), Ident: r.ident()} }
 
 // due is when the row's work can next be claimed, and whether it has any.
 func (r *row) due() (int64, bool) {
-	switch ledger.Status(r.St) {
+	switch ledger.Status(r.Status) {
 	case ledger.Pending, ledger.Failed:
-		return r.Nx, true
+		return r.NextAttempt, true
 	case ledger.Claimed:
-		return r.L, true
+		return r.LeaseUntil, true
 	}
 	return 0, false
 }
 
 // less orders rows as the SQL backends list them: by bucket, then ident.
 func less(a, b *row) int {
-	return cmp.Or(strings.Compare(a.B, b.B), strings.Compare(a.ident(), b.ident()))
+	return cmp.Or(strings.Compare(a.Bucket, b.Bucket), strings.Compare(a.ident(), b.ident()))
 }
 
 // head is a shard's mutable document.
@@ -139,7 +142,7 @@ func (h *head) clone() *head {
 // get returns the live row id, or nil.
 func (h *head) get(id string) *row {
 	if r, ok := h.Rows[id]; ok {
-		if r.Del {
+		if r.Deleted {
 			return nil
 		}
 		return r
@@ -154,7 +157,7 @@ func (h *head) get(id string) *row {
 // the old one) and keeps the work map in step.
 func (h *head) put(id string, r *row) {
 	h.Seq++
-	r.Ch = h.Seq
+	r.Change = h.Seq
 	h.Rows[id] = r
 	if d, ok := r.due(); ok {
 		h.Work[id] = d
@@ -168,7 +171,7 @@ func (h *head) remove(id string) {
 	delete(h.Work, id)
 	if h.base != nil && h.base.Rows[id] != nil {
 		h.Seq++
-		h.Rows[id] = &row{Del: true, Ch: h.Seq}
+		h.Rows[id] = &row{Deleted: true, Change: h.Seq}
 		return
 	}
 	delete(h.Rows, id)
@@ -184,7 +187,7 @@ func (h *head) each(fn func(id string, r *row)) {
 		}
 	}
 	for id, r := range h.Rows {
-		if !r.Del {
+		if !r.Deleted {
 			fn(id, r)
 		}
 	}

@@ -21,7 +21,7 @@ func FuzzDocuments(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := mem.New()
 		_, _ = s.PutBytes(context.Background(), "shards/000/base-x.json", data, nil)
-		l := &Ledger{s: s, heads: make([]cachedHead, 1), bases: map[string]*segment{}, shards: 1}
+		l := &Backend{s: s, heads: make([]cachedHead, 1), bases: map[string]*segment{}, shards: 1}
 		h, err := l.decodeHead(context.Background(), 0, data)
 		if err != nil && !errors.Is(err, errCorrupt) && !errors.Is(err, errBaseGone) {
 			t.Fatalf("decodeHead: %v is neither corrupt nor a missing base", err)

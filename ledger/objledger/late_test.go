@@ -36,7 +36,7 @@ func TestCompactionLateSwapKeepsBase(t *testing.T) {
 	s := objstore.New(fb, nil)
 	quiet := slog.New(slog.DiscardHandler)
 	// A writer that never compacts, then a compactor with a low threshold.
-	w, err := objledger.New(ctx, s, nil, &objledger.Options{Shards: 1, CompactAt: 100000, Logger: quiet})
+	w, err := objledger.Open(ctx, s, nil, &objledger.Options{Shards: 1, CompactAt: 100000, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,14 +49,14 @@ func TestCompactionLateSwapKeepsBase(t *testing.T) {
 	if _, err := w.Record(ctx, "t", evs); err != nil {
 		t.Fatal(err)
 	}
-	c, err := objledger.New(ctx, s, nil, &objledger.Options{Shards: 1, CompactAt: 10, Logger: quiet})
+	c, err := objledger.Open(ctx, s, nil, &objledger.Options{Shards: 1, CompactAt: 10, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	late.Store(true)
 	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond) // gives up before the swap lands
-	cerr := c.Compact(cctx, 0)
+	cerr := backendOf(c).Compact(cctx, 0)
 	cancel()
 	late.Store(false)
 	if cerr == nil {
@@ -66,7 +66,7 @@ func TestCompactionLateSwapKeepsBase(t *testing.T) {
 	if st := fb.Stats(); st.LateLanded == 0 {
 		t.Fatalf("no late swap landed: %+v", st)
 	}
-	fresh, err := objledger.New(ctx, s, nil, &objledger.Options{Shards: 1, CompactAt: 100000, Logger: quiet})
+	fresh, err := objledger.Open(ctx, s, nil, &objledger.Options{Shards: 1, CompactAt: 100000, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestCompactionLateSwapKeepsBase(t *testing.T) {
 	if _, err := c.Record(ctx, "t", evs[:20]); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Compact(ctx, 0); err != nil {
+	if err := backendOf(c).Compact(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := fresh.Get(ctx, "b", "k/000"); err != nil {
@@ -95,10 +95,10 @@ func TestCompactionLateSwapKeepsBase(t *testing.T) {
 // lost responses (5% each), with few shards and frequent compactions.
 func TestConformanceLateLanding(t *testing.T) {
 	var seed atomic.Uint64
-	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string) {
+	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
 		b := faulty.New(mem.NewBackend(""), &faulty.Options{Seed: seed.Add(1), LateApplyRate: 0.05, LostResponseRate: 0.05, LostRequestRate: 0.05,
 			LateJitter: 20 * time.Millisecond, Jitter: 300 * time.Microsecond})
-		l, err := objledger.New(context.Background(), objstore.New(b, nil), opts, &objledger.Options{Shards: 4, CompactAt: 16,
+		l, err := objledger.Open(context.Background(), objstore.New(b, nil), opts, &objledger.Options{Shards: 4, CompactAt: 16,
 			Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
@@ -135,7 +135,7 @@ func TestCommittedRunsResults(t *testing.T) {
 		}})
 	var tick atomic.Int64
 	clock := func() time.Time { return time.Unix(1_800_000_000+tick.Add(1), 0) } // every run sees another time
-	l, err := objledger.New(ctx, objstore.New(fb, nil), &ledger.Options{Now: clock},
+	l, err := objledger.Open(ctx, objstore.New(fb, nil), &ledger.Options{Now: clock},
 		&objledger.Options{Shards: 1, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

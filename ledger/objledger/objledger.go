@@ -19,6 +19,7 @@ import (
 
 	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/driver"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
@@ -76,9 +77,10 @@ const (
 
 func headKey(s int) string { return "shards/" + shardName(s) + "/head.json" }
 
-// Ledger is the intake ledger in an object store. It is safe for concurrent
-// use; use one per process so group commit can combine writes.
-type Ledger struct {
+// Backend is the intake ledger in an object store (a ledger.Backend). It is
+// safe for concurrent use; use one per process so group commit can combine
+// writes.
+type Backend struct {
 	s      *objstore.Store
 	d      *docstore.Store
 	opts   ledger.Options
@@ -115,7 +117,7 @@ func init() {
 }
 
 // openURL opens the ledger a URL names (see ParseURL).
-func openURL(ctx context.Context, raw string, opts *ledger.Options) (ledger.Ledger, error) {
+func openURL(ctx context.Context, raw string, opts *ledger.Options) (ledger.Backend, error) {
 	storeURL, cfg, err := ParseURL(raw)
 	if err != nil {
 		return nil, err
@@ -136,7 +138,7 @@ func openURL(ctx context.Context, raw string, opts *ledger.Options) (ledger.Ledg
 		}
 		return nil, fmt.Errorf("ledger: opening the store of %s: %w", raw, err)
 	}
-	l, err := New(ctx, s, opts, &cfg)
+	l, err := OpenBackend(ctx, s, opts, &cfg)
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -174,11 +176,23 @@ func ParseURL(raw string) (storeURL string, cfg Options, err error) {
 	return u.String(), cfg, nil
 }
 
-// New opens (creating if needed) the ledger kept in s. It refuses a store
+// Open opens (creating if needed) the ledger kept in s. It refuses a store
 // whose capability probe shows that conditional writes are not enforced. With
 // Options.MustExist a store without the ledger's descriptor is
 // ledger.ErrNoLedger, found before anything is written (not even the probe).
-func New(ctx context.Context, s *objstore.Store, opts *ledger.Options, cfg *Options) (*Ledger, error) {
+// Closing the ledger does not close s.
+func Open(ctx context.Context, s *objstore.Store, opts *ledger.Options, cfg *Options) (*ledger.Ledger, error) {
+	b, err := OpenBackend(ctx, s, opts, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return ledger.NewLedger(b), nil
+}
+
+// OpenBackend is Open returning the backend itself, for its own methods
+// (Compact, Shards, Store); wrap it with ledger.NewLedger to use it as a
+// ledger.
+func OpenBackend(ctx context.Context, s *objstore.Store, opts *ledger.Options, cfg *Options) (*Backend, error) {
 	c := cfg.withDefaults()
 	if c.Shards > maxShards {
 		return nil, fmt.Errorf("objledger: %d shards is more than the %d allowed", c.Shards, maxShards)
@@ -192,7 +206,7 @@ func New(ctx context.Context, s *objstore.Store, opts *ledger.Options, cfg *Opti
 			return nil, fmt.Errorf("objledger: %w: reading %s in %s: %w", ledger.ErrUnavailable, metaKey, s, err)
 		}
 	}
-	l := &Ledger{s: s, opts: opts.WithDefaults(), cfg: c, bases: map[string]*segment{}}
+	l := &Backend{s: s, opts: driver.Defaults(opts), cfg: c, bases: map[string]*segment{}}
 	l.d = docstore.New(s, &docstore.Options{Strategy: docstore.CAS, MaxAttempts: 1000, MaxBackoff: 100 * time.Millisecond, HistoryLen: 64})
 	// Opening is retried through transient failures (a lost request, a store
 	// restarting): one failed request must not stop a daemon from starting.
@@ -226,7 +240,7 @@ func New(ctx context.Context, s *objstore.Store, opts *ledger.Options, cfg *Opti
 	return l, nil
 }
 
-// openAttempts bounds New's retries of transient failures (about 3 s).
+// openAttempts bounds OpenBackend's retries of transient failures (about 3 s).
 const openAttempts = 5
 
 // requireCAS refuses a store that does not enforce conditional writes, naming
@@ -255,7 +269,7 @@ func requireCAS(ctx context.Context, s *objstore.Store) error {
 }
 
 // loadMeta reads the ledger's descriptor, writing it first if absent.
-func (l *Ledger) loadMeta(ctx context.Context) (meta, error) {
+func (l *Backend) loadMeta(ctx context.Context) (meta, error) {
 	var m meta
 	for range 3 {
 		data, _, err := l.d.LoadBytes(ctx, metaKey)
@@ -290,14 +304,14 @@ func (l *Ledger) loadMeta(ctx context.Context) (meta, error) {
 }
 
 // Store returns the underlying object store.
-func (l *Ledger) Store() *objstore.Store { return l.s }
+func (l *Backend) Store() *objstore.Store { return l.s }
 
 // Shards is the ledger's shard count.
-func (l *Ledger) Shards() int { return l.shards }
+func (l *Backend) Shards() int { return l.shards }
 
 // Close waits for background compactions and releases the store (if Open
 // opened it).
-func (l *Ledger) Close() error {
+func (l *Backend) Close() error {
 	l.cancel()
 	l.wg.Wait()
 	if l.owned {
@@ -307,12 +321,12 @@ func (l *Ledger) Close() error {
 }
 
 // Ping reads the ledger's descriptor.
-func (l *Ledger) Ping(ctx context.Context) error {
+func (l *Backend) Ping(ctx context.Context) error {
 	_, err := l.s.Head(ctx, metaKey)
 	return l.wrap("ping", err)
 }
 
-func (l *Ledger) now() int64 {
+func (l *Backend) now() int64 {
 	if l.opts.Now != nil {
 		return l.opts.Now().UnixMilli()
 	}
@@ -321,7 +335,7 @@ func (l *Ledger) now() int64 {
 
 // wrap names the operation and marks store failures as ErrUnavailable (retry)
 // unless they are the ledger's own refusals or a caller's cancellation.
-func (l *Ledger) wrap(op string, err error) error {
+func (l *Backend) wrap(op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
@@ -340,7 +354,7 @@ var (
 )
 
 // segment returns the decoded base at key, from cache if possible.
-func (l *Ledger) segment(ctx context.Context, key string) (*segment, error) {
+func (l *Backend) segment(ctx context.Context, key string) (*segment, error) {
 	l.mu.Lock()
 	seg := l.bases[key]
 	l.mu.Unlock()
@@ -391,7 +405,7 @@ func trashKeys(ts []trash) []string {
 // validRows refuses rows a JSON decoder accepts but the ledger cannot use.
 func validRows(rows map[string]*row, what string) error {
 	for rid, w := range rows {
-		if w == nil || (!w.Del && (w.St == "" || id(w.B, w.ident()) != rid)) {
+		if w == nil || (!w.Deleted && (w.Status == "" || id(w.Bucket, w.ident()) != rid)) {
 			return fmt.Errorf("%w: %s: record %q is malformed", errCorrupt, what, rid)
 		}
 	}
@@ -399,7 +413,7 @@ func validRows(rows map[string]*row, what string) error {
 }
 
 // forget drops bases no longer referenced by any cached head.
-func (l *Ledger) forget(key string) {
+func (l *Backend) forget(key string) {
 	l.mu.Lock()
 	delete(l.bases, key)
 	l.mu.Unlock()
@@ -408,7 +422,7 @@ func (l *Ledger) forget(key string) {
 // decodeHead decodes a head (with its base attached), reusing the cached
 // decoding when the bytes are the ones last seen. The result is the caller's
 // to change.
-func (l *Ledger) decodeHead(ctx context.Context, s int, data []byte) (*head, error) {
+func (l *Backend) decodeHead(ctx context.Context, s int, data []byte) (*head, error) {
 	if len(data) == 0 {
 		return &head{Rows: map[string]*row{}, Work: map[string]int64{}}, nil
 	}
@@ -451,7 +465,7 @@ func (l *Ledger) decodeHead(ctx context.Context, s int, data []byte) (*head, err
 	return h.clone(), nil
 }
 
-func (l *Ledger) keep(s int, sum uint64, n int, h *head) {
+func (l *Backend) keep(s int, sum uint64, n int, h *head) {
 	l.mu.Lock()
 	old := l.heads[s].h
 	l.heads[s] = cachedHead{sum: sum, n: n, h: h}
@@ -462,7 +476,7 @@ func (l *Ledger) keep(s int, sum uint64, n int, h *head) {
 }
 
 // encodeHead encodes h and caches it as the decoding of the bytes.
-func (l *Ledger) encodeHead(s int, h *head) ([]byte, error) {
+func (l *Backend) encodeHead(s int, h *head) ([]byte, error) {
 	data, err := json.Marshal(h)
 	if err != nil {
 		return nil, err
@@ -474,7 +488,7 @@ func (l *Ledger) encodeHead(s int, h *head) ([]byte, error) {
 // load reads a document's value (nil if it does not exist), retrying
 // transient failures a few times with jittered backoff (writes are retried by
 // package docstore).
-func (l *Ledger) load(ctx context.Context, key string) ([]byte, error) {
+func (l *Backend) load(ctx context.Context, key string) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
 		data, _, err := l.d.LoadBytes(ctx, key)
 		switch {
@@ -515,7 +529,7 @@ func sleep(ctx context.Context, attempt int) error {
 }
 
 // view reads shard s as it is now (read-only).
-func (l *Ledger) view(ctx context.Context, s int) (*head, error) {
+func (l *Backend) view(ctx context.Context, s int) (*head, error) {
 	for attempt := 0; ; attempt++ {
 		data, err := l.load(ctx, headKey(s))
 		if err != nil {
@@ -532,7 +546,7 @@ func (l *Ledger) view(ctx context.Context, s int) (*head, error) {
 // update applies op to shard s with compare-and-swap (group-committed with
 // the process's other updates of the shard) and returns the head as op left
 // it. op may run more than once and must only change h.
-func (l *Ledger) update(ctx context.Context, s int, op func(h *head, now int64) error) (*head, error) {
+func (l *Backend) update(ctx context.Context, s int, op func(h *head, now int64) error) (*head, error) {
 	for attempt := 0; ; attempt++ {
 		// op may run more than once, and the write that commits need not be
 		// the last run's: a write whose response was lost (or that landed
@@ -599,7 +613,7 @@ func (l *Ledger) update(ctx context.Context, s int, op func(h *head, now int64) 
 
 // eachShard runs fn for every shard in s (all shards if nil) concurrently and
 // returns the first error.
-func (l *Ledger) eachShard(shards []int, fn func(s int) error) error {
+func (l *Backend) eachShard(shards []int, fn func(s int) error) error {
 	if shards == nil {
 		shards = make([]int, l.shards)
 		for i := range shards {

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 	testmain.Run(m)
 }
 
-func open(t *testing.T, url string, opts *ledger.Options) ledger.Ledger {
+func open(t *testing.T, url string, opts *ledger.Options) *ledger.Ledger {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -46,7 +46,7 @@ func open(t *testing.T, url string, opts *ledger.Options) ledger.Ledger {
 // The directory store, with few shards and a small compaction threshold so the
 // suite runs across compactions and shared shards.
 func TestConformanceDirectory(t *testing.T) {
-	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string) {
+	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
 		url := "file://" + filepath.ToSlash(t.TempDir()) + "?shards=4&compact_at=16"
 		return open(t, url, opts), url
 	}})
@@ -60,14 +60,14 @@ func TestConformanceGofakes3(t *testing.T) { conformanceS3(t, "gofakes3") }
 
 func conformanceS3(t *testing.T, server string) {
 	ep := testenv.S3Server(t, server)
-	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string) {
+	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
 		b, url := testenv.NewBucket(t, ep)
 		url = strings.Replace(url, "?", "/ledger?", 1) + "&shards=8&compact_at=64"
 		pb, err := objstore.Prefixed(b, "ledger/")
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := objledger.New(context.Background(), objstore.New(pb, nil), opts, &objledger.Options{Shards: 8, CompactAt: 64})
+		l, err := objledger.Open(context.Background(), objstore.New(pb, nil), opts, &objledger.Options{Shards: 8, CompactAt: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,12 +82,12 @@ func conformanceS3(t *testing.T, server string) {
 // the documents' nonces, never applied twice.
 func TestConformanceUnderFaults(t *testing.T) {
 	var seed atomic.Uint64
-	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string) {
+	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
 		b := faulty.New(mem.NewBackend(""), &faulty.Options{Seed: seed.Add(1), LostResponseRate: 0.05, LostRequestRate: 0.05, FailRate: 0.05,
 			Latency: 200 * time.Microsecond, Jitter: time.Millisecond})
 		// Opening retries through the injected failures (one failed request
 		// must not stop a daemon from starting): no retry loop here.
-		l, err := objledger.New(context.Background(), objstore.New(b, nil), opts, &objledger.Options{Shards: 4, CompactAt: 16,
+		l, err := objledger.Open(context.Background(), objstore.New(b, nil), opts, &objledger.Options{Shards: 4, CompactAt: 16,
 			Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
@@ -106,7 +106,7 @@ func ev(key, seq string) event.Event {
 func TestRefusesStoreIgnoringConditions(t *testing.T) {
 	t.Parallel()
 	b := faulty.New(mem.NewBackend(""), &faulty.Options{IgnoreConditions: true})
-	_, err := objledger.New(context.Background(), objstore.New(b, nil), nil, nil)
+	_, err := objledger.Open(context.Background(), objstore.New(b, nil), nil, nil)
 	if !errors.Is(err, objstore.ErrNotSupported) || !strings.Contains(err.Error(), "put-if-match") {
 		t.Fatalf("ledger on a store ignoring conditions: %v; want ErrNotSupported naming the failed check", err)
 	}
@@ -131,7 +131,7 @@ func TestCompaction(t *testing.T) {
 	at.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
 	clock := func() time.Time { return time.UnixMilli(at.Load()) }
 	advance := func(d time.Duration) { at.Add(d.Milliseconds()) }
-	l, err := objledger.New(ctx, s, &ledger.Options{Now: clock}, &objledger.Options{Shards: 2, CompactAt: 10, Grace: time.Minute})
+	l, err := objledger.Open(ctx, s, &ledger.Options{Now: clock}, &objledger.Options{Shards: 2, CompactAt: 10, Grace: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,8 +145,8 @@ func TestCompaction(t *testing.T) {
 		if _, err := l.Record(ctx, "t", evs); err != nil {
 			t.Fatal(err)
 		}
-		for sh := range l.Shards() {
-			if err := l.Compact(ctx, sh); err != nil {
+		for sh := range backendOf(l).Shards() {
+			if err := backendOf(l).Compact(ctx, sh); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -193,8 +193,8 @@ func TestCompaction(t *testing.T) {
 		return m
 	}
 	before := listBases()
-	if len(before) <= l.Shards() {
-		t.Fatalf("%d bases for %d shards before the last round: the test needs replaced bases", len(before), l.Shards())
+	if len(before) <= backendOf(l).Shards() {
+		t.Fatalf("%d bases for %d shards before the last round: the test needs replaced bases", len(before), backendOf(l).Shards())
 	}
 	advance(2 * time.Minute)
 	var evs []event.Event
@@ -204,8 +204,8 @@ func TestCompaction(t *testing.T) {
 	if _, err := l.Record(ctx, "t", evs); err != nil {
 		t.Fatal(err)
 	}
-	for sh := range l.Shards() {
-		if err := l.Compact(ctx, sh); err != nil {
+	for sh := range backendOf(l).Shards() {
+		if err := backendOf(l).Compact(ctx, sh); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -231,7 +231,7 @@ func TestCompaction(t *testing.T) {
 			survivors++
 		}
 	}
-	if survivors > l.Shards() {
+	if survivors > backendOf(l).Shards() {
 		t.Fatalf("%d of %d older bases survive a compaction past their grace", survivors, len(before))
 	}
 }
@@ -251,12 +251,12 @@ func TestWorkIndexNotLost(t *testing.T) {
 		return faulty.None, time.Duration(rand.IntN(500)) * time.Microsecond
 	}}), nil)
 	cfg := &objledger.Options{Shards: 32, SweepEvery: time.Hour}
-	writer, err := objledger.New(ctx, s, nil, cfg)
+	writer, err := objledger.Open(ctx, s, nil, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer writer.Close()
-	claimer, err := objledger.New(ctx, s, nil, cfg)
+	claimer, err := objledger.Open(ctx, s, nil, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestWorkIndexNotLost(t *testing.T) {
 func TestOddKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l, err := objledger.New(ctx, mem.New(), nil, &objledger.Options{Shards: 3, CompactAt: 4})
+	l, err := objledger.Open(ctx, mem.New(), nil, &objledger.Options{Shards: 3, CompactAt: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +370,7 @@ func TestCorruptHead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := mem.New()
-	l, err := objledger.New(ctx, s, nil, &objledger.Options{Shards: 2})
+	l, err := objledger.Open(ctx, s, nil, &objledger.Options{Shards: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,3 +394,6 @@ func TestCorruptHead(t *testing.T) {
 		t.Fatalf("%d refused, %d recorded: want both (one shard corrupt)", bad, good)
 	}
 }
+
+// backendOf is the object-store backend under l, for its own methods.
+func backendOf(l *ledger.Ledger) *objledger.Backend { return l.Backend().(*objledger.Backend) }

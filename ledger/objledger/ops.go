@@ -14,26 +14,22 @@ import (
 	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/driver"
 )
 
-var _ ledger.Ledger = (*Ledger)(nil)
+var _ ledger.Backend = (*Backend)(nil)
 
-// Record stores events and decides each (see ledger.Decide).
-func (l *Ledger) Record(ctx context.Context, source string, evs []event.Event) ([]ledger.Decision, error) {
-	ds, _, err := l.record(ctx, source, evs, 0, 0)
-	return ds, err
-}
-
-// RecordAndClaim records evs and claims up to n of the records they made
-// pending, in the same shard writes.
-func (l *Ledger) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
+// RecordAndClaim records evs, deciding each (see driver.Decide), and claims up
+// to n of the records they made pending, in the same shard writes (n = 0:
+// record only, what ledger.Ledger.Record is).
+func (l *Backend) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
 	if l.opts.EveryVersion {
 		n = 0 // versions of a key must run oldest first: leave it to Claim
 	}
 	return l.record(ctx, source, evs, n, lease)
 }
 
-func (l *Ledger) record(ctx context.Context, source string, evs []event.Event, claimN int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
+func (l *Backend) record(ctx context.Context, source string, evs []event.Event, claimN int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
 	out := make([]ledger.Decision, len(evs))
 	byShard := map[int][]int{}
 	budget := map[int]int{} // claims each shard may make: the first claimN ids in delivery order
@@ -45,7 +41,7 @@ func (l *Ledger) record(ctx context.Context, source string, evs []event.Event, c
 		}
 		s := shardOf(ev.Bucket, ev.Key, l.shards)
 		byShard[s] = append(byShard[s], i)
-		if rid := id(ev.Bucket, ledger.Ident(ev, l.opts.EveryVersion)); !ids[rid] {
+		if rid := id(ev.Bucket, driver.Ident(ev, l.opts.EveryVersion)); !ids[rid] {
 			ids[rid] = true
 			if len(ids) <= claimN {
 				budget[s]++
@@ -72,16 +68,16 @@ func (l *Ledger) record(ctx context.Context, source string, evs []event.Event, c
 			changed := map[string]int{} // id → first event index that changed it
 			for _, i := range idx {
 				ev := evs[i]
-				rid := id(ev.Bucket, ledger.Ident(ev, l.opts.EveryVersion))
+				rid := id(ev.Bucket, driver.Ident(ev, l.opts.EveryVersion))
 				var cur *ledger.Record
 				if w := h.get(rid); w != nil {
 					rec := w.record()
 					cur = &rec
 				}
-				o, next := ledger.Decide(cur, ev, source, nowT)
+				o, next := driver.Decide(cur, ev, source, nowT)
 				out[i].Outcome = o
 				if next != nil {
-					h.put(rid, toRow(ledger.Ident(ev, l.opts.EveryVersion), next))
+					h.put(rid, toRow(driver.Ident(ev, l.opts.EveryVersion), next))
 					if _, ok := changed[rid]; !ok {
 						changed[rid] = i
 					}
@@ -98,7 +94,7 @@ func (l *Ledger) record(ctx context.Context, source string, evs []event.Event, c
 					break
 				}
 				w := h.get(rid)
-				if w.St != string(ledger.Pending) {
+				if w.Status != string(ledger.Pending) {
 					continue
 				}
 				nw := claimRow(w, now, lease)
@@ -150,23 +146,23 @@ func (l *Ledger) record(ctx context.Context, source string, evs []event.Event, c
 // claimRow is w claimed: a new token, a lease, one more attempt.
 func claimRow(w *row, now int64, lease time.Duration) *row {
 	n := *w
-	n.St, n.Tk, n.L, n.At, n.RunGen, n.U = string(ledger.Claimed), w.Tk+1, now+lease.Milliseconds(), w.At+1, w.Gen, now
+	n.Status, n.Token, n.LeaseUntil, n.Attempts, n.RunGen, n.Updated = string(ledger.Claimed), w.Token+1, now+lease.Milliseconds(), w.Attempts+1, w.Gen, now
 	return &n
 }
 
 // claimable reports whether w's work can be claimed at now.
 func claimable(w *row, now int64) bool {
-	switch ledger.Status(w.St) {
+	switch ledger.Status(w.Status) {
 	case ledger.Pending, ledger.Failed:
-		return w.Nx <= now
+		return w.NextAttempt <= now
 	case ledger.Claimed:
-		return w.L < now
+		return w.LeaseUntil < now
 	}
 	return false
 }
 
 // claimIn claims up to n due records of h, earliest due first.
-func (l *Ledger) claimIn(h *head, now int64, n int, lease time.Duration) []ledger.Claim {
+func (l *Backend) claimIn(h *head, now int64, n int, lease time.Duration) []ledger.Claim {
 	if n <= 0 {
 		return nil
 	}
@@ -189,7 +185,7 @@ func (l *Ledger) claimIn(h *head, now int64, n int, lease time.Duration) []ledge
 		byKey = map[string][]*row{}
 		for rid := range h.Work {
 			if w := h.get(rid); w != nil {
-				byKey[w.B+"/"+w.K] = append(byKey[w.B+"/"+w.K], w)
+				byKey[w.Bucket+"/"+w.Key] = append(byKey[w.Bucket+"/"+w.Key], w)
 			}
 		}
 	}
@@ -203,13 +199,13 @@ func (l *Ledger) claimIn(h *head, now int64, n int, lease time.Duration) []ledge
 		if !claimable(w, now) {
 			continue
 		}
-		if l.opts.EveryVersion && blocked(w, byKey[w.B+"/"+w.K], now) {
+		if l.opts.EveryVersion && blocked(w, byKey[w.Bucket+"/"+w.Key], now) {
 			continue
 		}
 		nw := claimRow(w, now, lease)
 		h.put(c.id, nw)
 		if byKey != nil {
-			k := byKey[w.B+"/"+w.K]
+			k := byKey[w.Bucket+"/"+w.Key]
 			for i := range k {
 				if k[i] == w {
 					k[i] = nw
@@ -227,12 +223,12 @@ func (l *Ledger) claimIn(h *head, now int64, n int, lease time.Duration) []ledge
 // blocked: another version of w's key is claimed with a live lease, or waits
 // with an older sequencer (versions run oldest first, one at a time).
 func blocked(w *row, others []*row, now int64) bool {
-	mine := ledger.SortSeq(w.Q)
+	mine := driver.SortSeq(w.Seq)
 	for _, o := range others {
 		if o.ident() == w.ident() {
 			continue
 		}
-		if (o.St == string(ledger.Claimed) && o.L >= now) || ledger.SortSeq(o.Q) < mine {
+		if (o.Status == string(ledger.Claimed) && o.LeaseUntil >= now) || driver.SortSeq(o.Seq) < mine {
 			return true
 		}
 	}
@@ -243,10 +239,7 @@ func blocked(w *row, others []*row, now int64) bool {
 // time has come, and claimed records whose lease expired. It reads the work
 // index and visits only shards with due work (every shard on a sweep). Shards
 // that turn out to have nothing due get their index entry raised (raise).
-func (l *Ledger) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
-	if n <= 0 {
-		return nil, nil
-	}
+func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
 	x, err := l.loadIndex(ctx)
 	if err != nil {
 		return nil, l.wrap("claim", err)
@@ -310,7 +303,7 @@ func (l *Ledger) Claim(ctx context.Context, n int, lease time.Duration) ([]ledge
 // writes each entry only where its mark survived (a writer that reads the
 // index after its shard write removes the mark, so a read from before that
 // write can never hide its work).
-func (l *Ledger) raise(ctx context.Context, shards []int) error {
+func (l *Backend) raise(ctx context.Context, shards []int) error {
 	mark := nonce()
 	if err := l.updateIndex(ctx, func(x *index) bool {
 		for _, s := range shards {
@@ -357,7 +350,7 @@ func (l *Ledger) raise(ctx context.Context, shards []int) error {
 	return cmp.Or(err, werr)
 }
 
-func (l *Ledger) loadIndex(ctx context.Context) (*index, error) {
+func (l *Backend) loadIndex(ctx context.Context) (*index, error) {
 	data, err := l.load(ctx, indexKey)
 	if err != nil {
 		return nil, err
@@ -383,7 +376,7 @@ func decodeIndex(data []byte) (*index, error) {
 
 // updateIndex applies fn to the work index (group-committed); fn reports
 // whether it changed anything (no write if not).
-func (l *Ledger) updateIndex(ctx context.Context, fn func(x *index) bool) error {
+func (l *Backend) updateIndex(ctx context.Context, fn func(x *index) bool) error {
 	_, _, err := l.d.UpdateJSON(ctx, indexKey, func(cur []byte, _ docstore.Meta) ([]byte, error) {
 		x, err := decodeIndex(cur)
 		if err != nil {
@@ -401,7 +394,7 @@ func (l *Ledger) updateIndex(ctx context.Context, fn func(x *index) bool) error 
 // writes that leave work: each shard's entry is made no later than its
 // earliest due work, and any claimer's mark on it is removed (so a claimer
 // that read the shard before this write cannot raise the entry past it).
-func (l *Ledger) ensureHints(ctx context.Context, due map[int]int64) error {
+func (l *Backend) ensureHints(ctx context.Context, due map[int]int64) error {
 	if len(due) == 0 {
 		return nil
 	}
@@ -428,9 +421,9 @@ func guard(op string, c ledger.Claim, w *row, now int64) error {
 	switch {
 	case w == nil:
 		return fmt.Errorf("%s %s/%s: %w", op, c.Bucket, c.Key, ledger.ErrNotFound)
-	case w.Tk != c.Token:
-		return fmt.Errorf("%s %s/%s with token %d (current %d): %w", op, c.Bucket, c.Key, c.Token, w.Tk, ledger.ErrSuperseded)
-	case w.St != string(ledger.Claimed) || w.L < now:
+	case w.Token != c.Token:
+		return fmt.Errorf("%s %s/%s with token %d (current %d): %w", op, c.Bucket, c.Key, c.Token, w.Token, ledger.ErrSuperseded)
+	case w.Status != string(ledger.Claimed) || w.LeaseUntil < now:
 		return fmt.Errorf("%s %s/%s with token %d: %w", op, c.Bucket, c.Key, c.Token, ledger.ErrLeaseLost)
 	}
 	return nil
@@ -438,7 +431,7 @@ func guard(op string, c ledger.Claim, w *row, now int64) error {
 
 // finish applies a guarded change to c's record and keeps the work index in
 // step when the record is left with work to do.
-func (l *Ledger) finish(ctx context.Context, op string, c ledger.Claim, apply func(w *row, now int64)) error {
+func (l *Backend) finish(ctx context.Context, op string, c ledger.Claim, apply func(w *row, now int64)) error {
 	s := shardOf(c.Bucket, c.Key, l.shards)
 	rid := id(c.Bucket, c.Ident)
 	h, err := l.update(ctx, s, func(h *head, now int64) error {
@@ -448,14 +441,14 @@ func (l *Ledger) finish(ctx context.Context, op string, c ledger.Claim, apply fu
 		}
 		n := *w
 		apply(&n, now)
-		n.U = now
+		n.Updated = now
 		h.put(rid, &n)
 		return nil
 	})
 	if err != nil {
 		return l.wrap(op, err)
 	}
-	if w := h.get(rid); w != nil && w.St != string(ledger.Claimed) {
+	if w := h.get(rid); w != nil && w.Status != string(ledger.Claimed) {
 		if _, has := w.due(); has {
 			d, _ := h.minDue()
 			return l.wrap(op, l.ensureHints(ctx, map[int]int64{s: d}))
@@ -465,11 +458,11 @@ func (l *Ledger) finish(ctx context.Context, op string, c ledger.Claim, apply fu
 }
 
 // Renew extends the claim's lease.
-func (l *Ledger) Renew(ctx context.Context, c ledger.Claim, lease time.Duration) (ledger.Claim, error) {
+func (l *Backend) Renew(ctx context.Context, c ledger.Claim, lease time.Duration) (ledger.Claim, error) {
 	var until int64
 	err := l.finish(ctx, "renew", c, func(w *row, now int64) {
-		w.L = now + lease.Milliseconds()
-		until = w.L
+		w.LeaseUntil = now + lease.Milliseconds()
+		until = w.LeaseUntil
 	})
 	if err == nil {
 		c.LeaseUntil = fromMS(until)
@@ -479,24 +472,21 @@ func (l *Ledger) Renew(ctx context.Context, c ledger.Claim, lease time.Duration)
 
 func complete(w *row, result string, now int64) {
 	if w.Gen == w.RunGen {
-		w.St = string(ledger.Processed)
+		w.Status = string(ledger.Processed)
 	} else {
-		w.St, w.At = string(ledger.Pending), 0 // newer work arrived while it ran
+		w.Status, w.Attempts = string(ledger.Pending), 0 // newer work arrived while it ran
 	}
-	w.Res, w.Err, w.L, w.Nx = result, "", 0, now
+	w.Result, w.LastError, w.LeaseUntil, w.NextAttempt = result, "", 0, now
 }
 
 // Complete records the claim's work as processed (or, if newer work arrived
 // while it ran, makes the record pending again).
-func (l *Ledger) Complete(ctx context.Context, c ledger.Claim, result string) error {
+func (l *Backend) Complete(ctx context.Context, c ledger.Claim, result string) error {
 	return l.finish(ctx, "complete", c, func(w *row, now int64) { complete(w, result, now) })
 }
 
 // CompleteBatch completes claims with one write per shard.
-func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Claim, results []string) ([]error, error) {
-	if len(results) != len(cs) {
-		return nil, fmt.Errorf("ledger: CompleteBatch: %d claims, %d results", len(cs), len(results))
-	}
+func (l *Backend) CompleteBatch(ctx context.Context, cs []ledger.Claim, results []string) ([]error, error) {
 	errs := make([]error, len(cs))
 	byShard := map[int][]int{}
 	for i, c := range cs {
@@ -518,9 +508,9 @@ func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Claim, results [
 				}
 				n := *w
 				complete(&n, results[i], now)
-				n.U = now
+				n.Updated = now
 				h.put(rid, &n)
-				if n.St == string(ledger.Pending) {
+				if n.Status == string(ledger.Pending) {
 					requeued[s] = true
 				}
 			}
@@ -545,47 +535,44 @@ func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Claim, results [
 }
 
 // Release gives the claim's work back without counting the attempt.
-func (l *Ledger) Release(ctx context.Context, c ledger.Claim) error {
+func (l *Backend) Release(ctx context.Context, c ledger.Claim) error {
 	return l.finish(ctx, "release", c, func(w *row, now int64) {
 		same := w.Gen == w.RunGen
-		if w.At > 1 && same {
-			w.St = string(ledger.Failed)
+		if w.Attempts > 1 && same {
+			w.Status = string(ledger.Failed)
 		} else {
-			w.St = string(ledger.Pending)
+			w.Status = string(ledger.Pending)
 		}
-		if w.At > 0 && same {
-			w.At--
+		if w.Attempts > 0 && same {
+			w.Attempts--
 		} else {
-			w.At = 0
+			w.Attempts = 0
 		}
-		w.L, w.Nx = 0, now
+		w.LeaseUntil, w.NextAttempt = 0, now
 	})
 }
 
 // Fail records a failed attempt: retried after a backoff if retryable and
 // attempts remain, else dead. If newer work arrived meanwhile, that work is
 // pending instead.
-func (l *Ledger) Fail(ctx context.Context, c ledger.Claim, cause string, retryable bool) error {
+func (l *Backend) Fail(ctx context.Context, c ledger.Claim, cause string, retryable bool) error {
 	status := ledger.Dead
 	if retryable && c.Attempts < l.opts.MaxAttempts {
 		status = ledger.Failed
 	}
-	backoff := l.opts.Backoff(c.Attempts).Milliseconds()
-	if len(cause) > 4000 {
-		cause = cause[:4000]
-	}
+	backoff := driver.Backoff(l.opts, c.Attempts).Milliseconds()
 	return l.finish(ctx, "fail", c, func(w *row, now int64) {
 		if w.Gen != w.RunGen {
-			w.St, w.At, w.Nx = string(ledger.Pending), 0, now
+			w.Status, w.Attempts, w.NextAttempt = string(ledger.Pending), 0, now
 		} else {
-			w.St, w.Nx = string(status), now+backoff
+			w.Status, w.NextAttempt = string(status), now+backoff
 		}
-		w.Err, w.L = cause, 0
+		w.LastError, w.LeaseUntil = cause, 0
 	})
 }
 
 // views reads every shard concurrently.
-func (l *Ledger) views(ctx context.Context) ([]*head, error) {
+func (l *Backend) views(ctx context.Context) ([]*head, error) {
 	hs := make([]*head, l.shards)
 	err := l.eachShard(nil, func(s int) error {
 		h, err := l.view(ctx, s)
@@ -596,7 +583,7 @@ func (l *Ledger) views(ctx context.Context) ([]*head, error) {
 }
 
 // Lookup returns the newest record of each of keys in bucket.
-func (l *Ledger) Lookup(ctx context.Context, bucket string, keys []string) (map[string]ledger.Record, error) {
+func (l *Backend) Lookup(ctx context.Context, bucket string, keys []string) (map[string]ledger.Record, error) {
 	byShard := map[int][]string{}
 	for _, k := range keys {
 		s := shardOf(bucket, k, l.shards)
@@ -622,9 +609,9 @@ func (l *Ledger) Lookup(ctx context.Context, bucket string, keys []string) (map[
 				want[k] = true
 			}
 			h.each(func(_ string, w *row) {
-				if w.B == bucket && want[w.K] {
-					if prev, ok := m[w.K]; !ok || event.CompareSequencer(w.Q, prev.Seq) > 0 {
-						m[w.K] = w.record()
+				if w.Bucket == bucket && want[w.Key] {
+					if prev, ok := m[w.Key]; !ok || event.CompareSequencer(w.Seq, prev.Seq) > 0 {
+						m[w.Key] = w.record()
 					}
 				}
 			})
@@ -645,7 +632,7 @@ func (l *Ledger) Lookup(ctx context.Context, bucket string, keys []string) (map[
 }
 
 // Get returns the records of one key (one, unless EveryVersion).
-func (l *Ledger) Get(ctx context.Context, bucket, key string) ([]ledger.Record, error) {
+func (l *Backend) Get(ctx context.Context, bucket, key string) ([]ledger.Record, error) {
 	h, err := l.view(ctx, shardOf(bucket, key, l.shards))
 	if err != nil {
 		return nil, l.wrap("get", err)
@@ -653,7 +640,7 @@ func (l *Ledger) Get(ctx context.Context, bucket, key string) ([]ledger.Record, 
 	var rows []*row
 	if l.opts.EveryVersion {
 		h.each(func(_ string, w *row) {
-			if w.B == bucket && w.K == key {
+			if w.Bucket == bucket && w.Key == key {
 				rows = append(rows, w)
 			}
 		})
@@ -664,7 +651,7 @@ func (l *Ledger) Get(ctx context.Context, bucket, key string) ([]ledger.Record, 
 		return nil, fmt.Errorf("%s/%s: %w", bucket, key, ledger.ErrNotFound)
 	}
 	slices.SortFunc(rows, func(a, b *row) int {
-		return cmp.Or(strings.Compare(ledger.SortSeq(a.Q), ledger.SortSeq(b.Q)), strings.Compare(a.ident(), b.ident()))
+		return cmp.Or(strings.Compare(driver.SortSeq(a.Seq), driver.SortSeq(b.Seq)), strings.Compare(a.ident(), b.ident()))
 	})
 	out := make([]ledger.Record, len(rows))
 	for i, w := range rows {
@@ -674,10 +661,7 @@ func (l *Ledger) Get(ctx context.Context, bucket, key string) ([]ledger.Record, 
 }
 
 // List pages through records in (bucket, ident) order.
-func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, error) {
-	if f.Limit <= 0 {
-		f.Limit = 100
-	}
+func (l *Backend) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, error) {
 	if f.Bucket != "" && f.AfterBucket > f.Bucket {
 		return nil, nil // the cursor is past the bucket
 	}
@@ -685,15 +669,15 @@ func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, err
 	if err != nil {
 		return nil, l.wrap("list", err)
 	}
-	cursor := &row{B: f.AfterBucket, K: f.AfterIdent}
+	cursor := &row{Bucket: f.AfterBucket, Key: f.AfterIdent}
 	var rows []*row
 	for _, h := range hs {
 		h.each(func(_ string, w *row) {
 			switch {
-			case f.Bucket != "" && w.B != f.Bucket,
-				f.Status != "" && w.St != string(f.Status),
-				f.Prefix != "" && !strings.HasPrefix(w.K, f.Prefix),
-				f.Through != "" && w.K > f.Through,
+			case f.Bucket != "" && w.Bucket != f.Bucket,
+				f.Status != "" && w.Status != string(f.Status),
+				f.Prefix != "" && !strings.HasPrefix(w.Key, f.Prefix),
+				f.Through != "" && w.Key > f.Through,
 				less(w, cursor) <= 0:
 				return
 			}
@@ -710,20 +694,20 @@ func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, err
 }
 
 // Counts returns how many records have each status.
-func (l *Ledger) Counts(ctx context.Context) (ledger.Counts, error) {
+func (l *Backend) Counts(ctx context.Context) (ledger.Counts, error) {
 	hs, err := l.views(ctx)
 	if err != nil {
 		return nil, l.wrap("counts", err)
 	}
 	out := ledger.Counts{}
 	for _, h := range hs {
-		h.each(func(_ string, w *row) { out[ledger.Status(w.St)]++ })
+		h.each(func(_ string, w *row) { out[ledger.Status(w.Status)]++ })
 	}
 	return out, nil
 }
 
 // OldestPending is since when the oldest pending work has waited.
-func (l *Ledger) OldestPending(ctx context.Context) (time.Time, error) {
+func (l *Backend) OldestPending(ctx context.Context) (time.Time, error) {
 	hs, err := l.views(ctx)
 	if err != nil {
 		return time.Time{}, l.wrap("oldest pending", err)
@@ -731,8 +715,8 @@ func (l *Ledger) OldestPending(ctx context.Context) (time.Time, error) {
 	var oldest int64
 	for _, h := range hs {
 		for rid := range h.Work {
-			if w := h.get(rid); w != nil && w.St == string(ledger.Pending) && (oldest == 0 || w.Nx < oldest) {
-				oldest = w.Nx
+			if w := h.get(rid); w != nil && w.Status == string(ledger.Pending) && (oldest == 0 || w.NextAttempt < oldest) {
+				oldest = w.NextAttempt
 			}
 		}
 	}
@@ -740,25 +724,15 @@ func (l *Ledger) OldestPending(ctx context.Context) (time.Time, error) {
 }
 
 func selected(sel ledger.Selection, statuses []ledger.Status, w *row) bool {
-	return slices.Contains(statuses, ledger.Status(w.St)) &&
-		(sel.Bucket == "" || w.B == sel.Bucket) && (sel.Key == "" || w.K == sel.Key) &&
-		(sel.Prefix == "" || strings.HasPrefix(w.K, sel.Prefix)) &&
-		(sel.UpdatedSince.IsZero() || w.U >= ms(sel.UpdatedSince))
+	return slices.Contains(statuses, ledger.Status(w.Status)) &&
+		(sel.Bucket == "" || w.Bucket == sel.Bucket) && (sel.Key == "" || w.Key == sel.Key) &&
+		(sel.Prefix == "" || strings.HasPrefix(w.Key, sel.Prefix)) &&
+		(sel.UpdatedSince.IsZero() || w.Updated >= ms(sel.UpdatedSince))
 }
 
 // Replay makes selected records pending again as an explicit replay.
-func (l *Ledger) Replay(ctx context.Context, sel ledger.Selection) (int, error) {
+func (l *Backend) Replay(ctx context.Context, sel ledger.Selection) (int, error) {
 	statuses := sel.Statuses
-	if len(statuses) == 0 {
-		statuses = []ledger.Status{ledger.Dead}
-	}
-	for _, st := range statuses {
-		switch st {
-		case ledger.Processed, ledger.Failed, ledger.Dead:
-		default:
-			return 0, fmt.Errorf("ledger: replay: %q records cannot be replayed (processed, failed or dead only)", st)
-		}
-	}
 	var shards []int // nil: all
 	if sel.Key != "" && sel.Bucket != "" {
 		shards = []int{shardOf(sel.Bucket, sel.Key, l.shards)}
@@ -787,7 +761,7 @@ func (l *Ledger) Replay(ctx context.Context, sel ledger.Selection) (int, error) 
 			})
 			for _, rid := range picked {
 				n := *h.get(rid)
-				n.St, n.At, n.Nx, n.U, n.Err, n.L, n.Rep, n.Gen = string(ledger.Pending), 0, now, now, "", 0, n.Rep+1, n.Gen+1
+				n.Status, n.Attempts, n.NextAttempt, n.Updated, n.LastError, n.LeaseUntil, n.Replays, n.Gen = string(ledger.Pending), 0, now, now, "", 0, n.Replays+1, n.Gen+1
 				h.put(rid, &n)
 			}
 			counts[s] = len(picked)
@@ -814,7 +788,7 @@ func (l *Ledger) Replay(ctx context.Context, sel ledger.Selection) (int, error) 
 }
 
 // Purge deletes finished records last updated before olderThan.
-func (l *Ledger) Purge(ctx context.Context, olderThan time.Time, includeDead bool) (int, error) {
+func (l *Backend) Purge(ctx context.Context, olderThan time.Time, includeDead bool) (int, error) {
 	statuses := []string{string(ledger.Processed)}
 	if includeDead {
 		statuses = append(statuses, string(ledger.Failed), string(ledger.Dead))
@@ -825,7 +799,7 @@ func (l *Ledger) Purge(ctx context.Context, olderThan time.Time, includeDead boo
 		_, err := l.update(ctx, s, func(h *head, _ int64) error {
 			var picked []string
 			h.each(func(rid string, w *row) {
-				if w.U < cut && slices.Contains(statuses, w.St) {
+				if w.Updated < cut && slices.Contains(statuses, w.Status) {
 					picked = append(picked, rid)
 				}
 			})

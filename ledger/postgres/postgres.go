@@ -25,12 +25,12 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the driver
 
 	"github.com/cairn-s3/cairn/ledger"
-	"github.com/cairn-s3/cairn/ledger/sqlledger"
+	"github.com/cairn-s3/cairn/ledger/internal/sqlledger"
 )
 
 func init() {
-	ledger.Register("postgres", func(ctx context.Context, raw string, opts *ledger.Options) (ledger.Ledger, error) {
-		return Open(ctx, raw, opts)
+	ledger.Register("postgres", func(ctx context.Context, raw string, opts *ledger.Options) (ledger.Backend, error) {
+		return open(ctx, raw, opts)
 	})
 }
 
@@ -145,8 +145,20 @@ func toInt64(v any) int64 {
 	panic(fmt.Sprintf("postgres: %T is not an integer column value", v))
 }
 
-// Open connects and migrates the schema.
-func Open(ctx context.Context, url string, opts *ledger.Options) (*sqlledger.Ledger, error) {
+// Open connects to the PostgreSQL database at url (postgres://user@host/db),
+// creates or upgrades the ledger's tables in it (with Options.MustExist, only
+// upgrades them: a database without them is ledger.ErrNoLedger), and returns
+// the ledger.
+func Open(ctx context.Context, url string, opts *ledger.Options) (*ledger.Ledger, error) {
+	b, err := open(ctx, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	return ledger.NewLedger(b), nil
+}
+
+// open connects and migrates the schema.
+func open(ctx context.Context, url string, opts *ledger.Options) (*sqlledger.Backend, error) {
 	db, err := sql.Open("pgx", url)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ledger.ErrInvalidURL, err)

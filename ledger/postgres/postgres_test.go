@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestConformance(t *testing.T) {
-	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string) {
+	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
 		url := testenv.PostgresSchema(t, testenv.PGExec)
 		l, err := postgres.Open(context.Background(), url, opts)
 		if err != nil {
@@ -37,7 +37,7 @@ func TestConformance(t *testing.T) {
 func TestNoDeadlocksDurable(t *testing.T) {
 	t.Parallel()
 	base := testenv.OwnDurablePostgres(t)
-	ledgertest.Run(t, ledgertest.Harness{Only: []string{"NoDeadlocks"}, New: func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string) {
+	ledgertest.Run(t, ledgertest.Harness{Only: []string{"NoDeadlocks"}, New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
 		l, err := postgres.Open(context.Background(), base, opts)
 		if err != nil {
 			t.Fatal(err)

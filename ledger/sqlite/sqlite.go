@@ -22,11 +22,11 @@ import (
 	"modernc.org/sqlite" // the driver
 
 	"github.com/cairn-s3/cairn/ledger"
-	"github.com/cairn-s3/cairn/ledger/sqlledger"
+	"github.com/cairn-s3/cairn/ledger/internal/sqlledger"
 )
 
 func init() {
-	ledger.Register("sqlite", func(ctx context.Context, raw string, opts *ledger.Options) (ledger.Ledger, error) {
+	ledger.Register("sqlite", func(ctx context.Context, raw string, opts *ledger.Options) (ledger.Backend, error) {
 		u, err := url.Parse(raw)
 		if err != nil || u.Path == "" {
 			return nil, fmt.Errorf("%w: %q: use sqlite:///abs/path.db or a plain path", ledger.ErrInvalidURL, raw)
@@ -95,8 +95,12 @@ func busy(err error) bool {
 // Options.MustExist it creates nothing: a missing file (or one without the
 // ledger's tables) is ledger.ErrNoLedger, and the file is opened read-write
 // without SQLite's create flag.
-func Open(ctx context.Context, path string, opts *ledger.Options) (*sqlledger.Ledger, error) {
-	return open(ctx, path, opts, "FULL")
+func Open(ctx context.Context, path string, opts *ledger.Options) (*ledger.Ledger, error) {
+	b, err := open(ctx, path, opts, "FULL")
+	if err != nil {
+		return nil, err
+	}
+	return ledger.NewLedger(b), nil
 }
 
 // open opens the ledger at path with synchronous set to sync: FULL (a commit
@@ -104,7 +108,7 @@ func Open(ctx context.Context, path string, opts *ledger.Options) (*sqlledger.Le
 // loss or OS crash may lose the last commits, a crash of the process does
 // not). NORMAL is for ledgers whose loss does not matter, such as cairn
 // demo's temporary one (URL parameter synchronous=normal).
-func open(ctx context.Context, path string, opts *ledger.Options, sync string) (*sqlledger.Ledger, error) {
+func open(ctx context.Context, path string, opts *ledger.Options, sync string) (*sqlledger.Backend, error) {
 	// WAL mode is a property of the file, set when it is created: a file that
 	// must exist is not converted (an empty one would be written to).
 	mode, journal := "", "&_pragma=journal_mode(WAL)"

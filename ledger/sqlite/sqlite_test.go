@@ -17,7 +17,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestConformance(t *testing.T) {
-	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (ledger.Ledger, string) {
+	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
 		path := filepath.Join(t.TempDir(), "ledger.db")
 		l, err := sqlite.Open(context.Background(), path, opts)
 		if err != nil {

@@ -15,7 +15,7 @@ import (
 
 // New opens a SQLite ledger in t.TempDir() with opts (nil: the defaults) and
 // closes it when the test ends.
-func New(t testing.TB, opts *ledger.Options) ledger.Ledger {
+func New(t testing.TB, opts *ledger.Options) *ledger.Ledger {
 	t.Helper()
 	l, err := ledger.Open(context.Background(), "sqlite://"+filepath.ToSlash(filepath.Join(t.TempDir(), "ledger.db")), opts)
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package sqlledger is the intake ledger on SQL (database/sql), shared by the
 // SQLite and PostgreSQL backends: they differ only in a Dialect (placeholders,
-// row locking, the clock, the schema). All acceptance rules are ledger.Decide,
+// row locking, the clock, the schema). All acceptance rules are driver.Decide,
 // run inside each Record transaction.
 //
 // Concurrency: every row has a revision (rev) that every write bumps. Record
@@ -54,6 +54,7 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/driver"
 )
 
 // Dialect is what differs between SQL databases.
@@ -90,8 +91,8 @@ type Dialect struct {
 	Transient func(error) bool
 }
 
-// Ledger is a SQL intake ledger.
-type Ledger struct {
+// Backend is a SQL intake ledger (a ledger.Backend).
+type Backend struct {
 	db   *sql.DB
 	d    Dialect
 	opts ledger.Options
@@ -101,12 +102,14 @@ type Ledger struct {
 	upserts map[int]*sql.Stmt
 }
 
+var _ ledger.Backend = (*Backend)(nil)
+
 // upsertSizes are the row counts of the prepared upserts, largest first.
 var upsertSizes = []int{64, 8, 1}
 
-// New migrates the schema and returns a Ledger on db.
-func New(ctx context.Context, db *sql.DB, d Dialect, opts *ledger.Options) (*Ledger, error) {
-	l := &Ledger{db: db, d: d, opts: opts.WithDefaults()}
+// New migrates the schema and returns a Backend on db.
+func New(ctx context.Context, db *sql.DB, d Dialect, opts *ledger.Options) (*Backend, error) {
+	l := &Backend{db: db, d: d, opts: driver.Defaults(opts)}
 	if err := l.migrate(ctx); err != nil {
 		return nil, err
 	}
@@ -125,24 +128,24 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts *ledger.Options) (*Led
 	return l, nil
 }
 
-func (l *Ledger) closeStmts() {
+func (l *Backend) closeStmts() {
 	for _, st := range l.upserts {
 		st.Close()
 	}
 }
 
 // DB returns the underlying database handle.
-func (l *Ledger) DB() *sql.DB { return l.db }
+func (l *Backend) DB() *sql.DB { return l.db }
 
 // Close closes the database.
-func (l *Ledger) Close() error {
+func (l *Backend) Close() error {
 	l.closeStmts()
 	return l.db.Close()
 }
 
-func (l *Ledger) q(s string) string { return l.d.Rebind(s) }
+func (l *Backend) q(s string) string { return l.d.Rebind(s) }
 
-func (l *Ledger) wrap(op string, err error) error {
+func (l *Backend) wrap(op string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -167,7 +170,7 @@ const (
 // fn again after a jittered backoff, until ctx ends; fn must therefore keep
 // no state of its own between runs. Errors from fn are returned as they are
 // (fn wraps its own); the rest are wrapped with op.
-func (l *Ledger) inTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
+func (l *Backend) inTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
 	backoff := retryMin
 	for attempt := 1; ; attempt++ {
 		err := l.tryTx(ctx, op, fn)
@@ -188,7 +191,7 @@ func (l *Ledger) inTx(ctx context.Context, op string, fn func(tx *sql.Tx, now ti
 	}
 }
 
-func (l *Ledger) tryTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
+func (l *Backend) tryTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return l.wrap(op, err)
@@ -204,7 +207,7 @@ func (l *Ledger) tryTx(ctx context.Context, op string, fn func(tx *sql.Tx, now t
 	return l.wrap(op, tx.Commit())
 }
 
-func (l *Ledger) migrate(ctx context.Context) error {
+func (l *Backend) migrate(ctx context.Context) error {
 	if l.opts.MustExist {
 		// Nothing is created in a database that holds no ledger.
 		q := `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cairn_schema')`
@@ -262,7 +265,7 @@ type querier interface {
 
 // now returns the time used for leases: the server's clock where the dialect
 // has one (unless a test clock is set), else the local clock.
-func (l *Ledger) now(ctx context.Context, q querier) (time.Time, error) {
+func (l *Backend) now(ctx context.Context, q querier) (time.Time, error) {
 	if l.opts.Now != nil {
 		return l.opts.Now(), nil
 	}
@@ -280,8 +283,8 @@ const cols = `bucket, ident, key, version_id, etag, size, kind, name, event_time
 lease_until, next_at, first_seen, updated, seen, stale, last_error, result, source, gen, run_gen, replays,
 format, region, request_id, host_id`
 
-func ms(t time.Time) int64     { return ledger.UnixMilli(t) }
-func fromMS(v int64) time.Time { return ledger.FromUnixMilli(v) }
+func ms(t time.Time) int64     { return driver.UnixMilli(t) }
+func fromMS(v int64) time.Time { return driver.FromUnixMilli(v) }
 
 type scanner interface{ Scan(...any) error }
 
@@ -298,10 +301,10 @@ func scanRecord(s scanner, extra ...any) (ledger.Claim, error) {
 	return c, err
 }
 
-func (l *Ledger) args(ident string, r *ledger.Record, rev int64) []any {
+func (l *Backend) args(ident string, r *ledger.Record, rev int64) []any {
 	sortSeq := "" // only every-version claims compare sequencers in SQL
 	if l.opts.EveryVersion {
-		sortSeq = ledger.SortSeq(r.Seq)
+		sortSeq = driver.SortSeq(r.Seq)
 	}
 	return []any{r.Bucket, ident, r.Key, r.VersionID, r.ETag, r.Size, string(r.Kind), r.Name, ms(r.EventTime), r.Seq, sortSeq,
 		string(r.Status), r.Attempts, r.Token, ms(r.LeaseUntil), ms(r.NextAttempt), ms(r.FirstSeen), ms(r.Updated), r.Seen, r.Stale,
@@ -331,15 +334,10 @@ WHERE cairn_ledger.rev = excluded.rev - 1`
 
 type rowID struct{ bucket, ident string }
 
-// Record stores events and decides each (see ledger.Decide), in one transaction.
-func (l *Ledger) Record(ctx context.Context, source string, evs []event.Event) ([]ledger.Decision, error) {
-	ds, _, err := l.record(ctx, source, evs, 0, 0)
-	return ds, err
-}
-
-// RecordAndClaim records evs and claims up to n of the records they made
-// pending, in one transaction.
-func (l *Ledger) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
+// RecordAndClaim records evs, deciding each (see driver.Decide), and claims up
+// to n of the records they made pending, in one transaction (n = 0: record
+// only, what ledger.Ledger.Record is).
+func (l *Backend) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
 	if l.opts.EveryVersion {
 		n = 0 // versions of a key must run oldest first: leave it to Claim
 	}
@@ -357,7 +355,7 @@ type row struct {
 	rev int64
 }
 
-func (l *Ledger) record(ctx context.Context, source string, evs []event.Event, claimN int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
+func (l *Backend) record(ctx context.Context, source string, evs []event.Event, claimN int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
 	out := make([]ledger.Decision, len(evs))
 	var ids []rowID
 	byID := map[rowID][]int{} // the events of each row, in delivery order
@@ -366,7 +364,7 @@ func (l *Ledger) record(ctx context.Context, source string, evs []event.Event, c
 		if ev.Ignorable() {
 			continue
 		}
-		id := rowID{ev.Bucket, ledger.Ident(ev, l.opts.EveryVersion)}
+		id := rowID{ev.Bucket, driver.Ident(ev, l.opts.EveryVersion)}
 		if _, ok := byID[id]; !ok {
 			ids = append(ids, id)
 		}
@@ -394,7 +392,7 @@ func compareID(a, b rowID) int {
 }
 
 // recordTx is one run of record's transaction: it decides out and the claims.
-func (l *Ledger) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs []event.Event, source string, ids []rowID,
+func (l *Backend) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs []event.Event, source string, ids []rowID,
 	byID map[rowID][]int, out []ledger.Decision, claimsOut *[]ledger.Claim, claimN int, lease time.Duration) error {
 	var claims []ledger.Claim
 	todo := ids
@@ -410,7 +408,7 @@ func (l *Ledger) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs []
 		for _, id := range todo {
 			r := cur[id].rec
 			for _, i := range byID[id] {
-				o, n := ledger.Decide(r, evs[i], source, now)
+				o, n := driver.Decide(r, evs[i], source, now)
 				out[i].Outcome = o
 				if n != nil {
 					r = n
@@ -426,7 +424,7 @@ func (l *Ledger) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs []
 			if ev.Ignorable() {
 				continue
 			}
-			id := rowID{ev.Bucket, ledger.Ident(ev, l.opts.EveryVersion)}
+			id := rowID{ev.Bucket, driver.Ident(ev, l.opts.EveryVersion)}
 			r, ok := next[id]
 			if !ok || r.Status != ledger.Pending || r == cur[id].rec {
 				continue
@@ -469,7 +467,7 @@ func (l *Ledger) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs []
 // the rows written. SQLite: multi-row statements prepared once, 64, 8 and 1
 // rows at a time (a function call each, not a round trip); its transactions
 // are exclusive, so every row is written, which the changed-row count checks.
-func (l *Ledger) upsert(ctx context.Context, tx *sql.Tx, batch [][]any) (map[rowID]bool, error) {
+func (l *Backend) upsert(ctx context.Context, tx *sql.Tx, batch [][]any) (map[rowID]bool, error) {
 	written := make(map[rowID]bool, len(batch))
 	if len(batch) == 0 {
 		return written, nil
@@ -545,7 +543,7 @@ func valuesFrom(rows [][]any, cols int) (string, []any) {
 
 // load reads the rows of ids and their revisions, in one statement, without
 // locking them (Record's upsert checks the revisions).
-func (l *Ledger) load(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]row, error) {
+func (l *Backend) load(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]row, error) {
 	cur := make(map[rowID]row, len(ids))
 	rows := make([][]any, len(ids))
 	for i, id := range ids {
@@ -573,10 +571,7 @@ func (l *Ledger) load(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]r
 // Claim leases up to n records of work: pending or failed records whose retry
 // time has come, and claimed records whose lease expired. Per key, only when no
 // other version of the key is claimed or waiting with an older sequencer.
-func (l *Ledger) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
-	if n <= 0 {
-		return nil, nil
-	}
+func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
 	var out []ledger.Claim
 	err := l.inTx(ctx, "claim", func(tx *sql.Tx, now time.Time) error {
 		var err error
@@ -593,7 +588,7 @@ func (l *Ledger) Claim(ctx context.Context, n int, lease time.Duration) ([]ledge
 // claimTx is one run of Claim's transaction. The candidates are locked FOR
 // UPDATE SKIP LOCKED (never waiting for a lock); the UPDATE then changes only
 // rows this transaction has locked.
-func (l *Ledger) claimTx(ctx context.Context, tx *sql.Tx, now time.Time, n int, lease time.Duration) ([]ledger.Claim, error) {
+func (l *Backend) claimTx(ctx context.Context, tx *sql.Tx, now time.Time, n int, lease time.Duration) ([]ledger.Claim, error) {
 	nowMS := ms(now)
 	// Candidates come off the (status, next_at) index in next_at order, which is
 	// first-in first-out for pending work and retry order for failed work; LIMIT
@@ -635,14 +630,14 @@ RETURNING ` + cols
 }
 
 // finish runs a guarded update of a claim in its own transaction.
-func (l *Ledger) finish(ctx context.Context, op string, c ledger.Claim, set string, setArgs ...any) error {
+func (l *Backend) finish(ctx context.Context, op string, c ledger.Claim, set string, setArgs ...any) error {
 	return l.inTx(ctx, op, func(tx *sql.Tx, now time.Time) error {
 		return l.finishTx(ctx, tx, now, op, c, set, setArgs...)
 	})
 }
 
 // finishSQL is the guarded update finishTx runs.
-func finishSQL(l *Ledger, set string) string {
+func finishSQL(l *Backend, set string) string {
 	return l.q(`UPDATE cairn_ledger SET ` + set + `, updated = ?, rev = rev + 1
 WHERE bucket = ? AND ident = ? AND token = ? AND status = 'claimed' AND lease_until >= ?`)
 }
@@ -654,7 +649,7 @@ func refused(err error) bool {
 }
 
 // finishTx runs a guarded update of a claim inside tx and explains a refusal.
-func (l *Ledger) finishTx(ctx context.Context, tx *sql.Tx, now time.Time, op string, c ledger.Claim, set string, setArgs ...any) error {
+func (l *Backend) finishTx(ctx context.Context, tx *sql.Tx, now time.Time, op string, c ledger.Claim, set string, setArgs ...any) error {
 	a := append([]any{}, setArgs...)
 	for i, v := range a {
 		if _, ok := v.(nowPlus); ok {
@@ -673,7 +668,7 @@ func (l *Ledger) finishTx(ctx context.Context, tx *sql.Tx, now time.Time, op str
 }
 
 // refusal explains why a guarded update of c changed nothing.
-func (l *Ledger) refusal(ctx context.Context, tx *sql.Tx, op string, c ledger.Claim) error {
+func (l *Backend) refusal(ctx context.Context, tx *sql.Tx, op string, c ledger.Claim) error {
 	var token int64
 	var status string
 	err := tx.QueryRowContext(ctx, l.q(`SELECT token, status FROM cairn_ledger WHERE bucket = ? AND ident = ?`), c.Bucket, c.Ident).Scan(&token, &status)
@@ -693,7 +688,7 @@ func (l *Ledger) refusal(ctx context.Context, tx *sql.Tx, op string, c ledger.Cl
 type nowPlus int64
 
 // Renew extends the claim's lease.
-func (l *Ledger) Renew(ctx context.Context, c ledger.Claim, lease time.Duration) (ledger.Claim, error) {
+func (l *Backend) Renew(ctx context.Context, c ledger.Claim, lease time.Duration) (ledger.Claim, error) {
 	err := l.finish(ctx, "renew", c, `lease_until = ?`, nowPlus(lease.Milliseconds()))
 	if err == nil {
 		c.LeaseUntil = time.Now().Add(lease) // approximate, for the caller's information
@@ -708,7 +703,7 @@ attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = ?, last_er
 
 // Complete records the claim's work as processed (or, if newer work arrived
 // while it ran, makes the record pending again).
-func (l *Ledger) Complete(ctx context.Context, c ledger.Claim, result string) error {
+func (l *Backend) Complete(ctx context.Context, c ledger.Claim, result string) error {
 	return l.finish(ctx, "complete", c, completeSet, result, nowPlus(0))
 }
 
@@ -716,13 +711,7 @@ func (l *Ledger) Complete(ctx context.Context, c ledger.Claim, result string) er
 // it locks the rows in key order, then runs one UPDATE … FROM over the batch;
 // the claims it refuses are then explained one by one (lease lost,
 // superseded, not found).
-func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Claim, results []string) ([]error, error) {
-	if len(results) != len(cs) {
-		return nil, fmt.Errorf("ledger: CompleteBatch: %d claims, %d results", len(cs), len(results))
-	}
-	if len(cs) == 0 {
-		return []error{}, nil
-	}
+func (l *Backend) CompleteBatch(ctx context.Context, cs []ledger.Claim, results []string) ([]error, error) {
 	// Rows in key order, as everywhere, so concurrent batches cannot deadlock.
 	order := make([]int, len(cs))
 	for i := range order {
@@ -745,7 +734,7 @@ func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Claim, results [
 
 // completeBatchTx is one run of CompleteBatch's transaction; order is the
 // claims' indexes in key order.
-func (l *Ledger) completeBatchTx(ctx context.Context, tx *sql.Tx, now time.Time, cs []ledger.Claim, results []string, order []int) ([]error, error) {
+func (l *Backend) completeBatchTx(ctx context.Context, tx *sql.Tx, now time.Time, cs []ledger.Claim, results []string, order []int) ([]error, error) {
 	errs := make([]error, len(cs))
 	if l.d.LockRows != "" {
 		// An UPDATE … FROM a list locks rows in the order of the join the
@@ -820,19 +809,10 @@ RETURNING cairn_ledger.bucket, cairn_ledger.ident`
 }
 
 // Replay makes selected records pending again as an explicit replay.
-func (l *Ledger) Replay(ctx context.Context, sel ledger.Selection) (int, error) {
-	statuses := sel.Statuses
-	if len(statuses) == 0 {
-		statuses = []ledger.Status{ledger.Dead}
-	}
+func (l *Backend) Replay(ctx context.Context, sel ledger.Selection) (int, error) {
 	where := ` WHERE status IN (`
 	var a []any
-	for i, st := range statuses {
-		switch st {
-		case ledger.Processed, ledger.Failed, ledger.Dead:
-		default:
-			return 0, fmt.Errorf("ledger: replay: %q records cannot be replayed (processed, failed or dead only)", st)
-		}
+	for i, st := range sel.Statuses {
 		if i > 0 {
 			where += `, `
 		}
@@ -899,7 +879,7 @@ const purgeBatch = 1000
 // (locked in key order, like every statement that locks several rows), so it
 // neither deadlocks with writers nor holds many locks for long; a failure
 // part way leaves the batches already committed deleted.
-func (l *Ledger) Purge(ctx context.Context, olderThan time.Time, includeDead bool) (int, error) {
+func (l *Backend) Purge(ctx context.Context, olderThan time.Time, includeDead bool) (int, error) {
 	where := ` WHERE updated < ? AND status IN ('processed'`
 	if includeDead {
 		where += `, 'failed', 'dead'`
@@ -959,7 +939,7 @@ RETURNING cairn_ledger.bucket, cairn_ledger.ident`)
 }
 
 // OldestPending reads the smallest pending-since off the work index.
-func (l *Ledger) OldestPending(ctx context.Context) (time.Time, error) {
+func (l *Backend) OldestPending(ctx context.Context) (time.Time, error) {
 	var v sql.NullInt64
 	err := l.db.QueryRowContext(ctx, `SELECT MIN(next_at) FROM cairn_ledger WHERE status = 'pending'`).Scan(&v)
 	if err != nil || !v.Valid {
@@ -969,10 +949,10 @@ func (l *Ledger) OldestPending(ctx context.Context) (time.Time, error) {
 }
 
 // Ping checks that the database answers.
-func (l *Ledger) Ping(ctx context.Context) error { return l.wrap("ping", l.db.PingContext(ctx)) }
+func (l *Backend) Ping(ctx context.Context) error { return l.wrap("ping", l.db.PingContext(ctx)) }
 
 // Release gives the claim's work back without counting the attempt.
-func (l *Ledger) Release(ctx context.Context, c ledger.Claim) error {
+func (l *Backend) Release(ctx context.Context, c ledger.Claim) error {
 	return l.finish(ctx, "release", c, `status = CASE WHEN attempts > 1 AND gen = run_gen THEN 'failed' ELSE 'pending' END,
 attempts = CASE WHEN attempts > 0 AND gen = run_gen THEN attempts - 1 ELSE 0 END, lease_until = 0, next_at = ?`, nowPlus(0))
 }
@@ -980,7 +960,7 @@ attempts = CASE WHEN attempts > 0 AND gen = run_gen THEN attempts - 1 ELSE 0 END
 // Fail records a failed attempt: retried after a backoff if retryable and
 // attempts remain, else dead. If newer work arrived meanwhile, that work is
 // pending instead.
-func (l *Ledger) Fail(ctx context.Context, c ledger.Claim, cause string, retryable bool) error {
+func (l *Backend) Fail(ctx context.Context, c ledger.Claim, cause string, retryable bool) error {
 	status := ledger.Dead
 	if retryable && c.Attempts < l.opts.MaxAttempts {
 		status = ledger.Failed
@@ -988,19 +968,12 @@ func (l *Ledger) Fail(ctx context.Context, c ledger.Claim, cause string, retryab
 	return l.finish(ctx, "fail", c, `status = CASE WHEN gen <> run_gen THEN 'pending' ELSE CAST(? AS TEXT) END,
 attempts = CASE WHEN gen <> run_gen THEN 0 ELSE attempts END,
 next_at = CASE WHEN gen <> run_gen THEN CAST(? AS BIGINT) ELSE CAST(? AS BIGINT) END, last_error = ?, lease_until = 0`,
-		string(status), nowPlus(0), nowPlus(l.opts.Backoff(c.Attempts).Milliseconds()), truncate(cause, 4000))
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
+		string(status), nowPlus(0), nowPlus(driver.Backoff(l.opts, c.Attempts).Milliseconds()), cause)
 }
 
 // Lookup returns the newest record of each key (by sequencer, with
 // EveryVersion) in one query.
-func (l *Ledger) Lookup(ctx context.Context, bucket string, keys []string) (map[string]ledger.Record, error) {
+func (l *Backend) Lookup(ctx context.Context, bucket string, keys []string) (map[string]ledger.Record, error) {
 	out := map[string]ledger.Record{}
 	for start := 0; start < len(keys); start += 1000 {
 		chunk := keys[start:min(start+1000, len(keys))]
@@ -1033,7 +1006,7 @@ func (l *Ledger) Lookup(ctx context.Context, bucket string, keys []string) (map[
 }
 
 // Get returns the records of one key (one, unless EveryVersion).
-func (l *Ledger) Get(ctx context.Context, bucket, key string) ([]ledger.Record, error) {
+func (l *Backend) Get(ctx context.Context, bucket, key string) ([]ledger.Record, error) {
 	rows, err := l.db.QueryContext(ctx, l.q(`SELECT `+cols+` FROM cairn_ledger WHERE bucket = ? AND key = ? ORDER BY seq_sort, ident`), bucket, key)
 	if err != nil {
 		return nil, l.wrap("get", err)
@@ -1054,10 +1027,7 @@ func (l *Ledger) Get(ctx context.Context, bucket, key string) ([]ledger.Record, 
 }
 
 // List pages through records in (bucket, ident) order.
-func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, error) {
-	if f.Limit <= 0 {
-		f.Limit = 100
-	}
+func (l *Backend) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, error) {
 	var q string
 	var a []any
 	switch {
@@ -1103,7 +1073,7 @@ func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, err
 }
 
 // Counts returns how many records have each status.
-func (l *Ledger) Counts(ctx context.Context) (ledger.Counts, error) {
+func (l *Backend) Counts(ctx context.Context) (ledger.Counts, error) {
 	rows, err := l.db.QueryContext(ctx, `SELECT status, COUNT(*) FROM cairn_ledger GROUP BY status`)
 	if err != nil {
 		return nil, l.wrap("counts", err)

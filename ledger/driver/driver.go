@@ -1,0 +1,185 @@
+// Package driver is for authors of ledger backends, not for users of a
+// ledger: what a backend needs to behave exactly like cairn's own (package
+// ledger/sqlite, ledger/postgres and ledger/objledger all use it). A backend
+// implements ledger.Backend, registers an opener with ledger.Register, and
+// passes the conformance suite ledger/ledgertest; users then reach it through
+// ledger.Open or ledger.New, never through this package.
+//
+// Decide holds the ledger's acceptance rules: a backend reads a key's row,
+// calls Decide inside its transaction and stores what Decide returns, so that
+// every backend decides alike. Ident and SortSeq are how rows are keyed and
+// ordered; UnixMilli and FromUnixMilli are how times are stored; Defaults and
+// Backoff are how the shared ledger.Options are read.
+//
+// # Errors
+//
+// A backend reports ledger.ErrLeaseLost, ledger.ErrSuperseded,
+// ledger.ErrNotFound, ledger.ErrUnavailable and ledger.ErrNoLedger (wrapped,
+// so that errors.Is finds them); the suite checks that it does.
+package driver
+
+import (
+	"strings"
+	"time"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/ledger"
+)
+
+// Defaults returns a copy of o (nil: all defaults) with its zero fields
+// filled: what a backend keeps from the Options it is opened with.
+func Defaults(o *ledger.Options) ledger.Options {
+	var c ledger.Options
+	if o != nil {
+		c = *o
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 5
+	}
+	if c.RetryBase <= 0 {
+		c.RetryBase = time.Second
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = 5 * time.Minute
+	}
+	return c
+}
+
+// Backoff is the delay before attempt n+1 after n failed attempts, between
+// o.RetryBase and o.RetryMax (o as Defaults returns it).
+func Backoff(o ledger.Options, attempts int) time.Duration {
+	d := o.RetryBase << min(max(attempts-1, 0), 30)
+	if d <= 0 || d > o.RetryMax {
+		d = o.RetryMax
+	}
+	return d
+}
+
+// UnixMilli is how backends store times: unix milliseconds, 0 for the zero
+// time.
+func UnixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// FromUnixMilli reverses UnixMilli (in UTC).
+func FromUnixMilli(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+// seqWidth is the fixed width sequencers are padded to for storage, so that
+// string order in SQL equals event.CompareSequencer.
+const seqWidth = 64
+
+// SortSeq is the stored, comparable form of a sequencer: upper case, right-
+// padded with zeros to 64 hex digits. "" stays "" (unordered).
+func SortSeq(s string) string {
+	if s == "" {
+		return ""
+	}
+	s = strings.ToUpper(s)
+	if len(s) < seqWidth {
+		s += strings.Repeat("0", seqWidth-len(s))
+	}
+	return s
+}
+
+// Ident is the identity of the work an event belongs to: the key, or with
+// everyVersion the key, U+001F and the version id (NUL cannot be stored in
+// PostgreSQL text).
+func Ident(ev event.Event, everyVersion bool) string {
+	if everyVersion && ev.VersionID != "" {
+		return ev.Key + "\x1f" + ev.VersionID
+	}
+	return ev.Key
+}
+
+// Decide applies one event to the current row (nil if none) and returns the
+// outcome and the row to store (nil if unchanged). It is the single place the
+// ledger's acceptance rules live; every backend calls it inside its
+// transaction, so all backends decide alike.
+func Decide(row *ledger.Record, ev event.Event, source string, now time.Time) (ledger.Outcome, *ledger.Record) {
+	if ev.Ignorable() {
+		return ledger.Ignored, nil
+	}
+	if row == nil {
+		r := &ledger.Record{Bucket: ev.Bucket, Key: ev.Key, VersionID: ev.VersionID, ETag: ev.ETag, Size: ev.Size, Kind: ev.Kind,
+			Name: ev.Name, EventTime: ev.Time, Seq: ev.Sequencer, Status: ledger.Pending, FirstSeen: now, Updated: now, Seen: 1, Source: source, Gen: 1,
+			NextAttempt: now, Format: ev.Format, Region: ev.Region, RequestID: ev.RequestID, HostID: ev.HostID}
+		return ledger.New, r
+	}
+	r := *row
+	r.Seen++
+	r.Updated = now
+	accept := func() ledger.Outcome {
+		prev := r.Status
+		r.VersionID, r.ETag, r.Size, r.Kind, r.Name, r.EventTime, r.Source = ev.VersionID, ev.ETag, ev.Size, ev.Kind, ev.Name, ev.Time, source
+		r.Format, r.Region, r.RequestID, r.HostID = ev.Format, ev.Region, ev.RequestID, ev.HostID
+		r.LastError = ""
+		r.Gen++
+		switch r.Status {
+		case ledger.Pending:
+			// Coalesced: the key keeps its place in the queue (next_at orders
+			// pending work first-in, first-out), so a key written again and
+			// again is not pushed back for ever.
+		case ledger.Claimed:
+		default:
+			r.Status, r.Attempts, r.NextAttempt = ledger.Pending, 0, now
+		}
+		if prev == ledger.Pending || prev == ledger.Failed {
+			return ledger.Coalesced
+		}
+		return ledger.New
+	}
+	switch {
+	case ev.Unordered():
+		// No sequencer (e.g. an audit resubmission): never overrides a sequenced
+		// decision; it only asks for the key to be processed again if what it
+		// saw differs from what the ledger accepted, or if the accepted work
+		// failed (an explicit resubmission of failed or dead work).
+		if ev.ETag != "" && ev.ETag == r.ETag && ev.Kind == r.Kind && r.Status != ledger.Failed && r.Status != ledger.Dead {
+			return ledger.Duplicate, &r
+		}
+		// What it saw is older than the accepted event (the store's own clock
+		// on both sides; listings give whole seconds): an event for a newer
+		// write already arrived. An audit skips objects younger than its grace
+		// period, so a state it saw and a later write are far apart.
+		if !ev.Time.IsZero() && !r.EventTime.IsZero() && ev.Time.Before(r.EventTime.Truncate(time.Second)) {
+			r.Stale++
+			return ledger.Stale, &r
+		}
+		seq := r.Seq
+		out := accept()
+		r.Seq = seq
+		return out, &r
+	case r.Seq == "":
+		r.Seq = ev.Sequencer
+		if ev.ETag != "" && ev.ETag == r.ETag && ev.Kind == r.Kind && ev.VersionID == r.VersionID {
+			// The late real event of a change an audit resubmitted first: the
+			// state already accepted. Its sequencer orders the key from now on.
+			return ledger.Duplicate, &r
+		}
+		return accept(), &r
+	}
+	switch c := event.CompareSequencer(ev.Sequencer, r.Seq); {
+	case c == 0:
+		return ledger.Duplicate, &r
+	case c > 0 && ev.ETag != "" && ev.ETag == r.ETag && ev.Kind == r.Kind && ev.VersionID == r.VersionID:
+		// Newer, but the object's state is the one already accepted (an
+		// identical re-upload, or the real event of a change an audit
+		// resubmitted first): the latest state has not changed.
+		r.Seq = ev.Sequencer
+		return ledger.Duplicate, &r
+	case c < 0:
+		r.Stale++
+		return ledger.Stale, &r
+	default:
+		r.Seq = ev.Sequencer
+		return accept(), &r
+	}
+}

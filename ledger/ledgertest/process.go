@@ -1,0 +1,154 @@
+package ledgertest
+
+// Processes: several processes sharing one ledger, and a worker killed with
+// its claim held. The children are this test binary run again (MaybeChild).
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/ledger"
+)
+
+const (
+	envChild = "CAIRN_LEDGERTEST_CHILD"
+	envURL   = "CAIRN_LEDGERTEST_URL"
+	envSeed  = "CAIRN_LEDGERTEST_SEED"
+)
+
+// MaybeChild runs the child side of a process test and exits, if this process
+// was started as one. Call it first in TestMain.
+func MaybeChild() {
+	mode := os.Getenv(envChild)
+	if mode == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	l, err := ledger.Open(ctx, os.Getenv(envURL), nil)
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
+	switch mode {
+	case "storm":
+		err = work(ctx, l, storm(30, seed), 10, func(key, seq string) { fmt.Println("ran", key, seq) })
+	case "claim-and-hang":
+		_, err = l.Record(ctx, "child", []event.Event{ev("durable", "01")})
+		if err == nil {
+			var cs []ledger.Claim
+			cs, err = l.Claim(ctx, 1, 2*time.Second)
+			if err == nil && len(cs) == 1 {
+				fmt.Println("claimed", cs[0].Token)
+				time.Sleep(time.Hour) // killed here
+			}
+		}
+	}
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	l.Close()
+	os.Exit(0)
+}
+
+func child(t *testing.T, h Harness, url, mode string, seed int) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), h.Env...), envChild+"="+mode, envURL+"="+url, envSeed+"="+strconv.Itoa(seed))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, bufio.NewScanner(out)
+}
+
+func testStormProcesses(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	l, url := h.New(t, nil)
+	if url == "" {
+		t.Skip("this ledger cannot be opened from another process")
+	}
+	const procs = 4
+	type kid struct {
+		cmd *exec.Cmd
+		out *bufio.Scanner
+	}
+	var kids []kid
+	for p := range procs {
+		cmd, out := child(t, h, url, "storm", p+1)
+		kids = append(kids, kid{cmd, out})
+	}
+	log := map[string][]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, k := range kids {
+		wg.Go(func() {
+			for k.out.Scan() {
+				f := strings.Fields(k.out.Text())
+				mu.Lock()
+				if len(f) == 3 && f[0] == "ran" {
+					log[f[1]] = append(log[f[1]], f[2])
+				} else {
+					t.Errorf("child: %s", k.out.Text())
+				}
+				mu.Unlock()
+			}
+			if err := k.cmd.Wait(); err != nil {
+				t.Errorf("child: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	checkStorm(t, ctx, l, 30, log)
+}
+
+// A worker killed with -9 between claim and complete: nothing recorded is lost,
+// and once its lease expires the work is claimable again with a higher token.
+func testKilledWorker(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	l, url := h.New(t, nil)
+	if url == "" {
+		t.Skip("this ledger cannot be opened from another process")
+	}
+	cmd, out := child(t, h, url, "claim-and-hang", 0)
+	if !out.Scan() || !strings.HasPrefix(out.Text(), "claimed ") {
+		t.Fatalf("child: %q", out.Text())
+	}
+	token, _ := strconv.ParseInt(strings.TrimPrefix(out.Text(), "claimed "), 10, 64)
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if cs := must(l.Claim(ctx, 1, time.Minute))(t); len(cs) != 0 {
+		t.Fatalf("claimed while the dead worker's lease is still running: %+v", cs)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		cs := must(l.Claim(ctx, 1, time.Minute))(t)
+		if len(cs) == 1 {
+			if cs[0].Key != "durable" || cs[0].Token != token+1 {
+				t.Fatalf("takeover claim %+v, want token %d", cs[0], token+1)
+			}
+			if err := l.Complete(ctx, cs[0], ""); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatal("the killed worker's claim never became claimable again")
+}

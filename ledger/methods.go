@@ -1,0 +1,231 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cairn-s3/cairn/event"
+)
+
+// MaxText is how many bytes of a handler's result (Complete, CompleteBatch)
+// or failure cause (Fail) a ledger keeps: longer ones are cut, at a UTF-8
+// character boundary, to at most this many bytes (and bytes that are not
+// UTF-8 are stored as U+FFFD).
+const MaxText = 4096
+
+// Ledger is the user-facing handle on a ledger, over a Backend. Open one with
+// Open (by URL), a backend package's Open, or NewLedger. It is safe for
+// concurrent use.
+type Ledger struct {
+	b Backend
+}
+
+// NewLedger returns a Ledger over b; its Close closes b. (It is not called
+// New: New is the Outcome of an event accepted as new work.)
+func NewLedger(b Backend) *Ledger { return &Ledger{b: b} }
+
+// Backend returns the backend the ledger runs on, for backend-specific calls
+// (e.g. an object-store ledger's Compact).
+func (l *Ledger) Backend() Backend { return l.b }
+
+// clip makes s valid UTF-8 (a database text column may refuse anything
+// else; JSON would replace the bad bytes anyway) and cuts it to at most
+// MaxText bytes at a character boundary.
+func clip(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if len(s) > MaxText {
+		i := MaxText
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		s = s[:i]
+	}
+	return s
+}
+
+// checkLease refuses a lease that would expire the moment it is granted.
+func checkLease(op string, lease time.Duration) error {
+	if lease <= 0 {
+		return fmt.Errorf("ledger: %s: lease %v must be positive", op, lease)
+	}
+	return nil
+}
+
+// checkClaim refuses a claim without its identity (not one Claim returned):
+// no record can be found for it.
+func checkClaim(op string, c Claim) error {
+	if c.Bucket == "" || c.Ident == "" {
+		return fmt.Errorf("%s %s/%s: a claim without its bucket and identity (use a Claim that Claim or RecordAndClaim returned): %w",
+			op, c.Bucket, c.Key, ErrNotFound)
+	}
+	return nil
+}
+
+// Record stores events durably and decides each (same order as evs).
+func (l *Ledger) Record(ctx context.Context, source string, evs []event.Event) ([]Decision, error) {
+	ds, _, err := l.b.RecordAndClaim(ctx, source, evs, 0, 0)
+	return ds, err
+}
+
+// RecordAndClaim is Record that also claims, in the same transaction, up to n
+// of the records this batch made pending (the fast path of a daemon with idle
+// workers: no separate claim transaction). It may claim fewer (none with
+// Options.EveryVersion); n ≤ 0 claims nothing, as Record.
+func (l *Ledger) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]Decision, []Claim, error) {
+	if n <= 0 {
+		n, lease = 0, 0
+	} else if err := checkLease("RecordAndClaim", lease); err != nil {
+		return nil, nil, err
+	}
+	return l.b.RecordAndClaim(ctx, source, evs, n, lease)
+}
+
+// Claim leases up to n records of work for lease (none if n ≤ 0).
+func (l *Ledger) Claim(ctx context.Context, n int, lease time.Duration) ([]Claim, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	if err := checkLease("Claim", lease); err != nil {
+		return nil, err
+	}
+	return l.b.Claim(ctx, n, lease)
+}
+
+// Renew extends the claim's lease to lease from now.
+func (l *Ledger) Renew(ctx context.Context, c Claim, lease time.Duration) (Claim, error) {
+	if err := checkLease("Renew", lease); err != nil {
+		return c, err
+	}
+	if err := checkClaim("renew", c); err != nil {
+		return c, err
+	}
+	return l.b.Renew(ctx, c, lease)
+}
+
+// Complete records the claim's work as processed, keeping result (cut to
+// MaxText bytes), or, if newer work arrived while it ran, makes the record
+// pending again.
+func (l *Ledger) Complete(ctx context.Context, c Claim, result string) error {
+	if err := checkClaim("complete", c); err != nil {
+		return err
+	}
+	return l.b.Complete(ctx, c, clip(result))
+}
+
+// CompleteBatch completes several claims in one transaction: errs[i] is
+// Complete's answer for cs[i]; err is set only if nothing was applied.
+func (l *Ledger) CompleteBatch(ctx context.Context, cs []Claim, results []string) (errs []error, err error) {
+	if len(results) != len(cs) {
+		return nil, fmt.Errorf("ledger: CompleteBatch: %d claims, %d results", len(cs), len(results))
+	}
+	if len(cs) == 0 {
+		return []error{}, nil
+	}
+	errs = make([]error, len(cs))
+	var ok []int // indexes of the claims the backend is given
+	for i, c := range cs {
+		if errs[i] = checkClaim("complete", c); errs[i] == nil {
+			ok = append(ok, i)
+		}
+	}
+	if len(ok) == 0 {
+		return errs, nil
+	}
+	bcs, brs := make([]Claim, len(ok)), make([]string, len(ok))
+	for j, i := range ok {
+		bcs[j], brs[j] = cs[i], clip(results[i])
+	}
+	berrs, err := l.b.CompleteBatch(ctx, bcs, brs)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range ok {
+		errs[i] = berrs[j]
+	}
+	return errs, nil
+}
+
+// Release gives the work back unfinished (e.g. at shutdown): the record is
+// claimable again at once and the attempt is not counted.
+func (l *Ledger) Release(ctx context.Context, c Claim) error {
+	if err := checkClaim("release", c); err != nil {
+		return err
+	}
+	return l.b.Release(ctx, c)
+}
+
+// Fail records a failed attempt and its cause (cut to MaxText bytes): the
+// work is retried after a backoff if retryable and attempts remain, else the
+// record is dead. If newer work arrived meanwhile, that work is pending
+// instead.
+func (l *Ledger) Fail(ctx context.Context, c Claim, cause string, retryable bool) error {
+	if err := checkClaim("fail", c); err != nil {
+		return err
+	}
+	return l.b.Fail(ctx, c, clip(cause), retryable)
+}
+
+// Lookup returns the newest record of each of keys in bucket, in one query
+// (keys with no record are absent from the map).
+func (l *Ledger) Lookup(ctx context.Context, bucket string, keys []string) (map[string]Record, error) {
+	return l.b.Lookup(ctx, bucket, keys)
+}
+
+// Get returns the records of one key (ErrNotFound if it has none).
+func (l *Ledger) Get(ctx context.Context, bucket, key string) ([]Record, error) {
+	return l.b.Get(ctx, bucket, key)
+}
+
+// List pages through records (Filter.After* is the cursor).
+func (l *Ledger) List(ctx context.Context, f Filter) ([]Claim, error) {
+	if f.Limit <= 0 {
+		f.Limit = defaultListLimit
+	}
+	return l.b.List(ctx, f)
+}
+
+// defaultListLimit is Filter.Limit's default.
+const defaultListLimit = 100
+
+// Counts counts the records by status.
+func (l *Ledger) Counts(ctx context.Context) (Counts, error) { return l.b.Counts(ctx) }
+
+// Replay makes the selected records claimable again as an explicit replay:
+// pending, attempts reset, the replay counted (never a duplicate). Only
+// processed, failed and dead records can be replayed; the record's accepted
+// (newest) event is what runs again, never an older one. It returns how many
+// records were (or, with DryRun, would be) replayed.
+func (l *Ledger) Replay(ctx context.Context, s Selection) (int, error) {
+	if len(s.Statuses) == 0 {
+		s.Statuses = []Status{Dead}
+	}
+	for _, st := range s.Statuses {
+		switch st {
+		case Processed, Failed, Dead:
+		default:
+			return 0, fmt.Errorf("ledger: replay: %q records cannot be replayed (processed, failed or dead only)", st)
+		}
+	}
+	return l.b.Replay(ctx, s)
+}
+
+// Purge deletes processed records last updated before olderThan, and failed
+// and dead ones too if includeDead; never pending or claimed work.
+func (l *Ledger) Purge(ctx context.Context, olderThan time.Time, includeDead bool) (int, error) {
+	return l.b.Purge(ctx, olderThan, includeDead)
+}
+
+// OldestPending is since when the oldest pending work has waited (zero time
+// if none).
+func (l *Ledger) OldestPending(ctx context.Context) (time.Time, error) { return l.b.OldestPending(ctx) }
+
+// Ping checks that the ledger is reachable (readiness).
+func (l *Ledger) Ping(ctx context.Context) error { return l.b.Ping(ctx) }
+
+// Close closes the backend.
+func (l *Ledger) Close() error { return l.b.Close() }
