@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	mrand "math/rand/v2"
 	"net/url"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/docstore"
+	"github.com/cairn-s3/cairn/internal/backoff"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/driver"
 	"github.com/cairn-s3/cairn/objstore"
@@ -211,7 +211,6 @@ func OpenBackend(ctx context.Context, s *objstore.Store, opts *ledger.Options, c
 	// Opening is retried through transient failures (a lost request, a store
 	// restarting): one failed request must not stop a daemon from starting.
 	var m meta
-	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := requireCAS(ctx, s)
 		if err == nil {
@@ -225,12 +224,9 @@ func OpenBackend(ctx context.Context, s *objstore.Store, opts *ledger.Options, c
 		if !transient || attempt == openAttempts || ctx.Err() != nil {
 			return nil, err
 		}
-		select {
-		case <-ctx.Done():
+		if openBackoff.Wait(ctx, attempt-1) != nil {
 			return nil, err
-		case <-time.After(backoff):
 		}
-		backoff *= 2
 	}
 	l.shards = m.Shards
 	l.heads = make([]cachedHead, l.shards)
@@ -240,7 +236,8 @@ func OpenBackend(ctx context.Context, s *objstore.Store, opts *ledger.Options, c
 	return l, nil
 }
 
-// openAttempts bounds OpenBackend's retries of transient failures (about 3 s).
+// openAttempts bounds OpenBackend's retries of transient failures (waits of
+// at most 3 s in all: openBackoff).
 const openAttempts = 5
 
 // requireCAS refuses a store that does not enforce conditional writes, naming
@@ -516,17 +513,13 @@ func transient(err error) bool {
 }
 
 // sleep waits a full-jitter backoff for attempt (5 ms doubling, capped at 1 s).
-func sleep(ctx context.Context, attempt int) error {
-	ceil := min(5*time.Millisecond<<attempt, time.Second)
-	t := time.NewTimer(time.Duration(mrand.Int64N(int64(ceil)) + 1))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func sleep(ctx context.Context, attempt int) error { return readBackoff.Wait(ctx, attempt) }
+
+// The waits between the attempts of a read and of opening the ledger.
+var (
+	readBackoff = backoff.Policy{Base: 5 * time.Millisecond, Max: time.Second}
+	openBackoff = backoff.Policy{Base: 200 * time.Millisecond, Max: 2 * time.Second}
+)
 
 // view reads shard s as it is now (read-only).
 func (l *Backend) view(ctx context.Context, s int) (*head, error) {

@@ -47,12 +47,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/internal/backoff"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/driver"
 )
@@ -158,12 +158,10 @@ func (l *Backend) wrap(op string, err error) error {
 	return fmt.Errorf("ledger (%s) %s: %w", l.d.Name, op, err)
 }
 
-// Bounds of the backoff between runs of a transaction that hit a transient
-// conflict.
-const (
-	retryMin = time.Millisecond
-	retryMax = 250 * time.Millisecond
-)
+// conflictBackoff is the wait between runs of a transaction that hit a
+// transient conflict (full jitter: conflicting transactions that failed
+// together must not run again together).
+var conflictBackoff = backoff.Policy{Base: 2 * time.Millisecond, Max: 250 * time.Millisecond}
 
 // inTx runs fn in a transaction, with the transaction's time, and commits. A
 // transient conflict (Dialect.Transient) rolls the transaction back and runs
@@ -171,23 +169,15 @@ const (
 // no state of its own between runs. Errors from fn are returned as they are
 // (fn wraps its own); the rest are wrapped with op.
 func (l *Backend) inTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
-	backoff := retryMin
 	for attempt := 1; ; attempt++ {
 		err := l.tryTx(ctx, op, fn)
 		if err == nil || l.d.Transient == nil || !l.d.Transient(err) {
 			return err
 		}
-		// Full jitter: conflicting transactions that failed together must not
-		// run again together.
-		t := time.NewTimer(backoff/2 + rand.N(backoff))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if conflictBackoff.Wait(ctx, attempt-1) != nil {
 			return fmt.Errorf("ledger (%s) %s: a transient conflict persisted over %d attempts until the context ended (%v): %w",
 				l.d.Name, op, attempt, context.Cause(ctx), err)
-		case <-t.C:
 		}
-		backoff = min(2*backoff, retryMax)
 	}
 }
 
