@@ -1,7 +1,7 @@
 package ledgertest
 
 // Processes: several processes sharing one ledger, and a worker killed with
-// its claim held. The children are this test binary run again (MaybeChild).
+// its claim held. The children are this test binary run again (testenv.Child).
 
 import (
 	"bufio"
@@ -16,56 +16,59 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
 const (
-	envChild = "CAIRN_LEDGERTEST_CHILD"
-	envURL   = "CAIRN_LEDGERTEST_URL"
-	envSeed  = "CAIRN_LEDGERTEST_SEED"
+	envURL  = "CAIRN_LEDGERTEST_URL"
+	envSeed = "CAIRN_LEDGERTEST_SEED"
 )
 
-// MaybeChild runs the child side of a process test and exits, if this process
-// was started as one. Call it first in TestMain.
-func MaybeChild() {
-	mode := os.Getenv(envChild)
-	if mode == "" {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	l, err := ledger.Open(ctx, os.Getenv(envURL), nil)
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
-	switch mode {
-	case "storm":
-		err = work(ctx, l, storm(30, seed), 10, func(key, seq string) { fmt.Println("ran", key, seq) })
-	case "claim-and-hang":
-		_, err = l.Record(ctx, "child", []event.Event{ev("durable", "01")})
-		if err == nil {
-			var cs []ledger.Claim
-			cs, err = l.Claim(ctx, 1, 2*time.Second)
+// The children: registered with testenv, run by the shared TestMain
+// (testmain.Run) when the test binary is re-executed as one.
+func init() {
+	testenv.RegisterChild("ledgertest-storm", func() int {
+		return childMain(func(ctx context.Context, l *ledger.Ledger, seed uint64) error {
+			return work(ctx, l, storm(30, seed), 10, func(key, seq string) { fmt.Println("ran", key, seq) })
+		})
+	})
+	testenv.RegisterChild("ledgertest-claim-and-hang", func() int {
+		return childMain(func(ctx context.Context, l *ledger.Ledger, _ uint64) error {
+			if _, err := l.Record(ctx, "child", []event.Event{ev("durable", "01")}); err != nil {
+				return err
+			}
+			cs, err := l.Claim(ctx, 1, 2*time.Second)
 			if err == nil && len(cs) == 1 {
 				fmt.Println("claimed", cs[0].Token)
 				time.Sleep(time.Hour) // killed here
 			}
-		}
+			return err
+		})
+	})
+}
+
+// childMain opens the ledger the parent named and runs fn on it: exit status
+// 0, or 1 with the error printed.
+func childMain(fn func(ctx context.Context, l *ledger.Ledger, seed uint64) error) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	l, err := ledger.Open(ctx, os.Getenv(envURL), nil)
+	if err == nil {
+		seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
+		err = fn(ctx, l, seed)
+		l.Close()
 	}
 	if err != nil {
 		fmt.Println("error", err)
-		os.Exit(1)
+		return 1
 	}
-	l.Close()
-	os.Exit(0)
+	return 0
 }
 
 func child(t *testing.T, h Harness, url, mode string, seed int) (*exec.Cmd, *bufio.Scanner) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), h.Env...), envChild+"="+mode, envURL+"="+url, envSeed+"="+strconv.Itoa(seed))
+	cmd := testenv.Child(t, "ledgertest-"+mode, append(h.Env, envURL+"="+url, envSeed+"="+strconv.Itoa(seed))...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -74,7 +77,6 @@ func child(t *testing.T, h Harness, url, mode string, seed int) (*exec.Cmd, *buf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return cmd, bufio.NewScanner(out)
 }
 

@@ -26,10 +26,7 @@ import (
 	"github.com/cairn-s3/cairn/objstore/mem"
 )
 
-func TestMain(m *testing.M) {
-	ledgertest.MaybeChild()
-	testmain.Run(m)
-}
+func TestMain(m *testing.M) { testmain.Run(m) }
 
 func open(t *testing.T, url string, opts *ledger.Options) *ledger.Ledger {
 	t.Helper()

@@ -11,10 +11,7 @@ import (
 	"github.com/cairn-s3/cairn/ledger/sqlite"
 )
 
-func TestMain(m *testing.M) {
-	ledgertest.MaybeChild()
-	testmain.Run(m)
-}
+func TestMain(m *testing.M) { testmain.Run(m) }
 
 func TestConformance(t *testing.T) {
 	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
