@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/internal/testmain"
@@ -176,7 +178,7 @@ func maybeChild() {
 	}
 	opts := &lease.Options{TTL: 2 * time.Second}
 	if skew, _ := time.ParseDuration(os.Getenv(envSkew)); skew != 0 {
-		opts.Now = func() time.Time { return time.Now().Add(skew) } // a wall clock far off
+		opts.Clock = skewed{clockwork.NewRealClock(), skew} // a wall clock far off
 	}
 	l, err := lease.New(s, opts).Acquire(ctx, "locks/job")
 	if err != nil {
@@ -199,6 +201,14 @@ func maybeChild() {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// skewed is the real clock, shifted by skew.
+type skewed struct {
+	clockwork.Clock
+	skew time.Duration
+}
+
+func (c skewed) Now() time.Time { return c.Clock.Now().Add(c.skew) }
 
 type proc struct {
 	cmd *exec.Cmd
