@@ -246,8 +246,8 @@ type Manager struct {
 	nodes docstore.Doc[nodeDoc]
 	sess  docstore.Doc[sessionDoc]
 
-	mu    sync.Mutex
-	cur   *tsession // current session (nil until first use)
+	mu  sync.Mutex
+	cur *tsession // current session (nil until first use)
 	// watch judges other sessions by the observer's rule; it forgets those
 	// not asked about for two of their TTLs, so it stays bounded.
 	watch *session.Watch
