@@ -342,7 +342,10 @@ func (m *Manager) ensureSession(ctx context.Context) (*tsession, error) {
 			})
 			return err
 		},
-		AfterRenew: m.retryWithdrawals,
+		AfterRenew: func(ctx context.Context) {
+			m.watch.Prune()
+			m.retryWithdrawals(ctx)
+		},
 		// Never renewed again: others may already have pruned us. Deleting
 		// the document lets them prune the rest at once.
 		OnExpire: func(ctx context.Context) { _ = m.s.Delete(ctx, key, objstore.Condition{}) },

@@ -294,12 +294,24 @@ func (w *Watch) Dead(id string, rev int64, ttl time.Duration) bool {
 	return now.Sub(o.since) >= ttl
 }
 
-// pruneLocked forgets, at most once per ttl, the observations not asked
-// about for two of their TTLs.
+// pruneLocked prunes at most once per ttl.
 func (w *Watch) pruneLocked(now time.Time, ttl time.Duration) {
-	if now.Sub(w.lastPrune) < ttl {
-		return
+	if now.Sub(w.lastPrune) >= ttl {
+		w.pruneAllLocked(now)
 	}
+}
+
+// Prune forgets the observations not asked about for two of their TTLs. Dead
+// prunes too, now and then; an owner that renews its own session calls Prune
+// on every renewal, so the Watch shrinks also while nobody is asked about.
+func (w *Watch) Prune() {
+	now := w.clock.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pruneAllLocked(now)
+}
+
+func (w *Watch) pruneAllLocked(now time.Time) {
 	w.lastPrune = now
 	for id, o := range w.seen {
 		if now.Sub(o.asked) >= 2*o.ttl {
