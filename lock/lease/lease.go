@@ -17,6 +17,10 @@
 // against another's. A holder with a wildly wrong wall clock behaves correctly;
 // only clock RATES matter (they differ by parts per million).
 //
+// Durations (TTLs, renewals, polls) are measured on Options.Clock: the real
+// clock by default; tests can pass a clockwork.FakeClock and move time
+// themselves (see the example of Options).
+//
 // # Guarantees and limits
 //
 //   - At most one holder at a time, as far as the holders' own deadlines go; a

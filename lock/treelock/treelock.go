@@ -24,8 +24,28 @@
 // clocks). Its entries are then pruned by whoever next updates their nodes.
 // Its owner, for its part, stops at its own deadline (TTL after the start of
 // its last renewal confirmed before that deadline) and never renews again:
-// Done() closes on every Held. So a crashed holder's locks are released after
-// one TTL.
+// Done closes on every Held, and Err says the session was lost. A renewal
+// that finds its session's document deleted (others judged it dead) ends the
+// session at once too. So a crashed holder's locks are released after one
+// TTL. (Package lease renews its leases and judges them by the same
+// primitive and the same rule.)
+//
+// An observer keeps its watch of another session only while it can matter:
+// it forgets one whose document it found gone or deleted, and one it has not
+// been asked about for two of that session's TTLs (starting a watch again
+// only delays a judgement of death, never hastens it). So a long-lived
+// process that meets ever new sessions keeps a bounded set of observations.
+//
+// Durations (TTLs, renewals, polls) are measured on Options.Clock: the real
+// clock by default; tests can pass a clockwork.FakeClock.
+//
+// # A held request
+//
+// Acquire returns a *Held: Token(path) is the fencing token of each path it
+// locked; Done is closed when the locks end — Release, a lost session, or
+// the Manager's Close — and Err is then nil after Release, or says which
+// loss; Release returns an error if the locks had been lost before it, or a
+// withdrawal from a node was not confirmed (see Errors).
 //
 // # Fencing tokens
 //
@@ -140,16 +160,23 @@
 //     the context's error). Either way nothing is held: what the request had
 //     already taken was released.
 //   - ErrSessionLost: the process's session was not renewed before its
-//     deadline while Acquire waited; the request gave up. Locks granted to
-//     the lost session may be held by others now: Held.Done is closed on
-//     every Held of it.
+//     deadline (or its document was deleted by others who judged it dead).
+//     Acquire returns it if this happened while it waited: the request gave
+//     up. Locks granted to the lost session may be held by others now:
+//     Held.Done is closed on every Held of it, and Held.Err and Held.Release
+//     return it.
+//   - ErrClosed: the Manager was closed while the request was held (Held.Err,
+//     Held.Release) or while Acquire waited. As with a lost session, others
+//     may hold the locks now.
 //   - pathlock.ErrBadPath: a path of the request is not absolute or has
 //     empty, "." or ".." components. Nothing was tried.
 //   - objstore.ErrNotSupported: the store does not enforce conditional
 //     writes, on which the locks depend.
 //
-// Other errors are the store's (a failed request); the request then holds
-// nothing.
+// Other errors are the store's (a failed request). From Acquire, the
+// request then holds nothing. From Held.Release, some node's withdrawal was
+// not confirmed: it is retried on every renewal while the session lives, and
+// once the session ends others prune its entries anyway.
 package treelock
 
 import (
