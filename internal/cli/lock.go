@@ -258,9 +258,11 @@ lock's session was lost while CMD ran (CMD gets SIGTERM).`,
 			}
 			env := append(treeTokens(h, reads, writes), "CAIRN_TREE_LOCK="+strings.Join(append(prefixed("r:", reads), prefixed("w:", writes)...), ","))
 			e.log.Info("tree lock acquired", "tokens", env[1])
-			code, lost := runHeld(e, args, env, h.Done(), func() error { return treelock.ErrSessionLost })
+			code, lost := runHeld(e, args, env, h.Done(), h.Err)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			h.Release(rctx)
+			if rerr := h.Release(rctx); rerr != nil && !lost {
+				e.log.Warn("releasing the tree lock failed; others take it once the session ends", "err", rerr)
+			}
 			cancel()
 			if lost {
 				return exitError{ExitLeaseLost, treelock.ErrSessionLost}

@@ -1,10 +1,4 @@
 package lease
 
 // Crash stops renewing without releasing, as a crashed holder would.
-func (l *Lease) Crash() {
-	l.mu.Lock()
-	l.released = true
-	close(l.stop)
-	l.mu.Unlock()
-	<-l.stopped
-}
+func (l *Lease) Crash() { _ = l.s.Stop() }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cairn-s3/cairn/internal/testenv"
@@ -22,50 +23,52 @@ import (
 // silence has passed; the next holder gets a fresh token.
 func TestLateAcquireHeldByNobody(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	var late atomic.Bool
-	fb := faulty.New(mem.NewBackend(""), &faulty.Options{LateDelay: 100 * time.Millisecond, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
-		if late.Load() && op == faulty.OpPut {
-			return faulty.LateApply, 0
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		var late atomic.Bool
+		fb := faulty.New(mem.NewBackend(""), &faulty.Options{LateDelay: 100 * time.Millisecond, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+			if late.Load() && op == faulty.OpPut {
+				return faulty.LateApply, 0
+			}
+			return faulty.None, 0
+		}})
+		s := objstore.New(fb, nil)
+		a := lease.New(s, &lease.Options{TTL: ttl, Holder: "a"})
+		b := lease.New(s, &lease.Options{TTL: ttl, Holder: "b"})
+		late.Store(true)
+		actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		_, err := a.TryAcquire(actx, "l")
+		cancel()
+		late.Store(false)
+		if err == nil {
+			t.Fatal("acquired although every write was late")
 		}
-		return faulty.None, 0
-	}})
-	s := objstore.New(fb, nil)
-	a := lease.New(s, &lease.Options{TTL: ttl, Holder: "a"})
-	b := lease.New(s, &lease.Options{TTL: ttl, Holder: "b"})
-	late.Store(true)
-	actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	_, err := a.TryAcquire(actx, "l")
-	cancel()
-	late.Store(false)
-	if err == nil {
-		t.Fatal("acquired although every write was late")
-	}
-	fb.Wait()
-	st, _, err := a.Status(ctx, "l")
-	if err != nil || st.Holder != "a" {
-		t.Fatalf("the late acquisition did not land (%+v %v): the test needs it to", st, err)
-	}
-	if _, err := a.TryAcquire(ctx, "l"); !errors.Is(err, lease.ErrNotAcquired) {
-		t.Fatalf("the manager whose acquisition landed late took it again: %v", err)
-	}
-	if _, err := b.TryAcquire(ctx, "l"); !errors.Is(err, lease.ErrNotAcquired) {
-		t.Fatalf("another holder took a lease that looks held: %v", err)
-	}
-	start := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, 10*ttl)
-	defer cancel()
-	lb, err := b.Acquire(wctx, "l")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lb.Release(ctx)
-	if waited := time.Since(start); waited < ttl/2 {
-		t.Fatalf("took over after %v: before the orphaned lease's TTL", waited)
-	}
-	if lb.Token() != st.Token+1 {
-		t.Fatalf("token %d after the late acquisition's %d", lb.Token(), st.Token)
-	}
+		fb.Wait()
+		st, _, err := a.Status(ctx, "l")
+		if err != nil || st.Holder != "a" {
+			t.Fatalf("the late acquisition did not land (%+v %v): the test needs it to", st, err)
+		}
+		if _, err := a.TryAcquire(ctx, "l"); !errors.Is(err, lease.ErrNotAcquired) {
+			t.Fatalf("the manager whose acquisition landed late took it again: %v", err)
+		}
+		if _, err := b.TryAcquire(ctx, "l"); !errors.Is(err, lease.ErrNotAcquired) {
+			t.Fatalf("another holder took a lease that looks held: %v", err)
+		}
+		start := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, 10*ttl)
+		defer cancel()
+		lb, err := b.Acquire(wctx, "l")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lb.Release(ctx)
+		if waited := time.Since(start); waited < ttl {
+			t.Fatalf("took over after %v: before the orphaned lease's TTL", waited)
+		}
+		if lb.Token() != st.Token+1 {
+			t.Fatalf("token %d after the late acquisition's %d", lb.Token(), st.Token)
+		}
+	})
 }
 
 // Holders racing for one lease through late-landing writes, lost requests and

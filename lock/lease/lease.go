@@ -17,6 +17,10 @@
 // against another's. A holder with a wildly wrong wall clock behaves correctly;
 // only clock RATES matter (they differ by parts per million).
 //
+// Durations (TTLs, renewals, polls) are measured on Options.Clock: the real
+// clock by default; tests can pass a clockwork.FakeClock and move time
+// themselves (see the example of Options).
+//
 // # Guarantees and limits
 //
 //   - At most one holder at a time, as far as the holders' own deadlines go; a
@@ -83,10 +87,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/cairn-s3/cairn/docstore"
+	"github.com/cairn-s3/cairn/lock/internal/session"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
@@ -115,8 +122,9 @@ type Options struct {
 	Poll time.Duration
 	// Holder names this holder. Default: host/pid/random.
 	Holder string
-	// Now is the monotonic clock (tests). Default: time.Now.
-	Now func() time.Time
+	// Clock is the monotonic clock on which TTLs, renewals and polls are
+	// measured (tests pass a clockwork.FakeClock). Default: the real clock.
+	Clock clockwork.Clock
 }
 
 // Manager hands out leases stored in one Store.
@@ -138,8 +146,8 @@ func New(s *objstore.Store, opts *Options) *Manager {
 	if m.opts.Poll <= 0 {
 		m.opts.Poll = m.opts.TTL / 10
 	}
-	if m.opts.Now == nil {
-		m.opts.Now = time.Now
+	if m.opts.Clock == nil {
+		m.opts.Clock = clockwork.NewRealClock()
 	}
 	if m.opts.Holder == "" {
 		host, _ := os.Hostname()
@@ -155,35 +163,23 @@ type Lease struct {
 	m     *Manager
 	key   string
 	token int64
-	done  chan struct{}
-
-	mu       sync.Mutex
-	deadline time.Time // on the holder's monotonic clock
-	err      error
-	stop     chan struct{}
-	stopped  chan struct{}
-	released bool
+	s     *session.Session
+	// releasing: Release has begun (a second Release does nothing).
+	releasing atomic.Bool
 }
 
 // Token is the fencing token: larger than every earlier holder's.
 func (l *Lease) Token() int64 { return l.token }
 
 // Done is closed when the lease is lost (or released).
-func (l *Lease) Done() <-chan struct{} { return l.done }
+func (l *Lease) Done() <-chan struct{} { return l.s.Done() }
 
-// Err is ErrLeaseLost after a loss, nil while held or after Release.
-func (l *Lease) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
+// Err is nil while held or after Release; after a loss, an error wrapping
+// ErrLeaseLost that says how it was lost.
+func (l *Lease) Err() error { return l.s.Err() }
 
 // Valid reports whether the lease is still held by the holder's own deadline.
-func (l *Lease) Valid() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err == nil && !l.released && l.m.opts.Now().Before(l.deadline)
-}
+func (l *Lease) Valid() bool { return l.s.Valid() }
 
 const anyRev = -1
 
@@ -215,7 +211,7 @@ func (m *Manager) take(ctx context.Context, key string, rev int64, requireFree b
 
 // TryAcquire takes the lease if it is free or released; else ErrNotAcquired.
 func (m *Manager) TryAcquire(ctx context.Context, key string) (*Lease, error) {
-	start := m.opts.Now()
+	start := m.opts.Clock.Now()
 	// Requiring it free is the whole check: the update reads the current state.
 	token, err := m.take(ctx, key, anyRev, true)
 	if err != nil {
@@ -227,8 +223,7 @@ func (m *Manager) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 // Acquire waits until the lease is free, released, or expired (silent for a
 // whole TTL as watched from here), then takes it; or until ctx is done.
 func (m *Manager) Acquire(ctx context.Context, key string) (*Lease, error) {
-	var watchedRev int64 = -1
-	var since time.Time
+	watch := session.NewWatch(m.opts.Clock)
 	for {
 		st, meta, err := m.d.Load(ctx, key)
 		if err != nil && !errors.Is(err, objstore.ErrNotFound) {
@@ -237,16 +232,13 @@ func (m *Manager) Acquire(ctx context.Context, key string) (*Lease, error) {
 			}
 			return nil, err
 		}
-		now := m.opts.Now()
-		if meta.Rev != watchedRev {
-			watchedRev, since = meta.Rev, now
-		}
+		now := m.opts.Clock.Now()
 		free := !meta.Exists || st.Holder == ""
 		ttl := time.Duration(st.TTLms) * time.Millisecond
 		if ttl <= 0 {
 			ttl = m.opts.TTL
 		}
-		if free || now.Sub(since) >= ttl {
+		if expired := watch.Dead(key, meta.Rev, ttl); free || expired {
 			token, err := m.take(ctx, key, meta.Rev, false)
 			if err == nil {
 				return m.hold(key, token, now), nil
@@ -258,94 +250,42 @@ func (m *Manager) Acquire(ctx context.Context, key string) (*Lease, error) {
 				return nil, err
 			}
 		}
-		t := time.NewTimer(m.opts.Poll)
+		t := m.opts.Clock.NewTimer(m.opts.Poll)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}
 }
 
+// hold starts renewing a lease whose acquisition started at start.
 func (m *Manager) hold(key string, token int64, start time.Time) *Lease {
-	l := &Lease{m: m, key: key, token: token, done: make(chan struct{}), deadline: start.Add(m.opts.TTL),
-		stop: make(chan struct{}), stopped: make(chan struct{})}
-	go l.renew()
+	l := &Lease{m: m, key: key, token: token}
+	l.s = session.Start(start, session.Config{TTL: m.opts.TTL, Clock: m.opts.Clock, Lost: ErrLeaseLost,
+		Renew: func(ctx context.Context) error {
+			_, _, err := m.d.Update(ctx, key, func(st *State, _ docstore.Meta) error {
+				if !m.mine(*st) || st.Token != token {
+					return fmt.Errorf("%w: taken over by another holder", ErrLeaseLost)
+				}
+				st.Renewals++
+				return nil
+			})
+			return err
+		}})
 	return l
-}
-
-// renew keeps the lease alive until Release or loss.
-func (l *Lease) renew() {
-	defer close(l.stopped)
-	interval := l.m.opts.TTL / 3
-	for {
-		l.mu.Lock()
-		wait := min(interval, l.deadline.Sub(l.m.opts.Now()))
-		l.mu.Unlock()
-		t := time.NewTimer(max(wait, 0))
-		select {
-		case <-l.stop:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if !l.Valid() {
-			l.lose(fmt.Errorf("%w: not renewed before its deadline", ErrLeaseLost))
-			return
-		}
-		start := l.m.opts.Now()
-		ctx, cancel := context.WithDeadline(context.Background(), l.deadlineWall())
-		_, _, err := l.m.d.Update(ctx, l.key, func(st *State, _ docstore.Meta) error {
-			if !l.m.mine(*st) || st.Token != l.token {
-				return ErrLeaseLost
-			}
-			st.Renewals++
-			return nil
-		})
-		cancel()
-		switch {
-		case err == nil:
-			l.mu.Lock()
-			l.deadline = start.Add(l.m.opts.TTL)
-			l.mu.Unlock()
-		case errors.Is(err, ErrLeaseLost):
-			l.lose(fmt.Errorf("%w: taken over by another holder", ErrLeaseLost))
-			return
-		default:
-			// Transient: keep trying until the deadline says otherwise.
-		}
-	}
-}
-
-func (l *Lease) deadlineWall() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return time.Now().Add(l.deadline.Sub(l.m.opts.Now()))
-}
-
-func (l *Lease) lose(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err == nil && !l.released {
-		l.err = err
-		close(l.done)
-	}
 }
 
 // Release gives the lease up by writing a released state (keeping the token
 // counter). Releasing a lost lease does nothing and returns its loss.
 func (l *Lease) Release(ctx context.Context) error {
-	l.mu.Lock()
-	if l.released || l.err != nil {
-		err := l.err
-		l.mu.Unlock()
+	if err := l.s.Stop(); err != nil {
 		return err
 	}
-	l.released = true
-	close(l.stop)
-	l.mu.Unlock()
-	<-l.stopped
+	if !l.releasing.CompareAndSwap(false, true) {
+		return nil // released before
+	}
 	_, _, err := l.m.d.Update(ctx, l.key, func(st *State, _ docstore.Meta) error {
 		if !l.m.mine(*st) || st.Token != l.token {
 			return ErrLeaseLost // someone took it over: nothing of ours to release
@@ -353,13 +293,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		st.Holder, st.Host, st.PID, st.Acquired = "", "", 0, ""
 		return nil
 	})
-	l.mu.Lock()
-	select {
-	case <-l.done:
-	default:
-		close(l.done)
-	}
-	l.mu.Unlock()
+	l.s.End(nil)
 	if errors.Is(err, ErrLeaseLost) {
 		return fmt.Errorf("releasing %s: %w", l.key, err)
 	}

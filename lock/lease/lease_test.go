@@ -11,7 +11,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/internal/testenv"
@@ -32,107 +35,119 @@ const ttl = 300 * time.Millisecond
 
 func TestTryAcquireReleaseTokens(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s := mem.New()
-	a, b := lease.New(s, &lease.Options{TTL: ttl}), lease.New(s, &lease.Options{TTL: ttl})
-	la, err := a.TryAcquire(ctx, "locks/x")
-	if err != nil || la.Token() != 1 {
-		t.Fatalf("first acquire: %v token %v", err, la)
-	}
-	if _, err := b.TryAcquire(ctx, "locks/x"); !errors.Is(err, lease.ErrNotAcquired) {
-		t.Fatalf("second holder: %v, want ErrNotAcquired", err)
-	}
-	time.Sleep(2 * ttl) // renewals keep it alive
-	if !la.Valid() {
-		t.Fatal("a renewed lease went invalid")
-	}
-	if _, err := b.TryAcquire(ctx, "locks/x"); !errors.Is(err, lease.ErrNotAcquired) {
-		t.Fatalf("after renewals: %v", err)
-	}
-	if err := la.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	lb, err := b.TryAcquire(ctx, "locks/x")
-	if err != nil || lb.Token() != 2 {
-		t.Fatalf("acquire after release: %v", err)
-	}
-	st, _, _ := b.Status(ctx, "locks/x")
-	if st.Token != 2 || st.Holder == "" {
-		t.Fatalf("status %+v", st)
-	}
-	lb.Release(ctx)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := mem.New()
+		a, b := lease.New(s, &lease.Options{TTL: ttl}), lease.New(s, &lease.Options{TTL: ttl})
+		la, err := a.TryAcquire(ctx, "locks/x")
+		if err != nil || la.Token() != 1 {
+			t.Fatalf("first acquire: %v token %v", err, la)
+		}
+		if _, err := b.TryAcquire(ctx, "locks/x"); !errors.Is(err, lease.ErrNotAcquired) {
+			t.Fatalf("second holder: %v, want ErrNotAcquired", err)
+		}
+		time.Sleep(10 * ttl) // renewals keep it alive
+		if !la.Valid() {
+			t.Fatal("a renewed lease went invalid")
+		}
+		if st, _, _ := a.Status(ctx, "locks/x"); st.Renewals < 29 {
+			t.Fatalf("%d renewals in 10 TTLs, want one every TTL/3", st.Renewals)
+		}
+		if _, err := b.TryAcquire(ctx, "locks/x"); !errors.Is(err, lease.ErrNotAcquired) {
+			t.Fatalf("after renewals: %v", err)
+		}
+		if err := la.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lb, err := b.TryAcquire(ctx, "locks/x")
+		if err != nil || lb.Token() != 2 {
+			t.Fatalf("acquire after release: %v", err)
+		}
+		st, _, _ := b.Status(ctx, "locks/x")
+		if st.Token != 2 || st.Holder == "" {
+			t.Fatalf("status %+v", st)
+		}
+		lb.Release(ctx)
+	})
 }
 
 // A live holder keeps waiters out; Acquire with a deadline gives up.
 func TestWaiterDoesNotStealALiveLease(t *testing.T) {
 	t.Parallel()
-	s := mem.New()
-	la, err := lease.New(s, &lease.Options{TTL: ttl}).Acquire(context.Background(), "l")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer la.Release(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), 4*ttl)
-	defer cancel()
-	if _, err := lease.New(s, &lease.Options{TTL: ttl}).Acquire(ctx, "l"); !errors.Is(err, lease.ErrNotAcquired) {
-		t.Fatalf("waiter against a renewing holder: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := mem.New()
+		la, err := lease.New(s, &lease.Options{TTL: ttl}).Acquire(context.Background(), "l")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer la.Release(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), 4*ttl)
+		defer cancel()
+		if _, err := lease.New(s, &lease.Options{TTL: ttl}).Acquire(ctx, "l"); !errors.Is(err, lease.ErrNotAcquired) {
+			t.Fatalf("waiter against a renewing holder: %v", err)
+		}
+	})
 }
 
 // A holder that stops renewing (crashed) is taken over after one TTL of
 // silence, with a higher token.
 func TestTakeoverAfterSilence(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s := mem.New()
-	la, err := lease.New(s, &lease.Options{TTL: ttl}).Acquire(ctx, "l")
-	if err != nil {
-		t.Fatal(err)
-	}
-	la.Crash()
-	start := time.Now()
-	lb, err := lease.New(s, &lease.Options{TTL: ttl}).Acquire(ctx, "l")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if waited := time.Since(start); waited < ttl {
-		t.Fatalf("took over after %v, before a whole TTL (%v) of silence", waited, ttl)
-	}
-	if lb.Token() != la.Token()+1 {
-		t.Fatalf("takeover token %d, want %d", lb.Token(), la.Token()+1)
-	}
-	lb.Release(ctx)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := mem.New()
+		la, err := lease.New(s, &lease.Options{TTL: ttl}).Acquire(ctx, "l")
+		if err != nil {
+			t.Fatal(err)
+		}
+		la.Crash()
+		start := time.Now()
+		lb, err := lease.New(s, &lease.Options{TTL: ttl}).Acquire(ctx, "l")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Time in the bubble passes only while everyone waits: exactly.
+		if waited := time.Since(start); waited < ttl || waited > ttl+ttl/10 {
+			t.Fatalf("took over after %v, want a whole TTL (%v) of silence and at most one poll more", waited, ttl)
+		}
+		if lb.Token() != la.Token()+1 {
+			t.Fatalf("takeover token %d, want %d", lb.Token(), la.Token()+1)
+		}
+		lb.Release(ctx)
+	})
 }
 
 // A holder whose lease was taken over while it was paused loses it: Done
 // closes and Err says so.
 func TestPausedHolderLosesLease(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s := mem.New()
-	m := lease.New(s, &lease.Options{TTL: ttl})
-	la, err := m.Acquire(ctx, "l")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Another holder overwrites the lease (as after a pause past the TTL).
-	if _, _, err := docstore.Typed[lease.State](docstore.New(s, nil)).Update(ctx, "l", func(st *lease.State, _ docstore.Meta) error {
-		st.Holder, st.Token = "someone-else", st.Token+1
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-la.Done():
-	case <-time.After(3 * ttl):
-		t.Fatal("the holder did not notice it lost the lease")
-	}
-	if !errors.Is(la.Err(), lease.ErrLeaseLost) || la.Valid() {
-		t.Fatalf("after loss: err %v valid %v", la.Err(), la.Valid())
-	}
-	if err := la.Release(ctx); !errors.Is(err, lease.ErrLeaseLost) {
-		t.Fatalf("release of a lost lease: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := mem.New()
+		m := lease.New(s, &lease.Options{TTL: ttl})
+		la, err := m.Acquire(ctx, "l")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Another holder overwrites the lease (as after a pause past the TTL).
+		if _, _, err := docstore.Typed[lease.State](docstore.New(s, nil)).Update(ctx, "l", func(st *lease.State, _ docstore.Meta) error {
+			st.Holder, st.Token = "someone-else", st.Token+1
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-la.Done():
+		case <-time.After(3 * ttl):
+			t.Fatal("the holder did not notice it lost the lease")
+		}
+		if !errors.Is(la.Err(), lease.ErrLeaseLost) || la.Valid() {
+			t.Fatalf("after loss: err %v valid %v", la.Err(), la.Valid())
+		}
+		if err := la.Release(ctx); !errors.Is(err, lease.ErrLeaseLost) {
+			t.Fatalf("release of a lost lease: %v", err)
+		}
+	})
 }
 
 // --- real processes ---------------------------------------------------------
@@ -176,7 +191,7 @@ func maybeChild() {
 	}
 	opts := &lease.Options{TTL: 2 * time.Second}
 	if skew, _ := time.ParseDuration(os.Getenv(envSkew)); skew != 0 {
-		opts.Now = func() time.Time { return time.Now().Add(skew) } // a wall clock far off
+		opts.Clock = skewed{clockwork.NewRealClock(), skew} // a wall clock far off
 	}
 	l, err := lease.New(s, opts).Acquire(ctx, "locks/job")
 	if err != nil {
@@ -199,6 +214,14 @@ func maybeChild() {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// skewed is the real clock, shifted by skew.
+type skewed struct {
+	clockwork.Clock
+	skew time.Duration
+}
+
+func (c skewed) Now() time.Time { return c.Clock.Now().Add(c.skew) }
 
 type proc struct {
 	cmd *exec.Cmd

@@ -2,10 +2,12 @@ package treelock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cairn-s3/cairn/internal/testenv"
@@ -186,6 +188,9 @@ func TestCloseDeletesSession(t *testing.T) {
 	default:
 		t.Fatal("Done still open after Close")
 	}
+	if !errors.Is(h.Err(), treelock.ErrClosed) || !errors.Is(h.Release(ctx), treelock.ErrClosed) {
+		t.Fatalf("after Close: Err %v, Release %v; want ErrClosed", h.Err(), h.Release(ctx))
+	}
 	b := treelock.New(s, &treelock.Options{TTL: time.Hour})
 	defer b.Close()
 	hb, err := b.TryAcquire(ctx, treelock.Request{Write: []string{"/x"}})
@@ -193,4 +198,51 @@ func TestCloseDeletesSession(t *testing.T) {
 		t.Fatalf("after the holder's Close: %v", err)
 	}
 	hb.Release(ctx)
+}
+
+// A session whose document others deleted (they judged it dead) is lost at
+// its next renewal: every Held of it sees Done closed, Err and Release
+// return ErrSessionLost. Before, the renewal wrote the document again and
+// the holder went on as if nothing had happened. The Manager then starts a
+// new session for its next request.
+func TestSessionDeletedByOthersIsLost(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := mem.New()
+		const ttl = 300 * time.Millisecond
+		m := treelock.New(s, &treelock.Options{TTL: ttl})
+		defer m.Close()
+		h, err := m.Acquire(ctx, treelock.Request{Write: []string{"/x"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sessions []string
+		for _, k := range lockObjects(t, s) {
+			if strings.HasPrefix(k, "sessions/") {
+				sessions = append(sessions, k)
+			}
+		}
+		if len(sessions) != 1 {
+			t.Fatalf("sessions %v", sessions)
+		}
+		if err := s.Delete(ctx, prefix+sessions[0], objstore.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		<-h.Done()
+		if waited := time.Since(start); waited > ttl/3 {
+			t.Fatalf("lost after %v, want at the next renewal (TTL/3)", waited)
+		}
+		if !errors.Is(h.Err(), treelock.ErrSessionLost) || !errors.Is(h.Release(ctx), treelock.ErrSessionLost) {
+			t.Fatalf("Err %v, Release %v; want ErrSessionLost", h.Err(), h.Release(ctx))
+		}
+		h2, err := m.Acquire(ctx, treelock.Request{Write: []string{"/x"}})
+		if err != nil {
+			t.Fatalf("the next request, on a new session: %v", err)
+		}
+		if err := h2.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

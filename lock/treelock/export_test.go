@@ -8,7 +8,9 @@ func (m *Manager) Crash() {
 	m.cur = nil
 	m.mu.Unlock()
 	if s != nil {
-		close(s.stop)
-		<-s.stopped
+		_ = s.s.Stop()
 	}
 }
+
+// Watched is how many other sessions the Manager is watching.
+func (m *Manager) Watched() int { return m.watch.Len() }

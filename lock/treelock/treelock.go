@@ -24,8 +24,28 @@
 // clocks). Its entries are then pruned by whoever next updates their nodes.
 // Its owner, for its part, stops at its own deadline (TTL after the start of
 // its last renewal confirmed before that deadline) and never renews again:
-// Done() closes on every Held. So a crashed holder's locks are released after
-// one TTL.
+// Done closes on every Held, and Err says the session was lost. A renewal
+// that finds its session's document deleted (others judged it dead) ends the
+// session at once too. So a crashed holder's locks are released after one
+// TTL. (Package lease renews its leases and judges them by the same
+// primitive and the same rule.)
+//
+// An observer keeps its watch of another session only while it can matter:
+// it forgets one whose document it found gone or deleted, and one it has not
+// been asked about for two of that session's TTLs (starting a watch again
+// only delays a judgement of death, never hastens it). So a long-lived
+// process that meets ever new sessions keeps a bounded set of observations.
+//
+// Durations (TTLs, renewals, polls) are measured on Options.Clock: the real
+// clock by default; tests can pass a clockwork.FakeClock.
+//
+// # A held request
+//
+// Acquire returns a *Held: Token(path) is the fencing token of each path it
+// locked; Done is closed when the locks end — Release, a lost session, or
+// the Manager's Close — and Err is then nil after Release, or says which
+// loss; Release returns an error if the locks had been lost before it, or a
+// withdrawal from a node was not confirmed (see Errors).
 //
 // # Fencing tokens
 //
@@ -140,16 +160,23 @@
 //     the context's error). Either way nothing is held: what the request had
 //     already taken was released.
 //   - ErrSessionLost: the process's session was not renewed before its
-//     deadline while Acquire waited; the request gave up. Locks granted to
-//     the lost session may be held by others now: Held.Done is closed on
-//     every Held of it.
+//     deadline (or its document was deleted by others who judged it dead).
+//     Acquire returns it if this happened while it waited: the request gave
+//     up. Locks granted to the lost session may be held by others now:
+//     Held.Done is closed on every Held of it, and Held.Err and Held.Release
+//     return it.
+//   - ErrClosed: the Manager was closed while the request was held (Held.Err,
+//     Held.Release) or while Acquire waited. As with a lost session, others
+//     may hold the locks now.
 //   - pathlock.ErrBadPath: a path of the request is not absolute or has
 //     empty, "." or ".." components. Nothing was tried.
 //   - objstore.ErrNotSupported: the store does not enforce conditional
 //     writes, on which the locks depend.
 //
-// Other errors are the store's (a failed request); the request then holds
-// nothing.
+// Other errors are the store's (a failed request). From Acquire, the
+// request then holds nothing. From Held.Release, some node's withdrawal was
+// not confirmed: it is retried on every renewal while the session lives, and
+// once the session ends others prune its entries anyway.
 package treelock
 
 import (
@@ -165,7 +192,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/cairn-s3/cairn/docstore"
+	"github.com/cairn-s3/cairn/lock/internal/session"
 	"github.com/cairn-s3/cairn/lock/pathlock"
 	"github.com/cairn-s3/cairn/objstore"
 )
@@ -177,6 +207,7 @@ type Request = pathlock.Request
 var (
 	ErrNotAcquired = errors.New("treelock: not acquired")
 	ErrSessionLost = errors.New("treelock: session lost (not renewed in time); its locks may be held by others now")
+	ErrClosed      = errors.New("treelock: manager closed; its locks may be held by others now")
 )
 
 // Options configure a Manager. A nil *Options means defaults.
@@ -187,8 +218,9 @@ type Options struct {
 	TTL time.Duration
 	// Poll is how often a waiter re-reads a node. Default: TTL/30, at least 10ms.
 	Poll time.Duration
-	// Now is the monotonic clock (tests). Default: time.Now.
-	Now func() time.Time
+	// Clock is the monotonic clock on which TTLs, renewals and polls are
+	// measured (tests pass a clockwork.FakeClock). Default: the real clock.
+	Clock clockwork.Clock
 }
 
 type entry struct {
@@ -227,13 +259,11 @@ type sessionDoc struct {
 // servers has several clocks.
 const clockSlack = 2 * time.Second
 
-// session is one session of a Manager.
-type session struct {
-	id       string
-	deadline time.Time // guarded by Manager.mu
-	lost     chan struct{}
-	stop     chan struct{}
-	stopped  chan struct{}
+// tsession is one session of a Manager: its document's id, renewed by a
+// session.Session.
+type tsession struct {
+	id string
+	s  *session.Session
 }
 
 // Manager takes tree locks for one process. Close it to end its session.
@@ -243,9 +273,11 @@ type Manager struct {
 	nodes docstore.Doc[nodeDoc]
 	sess  docstore.Doc[sessionDoc]
 
-	mu    sync.Mutex
-	cur   *session // current session (nil until first use)
-	watch map[string]observation
+	mu  sync.Mutex
+	cur *tsession // current session (nil until first use)
+	// watch judges other sessions by the observer's rule; it forgets those
+	// not asked about for two of their TTLs, so it stays bounded.
+	watch *session.Watch
 	// The store's clock: clockLM is the Last-Modified of a write of our own
 	// session, read back at clockLocal on our monotonic clock (zero: unknown).
 	clockLM, clockLocal time.Time
@@ -255,14 +287,9 @@ type Manager struct {
 	pending map[string]map[string]bool
 }
 
-type observation struct {
-	rev   int64
-	since time.Time
-}
-
 // New returns a Manager on s.
 func New(s *objstore.Store, opts *Options) *Manager {
-	m := &Manager{s: s, watch: map[string]observation{}, pending: map[string]map[string]bool{}}
+	m := &Manager{s: s, pending: map[string]map[string]bool{}}
 	if opts != nil {
 		m.opts = *opts
 	}
@@ -275,9 +302,10 @@ func New(s *objstore.Store, opts *Options) *Manager {
 	if m.opts.Poll <= 0 {
 		m.opts.Poll = max(m.opts.TTL/30, 10*time.Millisecond)
 	}
-	if m.opts.Now == nil {
-		m.opts.Now = time.Now
+	if m.opts.Clock == nil {
+		m.opts.Clock = clockwork.NewRealClock()
 	}
+	m.watch = session.NewWatch(m.opts.Clock)
 	d := docstore.New(s, &docstore.Options{NoGroupCommit: true})
 	m.nodes, m.sess = docstore.Typed[nodeDoc](d), docstore.Typed[sessionDoc](d)
 	return m
@@ -314,68 +342,44 @@ func (m *Manager) sessionsPrefix() string      { return m.opts.Prefix + "session
 func (m *Manager) sessionKey(id string) string { return m.sessionsPrefix() + id }
 
 // ensureSession starts (or returns) this process's live session.
-func (m *Manager) ensureSession(ctx context.Context) (*session, error) {
+func (m *Manager) ensureSession(ctx context.Context) (*tsession, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cur != nil && m.opts.Now().Before(m.cur.deadline) {
+	if m.cur != nil && m.cur.s.Valid() {
 		return m.cur, nil
 	}
 	// An expired session's renewer notices by itself, closes its Done and
 	// deletes its document.
 	id := randomID()
-	start := m.opts.Now()
+	start := m.opts.Clock.Now()
 	host, _ := os.Hostname()
 	if _, err := m.sess.Create(ctx, m.sessionKey(id), sessionDoc{Holder: fmt.Sprintf("%s/%d", host, os.Getpid()), TTLms: m.opts.TTL.Milliseconds()}); err != nil {
 		return nil, err
 	}
-	s := &session{id: id, deadline: start.Add(m.opts.TTL), lost: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{})}
-	m.cur = s
+	key := m.sessionKey(id)
+	ts := &tsession{id: id}
+	ts.s = session.Start(start, session.Config{TTL: m.opts.TTL, Clock: m.opts.Clock, Lost: ErrSessionLost,
+		Renew: func(ctx context.Context) error {
+			_, _, err := m.sess.Update(ctx, key, func(d *sessionDoc, meta docstore.Meta) error {
+				if !meta.Exists { // deleted by another process, which judged it dead
+					return fmt.Errorf("%w: its document was deleted as dead", ErrSessionLost)
+				}
+				d.Renewals++
+				return nil
+			})
+			return err
+		},
+		AfterRenew: func(ctx context.Context) {
+			m.watch.Prune()
+			m.retryWithdrawals(ctx)
+		},
+		// Never renewed again: others may already have pruned us. Deleting
+		// the document lets them prune the rest at once.
+		OnExpire: func(ctx context.Context) { _ = m.s.Delete(ctx, key, objstore.Condition{}) },
+	})
+	m.cur = ts
 	m.clockLM = time.Time{} // read back from this session when needed
-	go m.renew(s)
-	return s, nil
-}
-
-func (m *Manager) renew(s *session) {
-	defer close(s.stopped)
-	for {
-		m.mu.Lock()
-		wait := min(m.opts.TTL/3, s.deadline.Sub(m.opts.Now()))
-		m.mu.Unlock()
-		t := time.NewTimer(max(wait, 0))
-		select {
-		case <-s.stop:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		m.mu.Lock()
-		expired := !m.opts.Now().Before(s.deadline)
-		m.mu.Unlock()
-		if expired {
-			close(s.lost) // never renew again: others may already have pruned us
-			ctx, cancel := context.WithTimeout(context.Background(), m.opts.TTL)
-			_ = m.s.Delete(ctx, m.sessionKey(s.id), objstore.Condition{}) // others prune us at once
-			cancel()
-			return
-		}
-		start := m.opts.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), m.opts.TTL/3)
-		_, _, err := m.sess.Update(ctx, m.sessionKey(s.id), func(d *sessionDoc, _ docstore.Meta) error { d.Renewals++; return nil })
-		cancel()
-		if err == nil {
-			m.mu.Lock()
-			// Only a renewal confirmed before the deadline extends it: one
-			// confirmed later may have landed after an observer judged the
-			// session dead.
-			if m.opts.Now().Before(s.deadline) {
-				s.deadline = start.Add(m.opts.TTL)
-			}
-			m.mu.Unlock()
-		}
-		ctx, cancel = context.WithTimeout(context.Background(), m.opts.TTL/3)
-		m.retryWithdrawals(ctx)
-		cancel()
-	}
+	return ts, nil
 }
 
 // retryWithdrawals retries the withdrawals not yet confirmed.
@@ -415,13 +419,7 @@ func (m *Manager) Close() {
 	if s == nil {
 		return
 	}
-	close(s.stop)
-	<-s.stopped
-	select {
-	case <-s.lost:
-	default:
-		close(s.lost)
-	}
+	s.s.End(ErrClosed)
 	ctx, cancel := context.WithTimeout(context.Background(), max(m.opts.TTL, 10*time.Second))
 	defer cancel()
 	now, known := m.storeNow(ctx, s.id) // before our document goes
@@ -440,14 +438,14 @@ func (m *Manager) storeNow(ctx context.Context, self string) (time.Time, bool) {
 		if err != nil || info.LastModified.IsZero() {
 			return time.Time{}, false
 		}
-		lm, local = info.LastModified, m.opts.Now()
+		lm, local = info.LastModified, m.opts.Clock.Now()
 		m.mu.Lock()
 		if m.cur != nil && m.cur.id == self {
 			m.clockLM, m.clockLocal = lm, local
 		}
 		m.mu.Unlock()
 	}
-	return lm.Add(m.opts.Now().Sub(local)), true
+	return lm.Add(m.opts.Clock.Now().Sub(local)), true
 }
 
 // sweepSessions deletes the documents of dead sessions other than self.
@@ -462,27 +460,25 @@ func (m *Manager) sweepSessions(ctx context.Context, self string, now time.Time,
 		if id == self || strings.Contains(id, "/") {
 			continue
 		}
-		m.mu.Lock()
-		_, watched := m.watch[id]
-		m.mu.Unlock()
+		watched := m.watch.Watched(id)
 		// Only these can be dead by either rule: read no others.
 		if watched || known && now.Sub(in.LastModified) > clockSlack {
 			cands = append(cands, id)
 		}
 	}
 	var keys []string
-	for id := range m.judge(ctx, cands, self, now, known) {
-		keys = append(keys, m.sessionKey(id))
+	for id, dead := range m.judge(ctx, cands, self, now, known) {
+		if dead {
+			keys = append(keys, m.sessionKey(id))
+		}
 	}
 	if len(keys) > 0 {
 		slices.Sort(keys)
 		_, _ = m.s.DeleteMany(ctx, keys, 8)
 	}
-	m.mu.Lock()
 	for _, k := range keys {
-		delete(m.watch, strings.TrimPrefix(k, m.sessionsPrefix()))
+		m.watch.Forget(strings.TrimPrefix(k, m.sessionsPrefix()))
 	}
-	m.mu.Unlock()
 }
 
 // dead refreshes the observations of sessions and returns those that are
@@ -504,28 +500,21 @@ func (m *Manager) judge(ctx context.Context, sessions []string, self string, sto
 			continue
 		}
 		doc, meta, err := m.sess.Load(ctx, m.sessionKey(s))
-		now := m.opts.Now()
 		ttl := time.Duration(doc.TTLms) * time.Millisecond
 		if ttl <= 0 {
 			ttl = m.opts.TTL
 		}
-		m.mu.Lock()
 		switch {
 		case errors.Is(err, objstore.ErrNotFound):
 			out[s] = true
+			m.watch.Forget(s) // gone for good: ids are never reused
 		case err != nil:
 			// Unknown: treat as alive.
 		case known && !meta.LastModified.IsZero() && storeNow.Sub(meta.LastModified) > 2*ttl+clockSlack:
 			out[s] = true // expired beyond doubt by the store's clock
-		default:
-			o, ok := m.watch[s]
-			if !ok || o.rev != meta.Rev {
-				m.watch[s] = observation{meta.Rev, now}
-			} else if now.Sub(o.since) >= ttl {
-				out[s] = true
-			}
+		case m.watch.Dead(s, meta.Rev, ttl):
+			out[s] = true // kept one revision for a whole TTL as watched here
 		}
-		m.mu.Unlock()
 	}
 	return out
 }
@@ -540,13 +529,20 @@ type Held struct {
 	kids   []bool   // per step: the request locks paths below it
 	parent []int    // per step: the step of its parent path (-1 for the root)
 	tokens []int64  // per step: the fencing token of its grant
-	lost   <-chan struct{}
+	sub    *session.Sub
 	once   sync.Once
+	relErr error
 }
 
-// Done is closed if the session behind the held locks is lost (or the
-// Manager is closed).
-func (h *Held) Done() <-chan struct{} { return h.lost }
+// Done is closed when the held locks end: when Release has withdrawn them,
+// or when the session behind them is lost or the Manager is closed. Stop
+// acting on the locks once it is closed.
+func (h *Held) Done() <-chan struct{} { return h.sub.Done() }
+
+// Err is nil while the locks are held and after Release; once the session
+// behind them was lost, an error wrapping ErrSessionLost, or ErrClosed after
+// the Manager's Close. The locks may then be held by others.
+func (h *Held) Err() error { return h.sub.Err() }
 
 // Token is the fencing token of the grant on path (written as in the
 // request; ancestors the request locked in an intention mode have tokens
@@ -598,7 +594,7 @@ func (m *Manager) acquire(ctx context.Context, r Request, wait bool) (*Held, err
 		return nil, err
 	}
 	n := len(steps)
-	h := &Held{m: m, req: randomID(), self: s.id, steps: steps, lost: s.lost,
+	h := &Held{m: m, req: randomID(), self: s.id, steps: steps,
 		keys: make([]string, n), kids: make([]bool, n), parent: make([]int, n), tokens: make([]int64, n)}
 	epochs, floors := make([]string, n), make([]int64, n)
 	for i, st := range steps {
@@ -636,25 +632,26 @@ func (m *Manager) acquire(ctx context.Context, r Request, wait bool) (*Held, err
 				err = fmt.Errorf("%w: %s is locked", ErrNotAcquired, st.Path)
 			}
 			if err == nil {
-				t := time.NewTimer(m.opts.Poll)
+				t := m.opts.Clock.NewTimer(m.opts.Poll)
 				select {
-				case <-t.C:
+				case <-t.Chan():
 					continue
 				case <-ctx.Done():
 					t.Stop()
 					err = fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
-				case <-s.lost:
+				case <-s.s.Done():
 					t.Stop()
-					err = ErrSessionLost
+					err = s.s.Err()
 				}
 			}
 			// Give up: leave the queue and release what we hold.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.TTL)
-			m.release(rctx, h, i+1)
+			_ = m.release(rctx, h, i+1) // an unconfirmed withdrawal is retried on renewals
 			cancel()
 			return nil, err
 		}
 	}
+	h.sub = s.s.Sub() // already ended if the session ended meanwhile
 	return h, nil
 }
 
@@ -765,11 +762,17 @@ func (m *Manager) withdrawKey(ctx context.Context, key, req string) (nodeDoc, do
 
 // release withdraws h from its first k steps, deepest first, sweeping below
 // each node it leaves without a live entry (see the package doc). Every
-// sweep runs while h still holds the node's ancestors.
-func (m *Manager) release(ctx context.Context, h *Held, k int) {
+// sweep runs while h still holds the node's ancestors. It returns the
+// errors of the withdrawals not confirmed (sweeps are best effort).
+func (m *Manager) release(ctx context.Context, h *Held, k int) error {
+	var errs []error
 	for i := k - 1; i >= 0; i-- {
 		doc, meta, err := m.withdrawKey(ctx, h.keys[i], h.req)
-		if err != nil || !doc.Kids || ctx.Err() != nil {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("releasing %s: %w", h.steps[i].Path, err))
+			continue
+		}
+		if !doc.Kids || ctx.Err() != nil {
 			continue
 		}
 		if p := h.parent[i]; p >= 0 && m.onlyOurs(ctx, h.keys[p], h.req) {
@@ -777,6 +780,7 @@ func (m *Manager) release(ctx context.Context, h *Held, k int) {
 		}
 		m.sweep(ctx, h, i, doc, meta)
 	}
+	return errors.Join(errs...)
 }
 
 // onlyOurs reports whether req is all the node at key holds and queues.
@@ -852,8 +856,24 @@ func (m *Manager) sweep(ctx context.Context, h *Held, i int, doc nodeDoc, meta d
 	_, _ = m.s.DeleteMany(ctx, below, 8)
 }
 
-// Release unlocks every node of h, and cleans up below the nodes it leaves
-// free (see the package doc).
-func (h *Held) Release(ctx context.Context) {
-	h.once.Do(func() { h.m.release(ctx, h, len(h.steps)) })
+// Release unlocks every node of h, cleans up below the nodes it leaves free
+// (see the package doc), and then closes Done.
+//
+// It returns nil when every node's withdrawal was confirmed while the
+// session lived. If the session had been lost (or the Manager closed) before
+// Release finished, it returns that loss (Err): others may have held the
+// locks meanwhile, and only fencing tokens protect what they guarded. Else a
+// non-nil error is the store's, for the nodes whose withdrawal was not
+// confirmed: those are retried on every renewal while the session lives, and
+// others prune its entries once it has ended. A second Release returns the
+// first one's result.
+func (h *Held) Release(ctx context.Context) error {
+	h.once.Do(func() {
+		err := h.m.release(ctx, h, len(h.steps))
+		if lost := h.sub.End(nil); lost != nil {
+			err = lost
+		}
+		h.relErr = err
+	})
+	return h.relErr
 }

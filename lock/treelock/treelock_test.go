@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cairn-s3/cairn/internal/testmain"
@@ -61,30 +62,35 @@ func TestExhaustiveOracle(t *testing.T) {
 // A crashed process's locks are released after one TTL of silence.
 func TestCrashedSessionReleased(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s := mem.New()
-	const ttl = 300 * time.Millisecond
-	a := treelock.New(s, &treelock.Options{TTL: ttl})
-	if _, err := a.Acquire(ctx, treelock.Request{Write: []string{"/jobs/x"}}); err != nil {
-		t.Fatal(err)
-	}
-	a.Crash() // stops renewing without releasing: a crash
-	b := treelock.New(s, &treelock.Options{TTL: ttl})
-	defer b.Close()
-	if _, err := b.TryAcquire(ctx, treelock.Request{Read: []string{"/jobs"}}); !errors.Is(err, treelock.ErrNotAcquired) {
-		t.Fatalf("before the TTL: %v, want ErrNotAcquired", err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 20*ttl)
-	defer cancel()
-	start := time.Now()
-	h, err := b.Acquire(wctx, treelock.Request{Read: []string{"/jobs"}})
-	if err != nil {
-		t.Fatalf("after the crashed session's TTL: %v", err)
-	}
-	if time.Since(start) < ttl/2 {
-		t.Fatalf("acquired after %v: the dead session was pruned too early", time.Since(start))
-	}
-	h.Release(ctx)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := mem.New()
+		const ttl = 300 * time.Millisecond
+		a := treelock.New(s, &treelock.Options{TTL: ttl})
+		if _, err := a.Acquire(ctx, treelock.Request{Write: []string{"/jobs/x"}}); err != nil {
+			t.Fatal(err)
+		}
+		a.Crash() // stops renewing without releasing: a crash
+		b := treelock.New(s, &treelock.Options{TTL: ttl})
+		defer b.Close()
+		if _, err := b.TryAcquire(ctx, treelock.Request{Read: []string{"/jobs"}}); !errors.Is(err, treelock.ErrNotAcquired) {
+			t.Fatalf("before the TTL: %v, want ErrNotAcquired", err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 20*ttl)
+		defer cancel()
+		start := time.Now()
+		h, err := b.Acquire(wctx, treelock.Request{Read: []string{"/jobs"}})
+		if err != nil {
+			t.Fatalf("after the crashed session's TTL: %v", err)
+		}
+		// Time in the bubble passes only while everyone waits: b watched the
+		// session from its TryAcquire on, so a whole TTL, and at most one
+		// poll (TTL/30) more.
+		if waited := time.Since(start); waited < ttl || waited > ttl+ttl/30 {
+			t.Fatalf("acquired after %v, want a whole TTL (%v) of watching the crashed session", waited, ttl)
+		}
+		h.Release(ctx)
+	})
 }
 
 // Independent sessions with random requests over a small tree: everyone
@@ -133,41 +139,43 @@ func TestRandomLoadInvariant(t *testing.T) {
 // entry, and the node stayed locked for as long as the process lived.
 func TestLateLandingStepLeavesNoEntry(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	var late atomic.Bool
-	fb := faulty.New(mem.NewBackend(""), &faulty.Options{LateDelay: 150 * time.Millisecond, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
-		if late.Load() && op == faulty.OpPut && strings.Contains(key, "/paths/") {
-			return faulty.LateApply, 0
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		var late atomic.Bool
+		fb := faulty.New(mem.NewBackend(""), &faulty.Options{LateDelay: 150 * time.Millisecond, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+			if late.Load() && op == faulty.OpPut && strings.Contains(key, "/paths/") {
+				return faulty.LateApply, 0
+			}
+			return faulty.None, 0
+		}})
+		s := objstore.New(fb, nil)
+		const ttl = 600 * time.Millisecond
+		a := treelock.New(s, &treelock.Options{TTL: ttl, Poll: 5 * time.Millisecond})
+		defer a.Close()
+		b := treelock.New(s, &treelock.Options{TTL: ttl, Poll: 5 * time.Millisecond})
+		defer b.Close()
+		r := treelock.Request{Write: []string{"/"}} // X on the one node
+		late.Store(true)
+		actx, cancel := context.WithTimeout(ctx, 40*time.Millisecond)
+		_, err := a.Acquire(actx, r)
+		cancel()
+		late.Store(false)
+		if err == nil {
+			t.Fatal("acquired although every node write was late")
 		}
-		return faulty.None, 0
-	}})
-	s := objstore.New(fb, nil)
-	const ttl = 600 * time.Millisecond
-	a := treelock.New(s, &treelock.Options{TTL: ttl, Poll: 5 * time.Millisecond})
-	defer a.Close()
-	b := treelock.New(s, &treelock.Options{TTL: ttl, Poll: 5 * time.Millisecond})
-	defer b.Close()
-	r := treelock.Request{Write: []string{"/"}} // X on the one node
-	late.Store(true)
-	actx, cancel := context.WithTimeout(ctx, 40*time.Millisecond)
-	_, err := a.Acquire(actx, r)
-	cancel()
-	late.Store(false)
-	if err == nil {
-		t.Fatal("acquired although every node write was late")
-	}
-	fb.Wait() // every late write has landed or failed its condition
-	// a is alive and renewing: only a clean withdrawal frees the node.
-	wctx, cancel := context.WithTimeout(ctx, 3*ttl)
-	defer cancel()
-	h, err := b.Acquire(wctx, r)
-	if err != nil {
-		t.Fatalf("a request that gave up left its entry in the node (a's session is alive): %v", err)
-	}
-	h.Release(ctx)
-	if st := fb.Stats(); st.LateLanded == 0 {
-		t.Logf("no late write landed (stats %+v)", st)
-	}
+		fb.Wait() // every late write has landed or failed its condition
+		// a is alive and renewing: only a clean withdrawal frees the node.
+		wctx, cancel := context.WithTimeout(ctx, 3*ttl)
+		defer cancel()
+		h, err := b.Acquire(wctx, r)
+		if err != nil {
+			t.Fatalf("a request that gave up left its entry in the node (a's session is alive): %v", err)
+		}
+		h.Release(ctx)
+		if st := fb.Stats(); st.LateLanded == 0 {
+			t.Logf("no late write landed (stats %+v)", st)
+		}
+	})
 }
 
 // Random load with late-landing, lost requests and lost responses: everyone
