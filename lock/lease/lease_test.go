@@ -26,10 +26,7 @@ import (
 	_ "github.com/cairn-s3/cairn/objstore/s3"
 )
 
-func TestMain(m *testing.M) {
-	maybeChild()
-	testmain.Run(m)
-}
+func TestMain(m *testing.M) { testmain.Run(m) }
 
 const ttl = 300 * time.Millisecond
 
@@ -153,9 +150,8 @@ func TestPausedHolderLosesLease(t *testing.T) {
 // --- real processes ---------------------------------------------------------
 
 const (
-	envChild = "CAIRN_LEASE_CHILD"
-	envURL   = "CAIRN_LEASE_URL"
-	envSkew  = "CAIRN_LEASE_SKEW"
+	envURL  = "CAIRN_LEASE_URL"
+	envSkew = "CAIRN_LEASE_SKEW"
 )
 
 // guard is the fenced resource: it accepts a write only with a token at least
@@ -179,15 +175,16 @@ func guardedWrite(ctx context.Context, d docstore.Doc[guard], token int64) error
 	return err
 }
 
-func maybeChild() {
-	if os.Getenv(envChild) == "" {
-		return
-	}
+func init() { testenv.RegisterChild("lease-holder", holder) }
+
+// holder is the child process: it takes the lease and writes through the
+// guard until it is fenced (exit 0) or fails (exit 1).
+func holder() int {
 	ctx := context.Background()
 	s, err := objstore.Open(ctx, os.Getenv(envURL), nil)
 	if err != nil {
 		fmt.Println("error", err)
-		os.Exit(1)
+		return 1
 	}
 	opts := &lease.Options{TTL: 2 * time.Second}
 	if skew, _ := time.ParseDuration(os.Getenv(envSkew)); skew != 0 {
@@ -196,7 +193,7 @@ func maybeChild() {
 	l, err := lease.New(s, opts).Acquire(ctx, "locks/job")
 	if err != nil {
 		fmt.Println("error", err)
-		os.Exit(1)
+		return 1
 	}
 	fmt.Println("token", l.Token())
 	d := docstore.Typed[guard](docstore.New(s, nil))
@@ -205,10 +202,10 @@ func maybeChild() {
 		switch {
 		case errors.Is(err, errFenced):
 			fmt.Println("fenced")
-			os.Exit(0)
+			return 0
 		case err != nil:
 			fmt.Println("error", err)
-			os.Exit(1)
+			return 1
 		}
 		fmt.Println("wrote")
 		time.Sleep(50 * time.Millisecond)
@@ -230,14 +227,12 @@ type proc struct {
 
 func start(t *testing.T, url string, env ...string) proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), envChild+"=1", envURL+"="+url), env...)
+	cmd := testenv.Child(t, "lease-holder", append([]string{envURL + "=" + url}, env...)...)
 	cmd.Stderr = os.Stderr
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return proc{cmd, bufio.NewScanner(out)}
 }
 
