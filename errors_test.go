@@ -6,6 +6,11 @@ import (
 	"testing"
 
 	"github.com/cairn-s3/cairn"
+	"github.com/cairn-s3/cairn/folder"
+	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/lock/lease"
+	"github.com/cairn-s3/cairn/lock/treelock"
+	"github.com/cairn-s3/cairn/objstore"
 )
 
 func TestSentinel(t *testing.T) {
@@ -23,6 +28,36 @@ func TestSentinel(t *testing.T) {
 	}
 	if errors.Is(wrapped, cairn.ErrNotFound) || errors.Is(wrapped, cairn.ErrNotAcquired) {
 		t.Fatal("a sentinel is of a kind it was not made with")
+	}
+}
+
+// TestLayersShareKinds: every layer's "not found", "lost" and "not
+// acquired" answers the shared question too, and no other.
+func TestLayersShareKinds(t *testing.T) {
+	kinds := []error{cairn.ErrNotFound, cairn.ErrLost, cairn.ErrNotAcquired}
+	for _, c := range []struct {
+		name string
+		err  error
+		kind error
+	}{
+		{"objstore.ErrNotFound", objstore.ErrNotFound, cairn.ErrNotFound},
+		{"ledger.ErrNotFound", ledger.ErrNotFound, cairn.ErrNotFound},
+		{"folder.ErrNotFound", folder.ErrNotFound, cairn.ErrNotFound},
+		{"ledger.ErrLeaseLost", ledger.ErrLeaseLost, cairn.ErrLost},
+		{"ledger.ErrSuperseded", ledger.ErrSuperseded, cairn.ErrLost},
+		{"lease.ErrLeaseLost", lease.ErrLeaseLost, cairn.ErrLost},
+		{"treelock.ErrSessionLost", treelock.ErrSessionLost, cairn.ErrLost},
+		{"treelock.ErrClosed", treelock.ErrClosed, cairn.ErrLost},
+		{"folder.ErrLockLost", folder.ErrLockLost, cairn.ErrLost},
+		{"lease.ErrNotAcquired", lease.ErrNotAcquired, cairn.ErrNotAcquired},
+		{"treelock.ErrNotAcquired", treelock.ErrNotAcquired, cairn.ErrNotAcquired},
+	} {
+		err := fmt.Errorf("context: %w", c.err)
+		for _, k := range kinds {
+			if got, want := errors.Is(err, k), k == c.kind; got != want {
+				t.Errorf("errors.Is(%s, %v) = %v, want %v", c.name, k, got, want)
+			}
+		}
 	}
 }
 

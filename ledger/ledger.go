@@ -58,21 +58,24 @@
 //
 // ErrLeaseLost, ErrSuperseded, ErrNotFound (also a claim without its
 // identity), and ErrUnavailable (the database cannot be reached: retry) work
-// with errors.Is; Open adds ErrInvalidURL and ErrNoLedger.
+// with errors.Is; Open adds ErrInvalidURL and ErrNoLedger. ErrLeaseLost and
+// ErrSuperseded are also cairn.ErrLost (the claim is no longer this
+// worker's), and ErrNotFound is also cairn.ErrNotFound, as in every layer.
 package ledger
 
 import (
 	"errors"
 	"time"
 
+	"github.com/cairn-s3/cairn"
 	"github.com/cairn-s3/cairn/event"
 )
 
 // Sentinel errors.
 var (
-	ErrLeaseLost   = errors.New("ledger: the claim's lease expired; another worker may now hold this work")
-	ErrSuperseded  = errors.New("ledger: the claim was superseded by a newer claim (higher fencing token)")
-	ErrNotFound    = errors.New("ledger: no such record")
+	ErrLeaseLost   = cairn.Sentinel(cairn.ErrLost, "ledger: the claim's lease expired; another worker may now hold this work")
+	ErrSuperseded  = cairn.Sentinel(cairn.ErrLost, "ledger: the claim was superseded by a newer claim (higher fencing token)")
+	ErrNotFound    = cairn.Sentinel(cairn.ErrNotFound, "ledger: no such record")
 	ErrUnavailable = errors.New("ledger: database unavailable")
 )
 

@@ -64,7 +64,8 @@
 //
 // # Errors
 //
-// Check these with errors.Is:
+// Check these with errors.Is (ErrNotAcquired is also cairn.ErrNotAcquired,
+// ErrLeaseLost also cairn.ErrLost, as in every layer):
 //
 //   - ErrNotAcquired: TryAcquire found the lease held by another holder; or
 //     Acquire gave up because its context ended while waiting (the error then
@@ -92,6 +93,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/cairn-s3/cairn"
 	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/lock/internal/session"
 	"github.com/cairn-s3/cairn/objstore"
@@ -99,8 +101,8 @@ import (
 
 // Errors.
 var (
-	ErrNotAcquired = errors.New("lease: held by another holder")
-	ErrLeaseLost   = errors.New("lease: lost (renewal failed or the lease was taken over)")
+	ErrNotAcquired = cairn.Sentinel(cairn.ErrNotAcquired, "lease: held by another holder")
+	ErrLeaseLost   = cairn.Sentinel(cairn.ErrLost, "lease: lost (renewal failed or the lease was taken over)")
 )
 
 // State is the stored lease document.

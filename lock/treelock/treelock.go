@@ -152,7 +152,8 @@
 //
 // # Errors
 //
-// Check these with errors.Is:
+// Check these with errors.Is (ErrNotAcquired is also cairn.ErrNotAcquired;
+// ErrSessionLost and ErrClosed also cairn.ErrLost, as in every layer):
 //
 //   - ErrNotAcquired: TryAcquire found a path it asked for locked by a
 //     conflicting holder or waiter (the error names the path); or Acquire gave
@@ -194,6 +195,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/cairn-s3/cairn"
 	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/lock/internal/session"
 	"github.com/cairn-s3/cairn/lock/pathlock"
@@ -205,9 +207,9 @@ type Request = pathlock.Request
 
 // Errors.
 var (
-	ErrNotAcquired = errors.New("treelock: not acquired")
-	ErrSessionLost = errors.New("treelock: session lost (not renewed in time); its locks may be held by others now")
-	ErrClosed      = errors.New("treelock: manager closed; its locks may be held by others now")
+	ErrNotAcquired = cairn.Sentinel(cairn.ErrNotAcquired, "treelock: not acquired")
+	ErrSessionLost = cairn.Sentinel(cairn.ErrLost, "treelock: session lost (not renewed in time); its locks may be held by others now")
+	ErrClosed      = cairn.Sentinel(cairn.ErrLost, "treelock: manager closed; its locks may be held by others now")
 )
 
 // Options configure a Manager. A nil *Options means defaults.
