@@ -26,9 +26,15 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/cairn-s3/cairn/fence"
+	"github.com/cairn-s3/cairn/folder"
 	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/lock/lease"
+	"github.com/cairn-s3/cairn/lock/pathlock"
+	"github.com/cairn-s3/cairn/lock/treelock"
 	"github.com/cairn-s3/cairn/objstore"
+	"github.com/cairn-s3/cairn/objstore/policy"
 	// Store backends, linked in for their URL schemes.
 	_ "github.com/cairn-s3/cairn/objstore/fs"
 	_ "github.com/cairn-s3/cairn/objstore/mem"
@@ -135,8 +141,14 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	})
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(probeCmd(e), docCmd(e), putCmd(e), policyCmd(e), lockCmd(e), ledgerCmd(e), replayCmd(e), auditCmd(e), fsCmd(e), serveCmd(e), demoCmd(e), benchCmd(e), versionCmd(e))
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd(args...)
+	typeArgErrors(root)
 
-	err := root.ExecuteContext(ctx)
+	err := findCommand(root, args)
+	if err == nil {
+		err = root.ExecuteContext(ctx)
+	}
 	var sig Signalled
 	signalled := errors.As(context.Cause(ctx), &sig)
 	if err == nil {
@@ -147,7 +159,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	}
 	code := exitCode(err)
 	var xe exitError
-	if errors.As(err, &xe) && xe.code != ExitPrecondition && xe.code != ExitLeaseLost {
+	if errors.As(err, &xe) {
 		return xe.code // the command's own status: it has spoken for itself
 	}
 	if signalled && ctx.Err() != nil {
@@ -216,18 +228,89 @@ func (s Signalled) Code() int {
 	return ExitInterrupted
 }
 
+// typeArgErrors makes every argument error of cmd and its subcommands a
+// usageError at its source: each command's Args validator (cobra.ExactArgs
+// and the like, or our own) is wrapped. Unknown commands are findCommand's;
+// flag errors go through root's FlagErrorFunc.
+func typeArgErrors(cmd *cobra.Command) {
+	if validate := cmd.Args; validate != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := validate(c, args); err != nil {
+				return usageError{err}
+			}
+			return nil
+		}
+	}
+	for _, c := range cmd.Commands() {
+		typeArgErrors(c)
+	}
+}
+
+// findCommand is cobra's own lookup of the command args name, run first so
+// that an unknown command is a usageError: cobra's error for one under the
+// root (with its suggestions), and ours for one under a group such as
+// `cairn bench`, which cobra would answer with the group's help and status 0.
+// Execute looks the command up again, the same way.
+func findCommand(root *cobra.Command, args []string) error {
+	if len(args) > 0 && (args[0] == cobra.ShellCompRequestCmd || args[0] == cobra.ShellCompNoDescRequestCmd) {
+		return nil // shell completion: Execute adds and runs its hidden command
+	}
+	c, rest, err := root.Find(args)
+	if err != nil {
+		return usageError{err}
+	}
+	if c == root || c.Runnable() || !c.HasSubCommands() {
+		return nil
+	}
+	// A group: its only flags are the global ones, so parsing them here
+	// (again in Execute) changes nothing; a flag error is Execute's to report.
+	if c.ParseFlags(rest) == nil && c.Flags().NArg() > 0 {
+		return usagef("unknown command %q for %q", c.Flags().Arg(0), c.CommandPath())
+	}
+	return nil
+}
+
+// sentinelExits maps the sentinel errors of cairn's packages to exit codes:
+// with exitCode's typed errors (usageError, folder.ConflictError), the one
+// place where an error's kind becomes the process's status. The first match
+// wins. Commands wrap sentinels (%w) and do not choose 2, 3 or 4 themselves,
+// except usageError for their own checks of flags and arguments.
+var sentinelExits = []struct {
+	err  error
+	code int
+}{
+	{objstore.ErrInvalidURL, ExitUsage},
+	{objstore.ErrInvalidKey, ExitUsage},
+	{ledger.ErrInvalidURL, ExitUsage},
+	{pathlock.ErrBadPath, ExitUsage},
+	{folder.ErrInvalid, ExitUsage},
+	{folder.ErrReserved, ExitUsage},
+	{lease.ErrLeaseLost, ExitLeaseLost},
+	{treelock.ErrSessionLost, ExitLeaseLost},
+	{objstore.ErrPreconditionFailed, ExitPrecondition},
+	{fence.ErrStale, ExitPrecondition},
+	{lease.ErrNotAcquired, ExitPrecondition},
+	{treelock.ErrNotAcquired, ExitPrecondition},
+	{folder.ErrNotEmpty, ExitPrecondition},
+	{policy.ErrDenied, ExitUsage},
+}
+
 func exitCode(err error) int {
 	var ue usageError
 	var xe exitError
+	var ce *folder.ConflictError
 	switch {
 	case errors.As(err, &xe):
 		return xe.code
-	case errors.As(err, &ue), errors.Is(err, objstore.ErrInvalidURL), errors.Is(err, objstore.ErrInvalidKey), errors.Is(err, ledger.ErrInvalidURL):
+	case errors.As(err, &ue):
 		return ExitUsage
-	case strings.HasPrefix(err.Error(), "unknown command"), strings.Contains(err.Error(), "accepts "), strings.Contains(err.Error(), "requires "):
-		return ExitUsage // cobra's argument errors
-	case errors.Is(err, objstore.ErrPreconditionFailed):
+	case errors.As(err, &ce):
 		return ExitPrecondition
+	}
+	for _, s := range sentinelExits {
+		if errors.Is(err, s.err) {
+			return s.code
+		}
 	}
 	return ExitRuntime
 }
@@ -237,15 +320,10 @@ func (e *env) writeJSON(v any) error {
 	return enc.Encode(v)
 }
 
+// openStore opens the store at raw; a bad URL (objstore.ErrInvalidURL)
+// exits 2.
 func openStore(ctx context.Context, raw string) (*objstore.Store, error) {
-	s, err := objstore.Open(ctx, raw, nil)
-	if err != nil {
-		if errors.Is(err, objstore.ErrInvalidURL) {
-			return nil, usageError{err}
-		}
-		return nil, err
-	}
-	return s, nil
+	return objstore.Open(ctx, raw, nil)
 }
 
 func versionCmd(e *env) *cobra.Command {

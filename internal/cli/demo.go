@@ -48,6 +48,14 @@ how busy the disk is. 'cairn serve' keeps synchronous=full. --store and
 After the deliveries, cairn audits the bucket (a LIST against the ledger, as
 'cairn audit' does) and processes what the lost events never announced.
 
+cairn's handler also writes each key's effect into a sink (objects under
+DIR/effects) through the fence, with its claim's fencing token. With --crash,
+the daemon is stopped once while a handler is stuck before its writes, and a
+new one started; the stuck handler writes after its successor, with its old
+token, as a paused or partitioned worker would. The report reads the sink back:
+"effects: N written exactly once" counts the keys whose effect is the bucket's
+final state, written once; the stale writes the sink refused are counted too.
+
 The naive consumer's "objects missed" are the keys whose newest event was lost
 and which it serves wrong; the audit's "changes found" are the objects whose
 state in the bucket differs from cairn's ledger. They differ when a lost event
@@ -57,7 +65,7 @@ report then says how many of each.
 
 Exit status 1 if one of cairn's invariants fails (the report names it): every
 change processed once, no stale overwrites, every object served as the bucket
-has it at the end.`,
+has it at the end, every effect written once and the bucket's final state.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -160,6 +168,7 @@ has it at the end.`,
 	fs.Uint64Var(&o.Seed, "seed", uint64(time.Now().UnixNano()), "random seed for the faults")
 	fs.StringVar(&storeURL, "store", "", "bucket to write (default: a local directory under --dir)")
 	fs.StringVar(&ledgerURL, "ledger", "", "ledger URL (default: SQLite under --dir)")
+	fs.BoolVar(&o.Crash, "crash", false, "stop cairn's daemon once while a handler is stuck, start another, and let the stuck handler write late")
 	fs.StringVar(&dir, "dir", "", "keep the demo's bucket, ledger and serving tables here (default: a temporary directory, removed)")
 	return cmd
 }
@@ -189,6 +198,7 @@ func printDemo(e *env, r demo.Report, storeURL, ledgerURL string) {
 	row("seconds", fmt.Sprintf("%.2f", r.Naive.Seconds), fmt.Sprintf("%.2f", r.Cairn.Seconds))
 	tw.Flush()
 	fmt.Fprintln(w, missedVsFound(r))
+	fmt.Fprintln(w, effectsLine(r.Effects))
 	fmt.Fprintln(w)
 	if r.InvariantOK {
 		fmt.Fprintln(w, "cairn: every change processed once, in order per key; nothing stale, nothing double, nothing missed.")
@@ -210,6 +220,25 @@ func brokenInvariants(r demo.Report) string {
 		}
 	}
 	return s
+}
+
+// effectsLine says what cairn's effects sink holds, read back at the end.
+func effectsLine(x demo.Effects) string {
+	writes := "writes"
+	if x.StaleRefused == 1 {
+		writes = "write"
+	}
+	s := fmt.Sprintf("effects (read back from the sink): %d written exactly once, %d stale %s refused", x.ExactlyOnce, x.StaleRefused, writes)
+	if x.Double > 0 {
+		s += fmt.Sprintf(", %d written more than once", x.Double)
+	}
+	if x.Wrong > 0 {
+		s += fmt.Sprintf(", %d wrong or missing: %s", x.Wrong, strings.Join(escapeAll(x.WrongKeys), ", "))
+		if x.Wrong > len(x.WrongKeys) {
+			s += ", …"
+		}
+	}
+	return s + "."
 }
 
 // missedVsFound is the line under the table that says what "objects missed"

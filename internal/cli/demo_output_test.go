@@ -78,3 +78,18 @@ func TestDemoMissedAndFoundAccounted(t *testing.T) {
 		}
 	}
 }
+
+// demo --crash: the report, read back from the fenced sink, says every
+// effect was written exactly once and the stuck handler's late write was
+// refused.
+func TestDemoCrashEffectsExactlyOnce(t *testing.T) {
+	t.Parallel()
+	code, out, stderr := run(t, "demo", "--crash", "--writes", "300", "--keys", "30", "--seed", "5")
+	if code != 0 {
+		t.Fatalf("demo --crash: exit %d: %s\n%s", code, stderr, out)
+	}
+	m := regexp.MustCompile(`effects \(read back from the sink\): (\d+) written exactly once, 1 stale write refused\.\n`).FindStringSubmatch(out)
+	if m == nil || m[1] == "0" {
+		t.Errorf("demo --crash does not say its effects were written exactly once and one late write refused:\n%s", out)
+	}
+}

@@ -35,16 +35,9 @@ file:///dir/key.json (the directory store is the nearest ancestor holding
 func openDoc(cmd *cobra.Command, raw string) (*docstore.Store, string, error) {
 	s, key, err := objstore.OpenObject(cmd.Context(), raw, nil)
 	if err != nil {
-		if errorsIsUsage(err) {
-			return nil, "", usageError{err}
-		}
-		return nil, "", err
+		return nil, "", err // a bad URL or key exits 2
 	}
 	return docstore.New(s, nil), key, nil
-}
-
-func errorsIsUsage(err error) bool {
-	return exitCode(err) == ExitUsage
 }
 
 type docOut struct {
@@ -219,7 +212,7 @@ run', 'cairn lock tree' or 'cairn serve'. A fenced document is stored as
 			if fenced {
 				var fm fence.DocMeta
 				v, fm, err = fence.Update(cmd.Context(), d, key, token, func(v *any, m fence.DocMeta) error { return apply(v, m.Meta) })
-				m, err = fm.Meta, fencedErr(err)
+				m = fm.Meta
 			} else {
 				v, m, err = docstore.Typed[any](d).Update(cmd.Context(), key, apply)
 			}

@@ -215,13 +215,11 @@ func (e *env) runFolder(ctx context.Context, f fsFlags, args []string, run func(
 		// Lead with what was left and what finishes it; Main exits 130/143.
 		return fmt.Errorf("interrupted: %s %s%s: %s; %s", ie.Op, safetext.Escape(ie.Src), arrow(ie.Dst), ie.State(),
 			ie.Next("'cairn fs recover --store "+safetext.URL(storeURL)+"'"))
-	case errors.Is(err, folder.ErrInvalid) || errors.Is(err, folder.ErrReserved):
-		return usageError{err}
 	case errors.Is(err, folder.ErrNotEmpty) || errors.As(err, &ce):
 		if e.json {
 			_ = e.writeJSON(res)
 		}
-		return exitError{code: ExitPrecondition, err: err}
+		return err // exits 3 (exitCode), as folder.ErrInvalid and ErrReserved exit 2
 	case err != nil:
 		return err
 	}

@@ -20,10 +20,6 @@ import (
 	_ "github.com/cairn-s3/cairn/ledger/sqlite"
 )
 
-func openLedger(ctx context.Context, url string) (*ledger.Ledger, error) {
-	return ledger.Open(ctx, url, nil)
-}
-
 // openExistingLedger opens the ledger at url for a command that reads it or
 // changes the records it holds: it never creates one (ledger.Options.MustExist)
 // and says how to get one when there is none.

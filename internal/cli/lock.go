@@ -18,12 +18,14 @@ import (
 	"github.com/cairn-s3/cairn/internal/durflag"
 	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/lock/lease"
-	"github.com/cairn-s3/cairn/lock/pathlock"
 	"github.com/cairn-s3/cairn/lock/treelock"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
-// exitError carries a specific exit code (a child's, or 3/4).
+// exitError carries a status a command has spoken for itself: a child's exit
+// code, or a failure it has already reported in full (Main then prints
+// nothing). Errors of a kind (usage, precondition, lease lost) are mapped by
+// exitCode instead.
 type exitError struct {
 	code int
 	err  error
@@ -60,11 +62,13 @@ Exit codes: CMD's own exit code; 3 if the lease could not be acquired within
 SIGTERM, and SIGKILL 10s later).`,
 		Example: `  cairn lock run s3://ops/locks/deploy --ttl 30s --wait 5m -- ./deploy.sh
   cairn lock run file:///srv/data/locks/compact -- sh -c 'compact --fencing-token "$CAIRN_FENCING_TOKEN"'`,
-		Args: cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() != 1 {
-				return usagef("put the command after --: cairn lock run URL -- CMD ARGS…")
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 || cmd.ArgsLenAtDash() != 1 {
+				return errors.New("give the lease's URL, then the command after --: cairn lock run URL -- CMD ARGS…")
 			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if ttl < time.Second {
 				return usagef("--ttl must be at least 1s")
 			}
@@ -77,7 +81,7 @@ SIGTERM, and SIGKILL 10s later).`,
 			m := lease.New(s, &lease.Options{TTL: ttl})
 			l, err := acquireWithin(ctx, wait, key, m.TryAcquire, m.Acquire)
 			if errors.Is(err, lease.ErrNotAcquired) {
-				return exitError{ExitPrecondition, fmt.Errorf("lease %s is held by another holder (see 'cairn lock status'): %w", args[0], err)}
+				return fmt.Errorf("lease %s is held by another holder (see 'cairn lock status'): %w", args[0], err)
 			}
 			if err != nil {
 				return err
@@ -91,7 +95,7 @@ SIGTERM, and SIGKILL 10s later).`,
 				e.log.Warn("releasing the lease failed; it expires by itself after the TTL", "err", rerr)
 			}
 			if lost {
-				return exitError{ExitLeaseLost, fmt.Errorf("lease %s was lost while the command ran (%v); it was sent SIGTERM", args[0], l.Err())}
+				return fmt.Errorf("lease %s was lost while the command ran (%w); it was sent SIGTERM", args[0], l.Err())
 			}
 			if code != 0 {
 				return exitError{code, fmt.Errorf("command exited with status %d", code)}
@@ -249,12 +253,8 @@ lock's session was lost while CMD ran (CMD gets SIGTERM).`,
 			req := treelock.Request{Read: reads, Write: writes}
 			h, err := acquireWithin(ctx, wait, req, m.TryAcquire, m.Acquire)
 			switch {
-			case errors.Is(err, pathlock.ErrBadPath):
-				return usageError{err}
-			case errors.Is(err, treelock.ErrNotAcquired):
-				return exitError{ExitPrecondition, err}
 			case err != nil:
-				return err
+				return err // pathlock.ErrBadPath exits 2, treelock.ErrNotAcquired 3
 			}
 			env := append(treeTokens(h, reads, writes), "CAIRN_TREE_LOCK="+strings.Join(append(prefixed("r:", reads), prefixed("w:", writes)...), ","))
 			e.log.Info("tree lock acquired", "tokens", env[1])
@@ -265,7 +265,7 @@ lock's session was lost while CMD ran (CMD gets SIGTERM).`,
 			}
 			cancel()
 			if lost {
-				return exitError{ExitLeaseLost, treelock.ErrSessionLost}
+				return treelock.ErrSessionLost
 			}
 			if code != 0 {
 				return exitError{code, fmt.Errorf("command exited with status %d", code)}

@@ -114,9 +114,6 @@ condition fails the upload is aborted and nothing is left behind.
 					e.log.Info("the object changed during the upload; starting over", "key", key, "attempt", attempt+1)
 					continue
 				}
-				if errors.Is(err, policy.ErrDenied) {
-					return usageError{err}
-				}
 				if err != nil {
 					return err
 				}
@@ -152,14 +149,6 @@ func parseFenceToken(v string) (int64, error) {
 	return n, nil
 }
 
-// fencedErr gives a stale token exit 3 with the fence package's message.
-func fencedErr(err error) error {
-	if errors.Is(err, fence.ErrStale) {
-		return exitError{ExitPrecondition, err}
-	}
-	return err
-}
-
 // putFenced is put --fence-token: fence.Put, which reads the object's token
 // and writes conditionally on the version it judged.
 func putFenced(cmd *cobra.Command, e *env, file, url, rawToken, contentType string, partSize int64) error {
@@ -193,7 +182,7 @@ func putFenced(cmd *cobra.Command, e *env, file, url, rawToken, contentType stri
 	}
 	info, err := fence.Put(ctx, s, key, body, token, &fence.Options{ContentType: contentType, PartSize: partSize})
 	if err != nil {
-		return fencedErr(err)
+		return err // fence.ErrStale exits 3
 	}
 	if e.json {
 		return e.writeJSON(info)

@@ -17,12 +17,22 @@
 // misses the objects whose newest event was lost; cairn then audits the bucket
 // (package audit: LIST against the ledger), which finds and resubmits them,
 // so any difference left in cairn's table breaks an invariant.
+//
+// cairn's handler also writes an effect per key into a sink (a second store)
+// through package fence, with its claim's fencing token: an object that says
+// which change of the key it applies. With Crash, the daemon is stopped once
+// while a handler is stuck before its write, and a new one started; the stuck
+// handler's write lands after its successor's, as a paused or partitioned
+// worker's would. At the end the demo reads the sink back: every key's effect
+// must be the bucket's final state, written once; the late write must have
+// been refused.
 package demo
 
 import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,10 +48,12 @@ import (
 
 	"github.com/cairn-s3/cairn/audit"
 	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/fence"
 	"github.com/cairn-s3/cairn/intake"
 	"github.com/cairn-s3/cairn/internal/bench"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/objstore"
+	"github.com/cairn-s3/cairn/objstore/fs"
 )
 
 // Options configure a run.
@@ -50,6 +62,14 @@ type Options struct {
 	Bucket string          // the bucket name events carry
 	Ledger *ledger.Ledger  // required
 	Dir    string          // required: where the serving tables live
+	// Sink is where cairn's handler writes each key's effect, fenced. It
+	// must enforce conditional writes. Default: a local directory under Dir.
+	Sink *objstore.Store
+	// Crash stops cairn's daemon once while one of its handlers is stuck
+	// before writing its effect (a change some newer delivery supersedes),
+	// and starts another; the stuck handler writes after its successor has,
+	// with its old fencing token, and the sink must refuse it.
+	Crash bool
 	// Writes, Keys: how many writes over how many keys. Defaults 2000, 400.
 	Writes, Keys int
 	// Senders deliver concurrently (naive handlers run as concurrently).
@@ -107,7 +127,27 @@ type Report struct {
 	NaiveRightByChance int  `json:"naive_right_by_chance"`
 	Naive              Side `json:"naive"`
 	Cairn              Side `json:"cairn"`
-	InvariantOK        bool `json:"invariants_hold"`
+	// Effects is what cairn's sink holds at the end, read back.
+	Effects     Effects `json:"effects"`
+	InvariantOK bool    `json:"invariants_hold"`
+}
+
+// Effects judges the sink cairn's handler writes, as read back at the end.
+type Effects struct {
+	// ExactlyOnce: keys whose effect is the bucket's final state (a removal
+	// for a deleted key), written once.
+	ExactlyOnce int `json:"exactly_once"`
+	// Double: keys whose effect was written more than once for the same
+	// change.
+	Double int `json:"double"`
+	// Wrong: keys whose effect is not the bucket's final state (or is
+	// missing), as a stale write landing late leaves it.
+	Wrong     int      `json:"wrong"`
+	WrongKeys []string `json:"wrong_keys,omitempty"`
+	// StaleRefused: writes the sink refused (fence.ErrStale) because a newer
+	// holder had written. A refusal leaves nothing in the sink, so this one
+	// is the handler's count.
+	StaleRefused int `json:"stale_refused"`
 }
 
 // Broken names each of cairn's invariants the run broke, with how often
@@ -122,6 +162,12 @@ func (r Report) Broken() []string {
 	}
 	if n := r.Cairn.Wrong; n > 0 {
 		out = append(out, fmt.Sprintf("every object served as the bucket has it at the end (%d served wrong)", n))
+	}
+	if n := r.Effects.Double; n > 0 {
+		out = append(out, fmt.Sprintf("every effect written once (%d written more than once)", n))
+	}
+	if n := r.Effects.Wrong; n > 0 {
+		out = append(out, fmt.Sprintf("every effect the bucket's final state (%d wrong or missing in the sink)", n))
 	}
 	return out
 }
@@ -172,6 +218,14 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if o.Store == nil || o.Ledger == nil || o.Dir == "" {
 		return Report{}, errors.New("demo: Store, Ledger and Dir are required")
 	}
+	if o.Sink == nil {
+		sink, err := fs.New(filepath.Join(o.Dir, "effects"), &fs.Options{NoSync: true})
+		if err != nil {
+			return Report{}, fmt.Errorf("demo: the effects sink: %w", err)
+		}
+		defer sink.Close()
+		o.Sink = sink
+	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0xca1e))
 	rep := Report{Writes: o.Writes, Keys: o.Keys}
 
@@ -204,10 +258,21 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	rep.Naive.Seconds = time.Since(start).Seconds()
 
+	// What the audit can find: a key whose newest event was lost differs in
+	// the ledger from the bucket unless the newest delivered event already
+	// announced the object's final state.
+	delivered := map[string]event.Event{}
+	for _, ev := range plan.order {
+		if d, ok := delivered[ev.Key]; !ok || event.CompareSequencer(ev.Sequencer, d.Sequencer) > 0 {
+			delivered[ev.Key] = ev
+		}
+	}
+
 	// 4. cairn: the same deliveries over HTTP to the webhook.
 	cairn := newTracker()
 	start = time.Now()
-	found, err := runCairn(ctx, o, plan.order, tables, cairn)
+	sink := &sink{store: o.Sink}
+	found, err := runCairn(ctx, o, plan.order, delivered, tables, cairn, sink)
 	if err != nil {
 		return rep, err
 	}
@@ -218,15 +283,6 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	final, err := bucketState(ctx, o)
 	if err != nil {
 		return rep, fmt.Errorf("demo: reading the bucket's final state failed: %w", err)
-	}
-	// What the audit can find: a key whose newest event was lost differs in
-	// the ledger from the bucket unless the newest delivered event already
-	// announced the object's final state.
-	delivered := map[string]event.Event{}
-	for _, ev := range plan.order {
-		if d, ok := delivered[ev.Key]; !ok || event.CompareSequencer(ev.Sequencer, d.Sequencer) > 0 {
-			delivered[ev.Key] = ev
-		}
 	}
 	for k := range plan.newestLost {
 		rep.NewestLost++
@@ -262,7 +318,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			}
 		}
 	}
-	rep.InvariantOK = rep.Cairn.DoubleProcessed == 0 && rep.Cairn.StaleOverwrites == 0 && rep.Cairn.Wrong == 0
+	if rep.Effects, err = sink.judge(ctx, o.Keys, final); err != nil {
+		return rep, fmt.Errorf("demo: reading the effects sink back failed: %w", err)
+	}
+	rep.InvariantOK = rep.Cairn.DoubleProcessed == 0 && rep.Cairn.StaleOverwrites == 0 && rep.Cairn.Wrong == 0 &&
+		rep.Effects.Double == 0 && rep.Effects.Wrong == 0
 	return rep, nil
 }
 
@@ -431,40 +491,92 @@ func deliver(ctx context.Context, order []event.Event, senders int, send func(i 
 // runCairn starts the daemon on a loopback port, posts the deliveries to its
 // webhook, waits until the ledger has no work left, then audits the bucket
 // (LIST against the ledger) for the changes whose events were lost, and waits
-// for that work too. It returns how many changes the audit resubmitted.
-func runCairn(ctx context.Context, o Options, order []event.Event, tables *tables, t *tracker) (int, error) {
-	// The handler only writes the serving table, which never fails when all
-	// is well: its first error ends the demo (the ledger would retry it, and
-	// drain wait, for minutes).
+// for that work too. It returns how many changes the audit resubmitted. With
+// o.Crash it stops the daemon once while a handler is stuck (after the
+// deliveries) and starts another; delivered is each key's newest delivered
+// event.
+func runCairn(ctx context.Context, o Options, order []event.Event, delivered map[string]event.Event, tables *tables, t *tracker, sink *sink) (int, error) {
+	// The handler only writes the serving table and the sink, which never
+	// fail when all is well: its first error ends the demo (the ledger would
+	// retry it, and drain wait, for minutes).
 	var handlerErr atomic.Pointer[error]
-	h := intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
-		t.enter(w.Event)
-		err := tables.apply(ctx, "serving_cairn", w.Event, w.Token)
-		if err != nil && ctx.Err() == nil {
-			handlerErr.CompareAndSwap(nil, &err)
-		}
-		return "", err
-	})
+	fail := func(err error) { handlerErr.CompareAndSwap(nil, &err) }
 	failed := func() error {
 		if p := handlerErr.Load(); p != nil {
-			return fmt.Errorf("demo: cairn's handler failed writing serving_cairn: %w", *p)
+			return fmt.Errorf("demo: cairn's handler failed writing serving_cairn or its effect: %w", *p)
 		}
 		return nil
 	}
-	p, err := intake.New(o.Ledger, h, &intake.Options{Concurrency: o.Concurrency, Poll: 50 * time.Millisecond, Logger: o.Logger})
+	// The crash: the first run of a change that a newer delivery supersedes
+	// gets stuck before its writes and stays stuck until its daemon stops;
+	// its writes then wait (late) until the successor has written, and land.
+	var stuck atomic.Bool
+	stalled := make(chan struct{}) // closed when a handler is stuck
+	release := make(chan struct{}) // closed when the stuck writes may land
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	var late sync.WaitGroup
+	defer late.Wait()
+	defer releaseOnce()
+	h := intake.HandlerFunc(func(hctx context.Context, w intake.Work) (string, error) {
+		t.enter(w.Event)
+		ev := w.Event
+		if o.Crash && !event.IsAudit(ev.Name) && event.CompareSequencer(ev.Sequencer, delivered[ev.Key].Sequencer) < 0 && stuck.CompareAndSwap(false, true) {
+			close(stalled)
+			<-hctx.Done() // the daemon stopped: its work is another's now
+			late.Go(func() {
+				<-release
+				if err := tables.apply(ctx, "serving_cairn", ev, w.Token); err != nil {
+					fail(err)
+				}
+				if err := sink.apply(ctx, ev, w.Token); err != nil {
+					fail(err)
+				}
+			})
+			return "", hctx.Err()
+		}
+		err := tables.apply(hctx, "serving_cairn", ev, w.Token)
+		if err == nil {
+			err = sink.apply(hctx, ev, w.Token)
+		}
+		if err != nil && hctx.Err() == nil {
+			fail(err)
+		}
+		return "", err
+	})
+	start := func() (stop func() error, url string, err error) {
+		popts := &intake.Options{Concurrency: o.Concurrency, Poll: 50 * time.Millisecond, Logger: o.Logger}
+		if o.Crash {
+			popts.Grace = 200 * time.Millisecond // only the stuck handler is still running at the crash
+		}
+		p, err := intake.New(o.Ledger, h, popts)
+		if err != nil {
+			return nil, "", err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, "", fmt.Errorf("demo: listening for the webhook on a loopback port: %w", err)
+		}
+		dctx, cancel := context.WithCancel(ctx)
+		d := &intake.Daemon{Pipeline: p, Listener: ln, Logger: o.Logger}
+		done := make(chan error, 1)
+		go func() { done <- d.Run(dctx) }()
+		return func() error {
+			cancel()
+			if err := <-done; err != nil {
+				return fmt.Errorf("demo: cairn's daemon failed: %w", err)
+			}
+			return nil
+		}, "http://" + ln.Addr().String() + "/v1/events", nil
+	}
+	stop, url, err := start()
 	if err != nil {
 		return 0, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("demo: listening for the webhook on a loopback port: %w", err)
-	}
-	dctx, stop := context.WithCancel(ctx)
-	defer stop()
-	d := &intake.Daemon{Pipeline: p, Listener: ln, Logger: o.Logger}
-	ddone := make(chan error, 1)
-	go func() { ddone <- d.Run(dctx) }()
-	url := "http://" + ln.Addr().String() + "/v1/events"
+	defer func() {
+		if stop != nil {
+			_ = stop()
+		}
+	}()
 	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: o.Senders}}
 	err = deliver(ctx, order, o.Senders, func(i int, ev event.Event) error {
 		return post(ctx, client, url, event.S3Body(ev))
@@ -475,6 +587,25 @@ func runCairn(ctx context.Context, o Options, order []event.Event, tables *table
 	// daemon's shutdown below took 0 or 5 s at random. Closed now, they are
 	// gone when it stops.
 	client.CloseIdleConnections()
+	if err == nil && o.Crash {
+		var crashed bool
+		if crashed, err = waitStuck(ctx, o, stalled, failed); err == nil && crashed {
+			o.Progress("cairn (crash, restart)", 0, 1)
+			err = stop()
+			stop = nil
+			if err == nil {
+				stop, _, err = start()
+			}
+			if err == nil {
+				err = drain(ctx, o, len(order), failed)
+			}
+			releaseOnce() // the stuck handler's writes land, after its successor's
+			late.Wait()
+			if err == nil {
+				err = failed()
+			}
+		}
+	}
 	if err == nil {
 		err = drain(ctx, o, len(order), failed)
 	}
@@ -492,11 +623,50 @@ func runCairn(ctx context.Context, o Options, order []event.Event, tables *table
 			err = drain(ctx, o, len(order), failed)
 		}
 	}
-	stop()
-	if derr := <-ddone; err == nil && derr != nil {
-		err = fmt.Errorf("demo: cairn's daemon failed: %w", derr)
+	if stop != nil {
+		derr := stop()
+		stop = nil
+		if err == nil {
+			err = derr
+		}
 	}
 	return found, err
+}
+
+// waitStuck waits, after the deliveries, until a handler is stuck and it holds
+// the only work left (true), or until no work is left because none got stuck
+// (false: no run of a superseded change was claimed before its successor
+// arrived).
+func waitStuck(ctx context.Context, o Options, stalled <-chan struct{}, failed func() error) (bool, error) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		if err := failed(); err != nil {
+			return false, err
+		}
+		c, err := o.Ledger.Counts(ctx)
+		if err != nil {
+			return false, fmt.Errorf("demo: counting the ledger's records failed: %w", err)
+		}
+		left := c[ledger.Pending] + c[ledger.Claimed] + c[ledger.Failed]
+		select {
+		case <-stalled:
+			if left <= 1 {
+				return true, nil
+			}
+		default:
+			if left == 0 {
+				return false, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return false, fmt.Errorf("demo: %d records still not processed after 5 minutes", left)
+		}
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("demo: waiting for cairn's handlers: %w", context.Cause(ctx))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // post delivers one body, retrying while the server says 503 (as MinIO's
@@ -667,4 +837,87 @@ func (t *tables) rows(ctx context.Context, table string) (map[string]string, err
 		}
 	}
 	return out, rs.Err()
+}
+
+// effect is what cairn's handler writes into the sink per key: the change it
+// applies, and how many times that change was written.
+type effect struct {
+	Sequencer string `json:"sequencer,omitempty"`
+	State     string `json:"state"` // the ETag, "" for a removal
+	Token     int64  `json:"token"`
+	Writes    int    `json:"writes"`
+}
+
+// sink is where cairn's handler writes effects, fenced by its claim's token.
+type sink struct {
+	store   *objstore.Store
+	refused atomic.Int64
+}
+
+// read returns key's effect, if any.
+func (s *sink) read(ctx context.Context, key string) (effect, bool, error) {
+	data, _, err := fence.Get(ctx, s.store, key)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return effect{}, false, nil
+	}
+	if err != nil {
+		return effect{}, false, err
+	}
+	var e effect
+	if err := json.Unmarshal(data, &e); err != nil {
+		return effect{}, false, fmt.Errorf("demo: the effect of %q: %w", key, err)
+	}
+	return e, true, nil
+}
+
+// apply writes ev's effect with token. A write refused as stale (a newer
+// holder has written) is counted, and no error: the work is the newer
+// holder's.
+func (s *sink) apply(ctx context.Context, ev event.Event, token int64) error {
+	cur, found, err := s.read(ctx, ev.Key)
+	if err != nil {
+		return err
+	}
+	e := effect{Sequencer: ev.Sequencer, State: stateOf(ev), Token: token, Writes: 1}
+	if found && cur.Sequencer == e.Sequencer && cur.State == e.State {
+		e.Writes = cur.Writes + 1 // the same change again: a double effect
+	}
+	body, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	_, err = fence.PutBytes(ctx, s.store, ev.Key, body, token, nil)
+	if errors.Is(err, fence.ErrStale) {
+		s.refused.Add(1)
+		return nil
+	}
+	return err
+}
+
+// judge reads every key's effect back and compares it with the bucket's
+// final state.
+func (s *sink) judge(ctx context.Context, keys int, final map[string]string) (Effects, error) {
+	out := Effects{StaleRefused: int(s.refused.Load())}
+	for i := range keys {
+		k := keyName(i)
+		e, found, err := s.read(ctx, k)
+		if err != nil {
+			return out, err
+		}
+		switch {
+		case !found && final[k] == "":
+			// Never written: no change of this key reached cairn, and none
+			// was needed (the object is absent).
+		case !found || e.State != final[k]:
+			out.Wrong++
+			if len(out.WrongKeys) < 10 {
+				out.WrongKeys = append(out.WrongKeys, k)
+			}
+		case e.Writes > 1:
+			out.Double++
+		default:
+			out.ExactlyOnce++
+		}
+	}
+	return out, nil
 }

@@ -1,4 +1,4 @@
-package cli
+package bench
 
 import (
 	"bytes"
@@ -14,94 +14,93 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/intake"
-	"github.com/cairn-s3/cairn/internal/bench"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
-func benchServeCmd(e *env) *cobra.Command {
-	var events, execEvents, senders, concurrency int
-	var ledgerURL, only string
-	var skipBaseline bool
-	cmd := &cobra.Command{
-		Use:   "serve",
-		Short: "Intake throughput through the webhook: cairn (ledger) against the same server with the ledger bypassed",
-		Long: `Posts MinIO-style webhook bodies (one record per POST, distinct keys) from
---senders concurrent senders to a real HTTP server on 127.0.0.1, and measures
-sustained events/s from the first POST to the last handler call, and the p99
-delivery-to-handler latency (POST sent → handler called).
+// ServeOptions configures Serve. Zero fields take the defaults.
+type ServeOptions struct {
+	// Events is how many events the no-op handler run posts (default 50000).
+	Events int
+	// ExecEvents is how many the exec handler run posts (0 skips that run;
+	// `cairn bench serve` defaults it to 3000).
+	ExecEvents int
+	// Senders is concurrent webhook senders (default 64).
+	Senders int
+	// Concurrency is handlers at once (default 64).
+	Concurrency int
+	// LedgerURL is the ledger (default: a fresh SQLite file per run); it is
+	// not wiped: use an empty one.
+	LedgerURL string
+	// Only, if "noop" or "exec", runs that handler only.
+	Only string
+	// SkipBaseline runs cairn only (for profiling).
+	SkipBaseline bool
+}
 
-cairn: the webhook records each event in the ledger (group commit) before
-answering, workers claim, run the handler, and complete (batched). Baseline: the
-same server and handler with the ledger bypassed (the handler runs inside the
-request). Run with a Go no-op handler (--events) and with an exec handler that
-runs /bin/true (--exec-events).`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if events < 100 || senders < 1 || concurrency < 1 {
-				return usagef("--events >= 100, --senders and --concurrency >= 1")
-			}
-			ctx := cmd.Context()
-			tmp, err := os.MkdirTemp("", "cairn-bench-serve-")
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(tmp)
-			var results []bench.Result
-			for _, kind := range []string{"noop", "exec"} {
-				if only != "" && only != kind {
-					continue
-				}
-				n := events
-				var h intake.Handler = intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil })
-				if kind == "exec" {
-					n = execEvents
-					h = &intake.ExecHandler{Argv: []string{"/bin/true"}}
-				}
-				if n <= 0 {
-					continue
-				}
-				url := ledgerURL
-				if url == "" {
-					url = filepath.Join(tmp, kind+".db")
-				}
-				var base serveBenchResult
-				if !skipBaseline {
-					if base, err = runServeBench(ctx, nil, h, n, senders, concurrency); err != nil {
-						return fmt.Errorf("baseline: %w", err)
-					}
-				}
-				l, err := ledger.Open(ctx, url, nil)
-				if err != nil {
-					return err
-				}
-				withLedger, err := runServeBench(ctx, l, h, n, senders, concurrency)
-				l.Close()
-				if err != nil {
-					return fmt.Errorf("cairn: %w", err)
-				}
-				r := bench.NewResult(fmt.Sprintf("webhook → handler (%s handler), %d events, %d senders", kind, n, senders), "events/s", base.perSec, withLedger.perSec)
-				r.BaselineDesc = "ledger bypassed: handler inside the request"
-				r.CairnDesc = "recorded durably in the ledger, claimed, handled, completed"
-				r.BaselineP99, r.CairnP99 = base.p99, withLedger.p99
-				r.Note = fmt.Sprintf("p50 delivery-to-handler: baseline %s, cairn %s", base.p50.Round(time.Microsecond), withLedger.p50.Round(time.Microsecond))
-				results = append(results, r)
-			}
-			return bench.Print(e.stdout, e.json, results)
-		},
+// Serve posts MinIO-style webhook bodies (one record per POST, distinct
+// keys) from Senders concurrent senders to a real HTTP server on 127.0.0.1,
+// and measures sustained events/s from the first POST to the last handler
+// call, and the delivery-to-handler latency, with a no-op Go handler and with
+// an exec handler running /bin/true. cairn records each event in the ledger
+// before answering and workers claim, handle and complete; the baseline is
+// the same server and handler with the ledger bypassed.
+func Serve(ctx context.Context, opts ServeOptions) ([]Result, error) {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
 	}
-	cmd.Flags().IntVar(&events, "events", 50000, "events for the no-op handler run")
-	cmd.Flags().IntVar(&execEvents, "exec-events", 3000, "events for the exec handler run (0 skips it)")
-	cmd.Flags().IntVar(&senders, "senders", 64, "concurrent webhook senders")
-	cmd.Flags().IntVar(&concurrency, "concurrency", 64, "handlers at once")
-	cmd.Flags().StringVar(&ledgerURL, "ledger", "", "ledger URL (default: a fresh SQLite file); wiped by nothing: use an empty one")
-	cmd.Flags().StringVar(&only, "only", "", "run only the noop or the exec handler")
-	cmd.Flags().BoolVar(&skipBaseline, "skip-baseline", false, "profiling: run cairn only")
-	_ = cmd.Flags().MarkHidden("skip-baseline")
-	return cmd
+	def(&opts.Events, 50000)
+	def(&opts.Senders, 64)
+	def(&opts.Concurrency, 64)
+	tmp, err := os.MkdirTemp("", "cairn-bench-serve-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	var results []Result
+	for _, kind := range []string{"noop", "exec"} {
+		if opts.Only != "" && opts.Only != kind {
+			continue
+		}
+		n := opts.Events
+		var h intake.Handler = intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil })
+		if kind == "exec" {
+			n = opts.ExecEvents
+			h = &intake.ExecHandler{Argv: []string{"/bin/true"}}
+		}
+		if n <= 0 {
+			continue
+		}
+		url := opts.LedgerURL
+		if url == "" {
+			url = filepath.Join(tmp, kind+".db")
+		}
+		var base serveBenchResult
+		if !opts.SkipBaseline {
+			if base, err = runServeBench(ctx, nil, h, n, opts.Senders, opts.Concurrency); err != nil {
+				return nil, fmt.Errorf("baseline: %w", err)
+			}
+		}
+		l, err := ledger.Open(ctx, url, nil)
+		if err != nil {
+			return nil, err
+		}
+		withLedger, err := runServeBench(ctx, l, h, n, opts.Senders, opts.Concurrency)
+		l.Close()
+		if err != nil {
+			return nil, fmt.Errorf("cairn: %w", err)
+		}
+		r := NewResult(fmt.Sprintf("webhook → handler (%s handler), %d events, %d senders", kind, n, opts.Senders), "events/s", base.perSec, withLedger.perSec)
+		r.BaselineDesc = "ledger bypassed: handler inside the request"
+		r.CairnDesc = "recorded durably in the ledger, claimed, handled, completed"
+		r.BaselineP99, r.CairnP99 = base.p99, withLedger.p99
+		r.Note = fmt.Sprintf("p50 delivery-to-handler: baseline %s, cairn %s", base.p50.Round(time.Microsecond), withLedger.p50.Round(time.Microsecond))
+		results = append(results, r)
+	}
+	return results, nil
 }
 
 type serveBenchResult struct {
@@ -114,7 +113,7 @@ type serveBenchResult struct {
 func runServeBench(ctx context.Context, l *ledger.Ledger, h intake.Handler, n, senders, concurrency int) (serveBenchResult, error) {
 	runtime.GC()                    // start each side from the same heap
 	sent := make([]atomic.Int64, n) // unix nanos at send, by key index
-	lat := make(bench.Latencies, n)
+	lat := make(Latencies, n)
 	var handled atomic.Int64
 	all := make(chan struct{})
 	var lastAt atomic.Int64
@@ -184,7 +183,7 @@ func runServeBench(ctx context.Context, l *ledger.Ledger, h intake.Handler, n, s
 			Sequencer: fmt.Sprintf("%016X", i+1), Kind: event.Created, Name: "ObjectCreated:Put"})
 	}
 	start := time.Now()
-	firstErr := bench.ForEach(ctx, n, senders, func(i int) error {
+	firstErr := ForEach(ctx, n, senders, func(i int) error {
 		sent[i].Store(time.Now().UnixNano())
 		resp, err := client.Post(url, "application/json", bytes.NewReader(bodies[i]))
 		if err != nil {

@@ -1,4 +1,4 @@
-package cli
+package bench
 
 import (
 	"context"
@@ -11,75 +11,76 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/cobra"
 
 	"github.com/cairn-s3/cairn/event"
-	"github.com/cairn-s3/cairn/internal/bench"
 	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/objledger"
+	// Ledger backends, linked in for their URL schemes.
+	_ "github.com/cairn-s3/cairn/ledger/postgres"
+	_ "github.com/cairn-s3/cairn/ledger/sqlite"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/metrics"
 )
 
-func benchLedgerCmd(e *env) *cobra.Command {
-	var urls []string
-	var events, keys, naiveEvents, batch, workers, claims int
-	cmd := &cobra.Command{
-		Use:   "ledger",
-		Short: "Ledger decisions/s: batched cairn against a naive per-event ledger, for each --ledger given",
-		Long: `Generates --events events over --keys keys (overwrites with increasing
-sequencers, 1% duplicates, 5% reordered) and records them into the ledger in
-batches of --batch from --workers goroutines: decisions per second. Then claims
-and completes up to --claims records: claims+completions/s.
+// LedgerOptions configures Ledger. Zero fields take the defaults.
+type LedgerOptions struct {
+	// URLs are the ledgers measured, in turn (default
+	// ./cairn-data/bench-ledger.db). Each is wiped first (table cairn_ledger,
+	// or every object under an object-store ledger's prefix): scratch only.
+	URLs []string
+	// Events is how many events are recorded (default 1,000,000) over Keys
+	// distinct keys (default 100,000).
+	Events, Keys int
+	// NaiveEvents is how many of them the naive baseline records (default
+	// 10,000; at most 2,000 on an object store).
+	NaiveEvents int
+	// Batch is events per Record call (default 1000).
+	Batch int
+	// Workers is concurrent recorders and claimers (default 1).
+	Workers int
+	// Claims is how many records are claimed and completed (default 20,000).
+	Claims int
+}
 
-The baseline runs on the same kind of storage, on the first --naive-events
-events of the same workload: on SQLite and PostgreSQL, seed 001's table done
-per event (SELECT, then INSERT or UPDATE, one transaction each); on an object
-store, one marker object per key (GET it, PUT it if the event is newer: no
-conditions, no batching; at most 2,000 events). For object stores the bench also
-counts requests per 1,000 events.
-
---ledger may be given several times: each ledger runs the same workload in turn,
-so SQLite, PostgreSQL and the object-store ledger are compared in one run. Every
-ledger is wiped before its run (table cairn_ledger, or every object under the
-object-store ledger's prefix): point them at scratch locations.`,
-		Example: `  cairn bench ledger --ledger /tmp/bench.db
-  cairn bench ledger --ledger 'postgres://postgres@127.0.0.1:5432/bench' --workers 8 --json
-  cairn bench ledger --ledger /tmp/bench.db --ledger 's3://scratch/ledger?endpoint=http://127.0.0.1:9000&path_style=true' --workers 4`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if events < 1000 || keys < 1 || batch < 1 || workers < 1 {
-				return usagef("--events >= 1000, --keys, --batch and --workers >= 1")
-			}
-			if len(urls) == 0 {
-				urls = []string{"./cairn-data/bench-ledger.db"}
-			}
-			evs := benchEvents(events, keys)
-			var results []bench.Result
-			for _, url := range urls {
-				rs, err := benchOneLedger(cmd.Context(), url, evs, keys, naiveEvents, batch, workers, claims)
-				if err != nil {
-					return fmt.Errorf("%s: %w", safetext.URL(url), err)
-				}
-				results = append(results, rs...)
-			}
-			return bench.Print(e.stdout, e.json, results)
-		},
+// Ledger generates Events events over Keys keys (overwrites with increasing
+// sequencers, 1% duplicates, 5% reordered), records them into each ledger in
+// batches from Workers goroutines, then claims and completes up to Claims
+// records, against a naive per-event ledger on the same kind of storage: on
+// SQLite and PostgreSQL, one transaction per event (SELECT, then INSERT or
+// UPDATE); on an object store, one marker object per key (GET, PUT if newer).
+// For object stores it also counts requests per 1,000 events.
+func Ledger(ctx context.Context, opts LedgerOptions) ([]Result, error) {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
 	}
-	cmd.Flags().StringArrayVar(&urls, "ledger", nil, "ledger URL, repeatable (scratch: it is wiped; default ./cairn-data/bench-ledger.db)")
-	cmd.Flags().IntVar(&events, "events", 1_000_000, "events to record")
-	cmd.Flags().IntVar(&keys, "keys", 100_000, "distinct keys")
-	cmd.Flags().IntVar(&naiveEvents, "naive-events", 10_000, "events for the naive baseline")
-	cmd.Flags().IntVar(&batch, "batch", 1000, "events per Record call")
-	cmd.Flags().IntVar(&workers, "workers", 1, "concurrent recorders and claimers")
-	cmd.Flags().IntVar(&claims, "claims", 20_000, "records to claim and complete")
-	return cmd
+	def(&opts.Events, 1_000_000)
+	def(&opts.Keys, 100_000)
+	def(&opts.NaiveEvents, 10_000)
+	def(&opts.Batch, 1000)
+	def(&opts.Workers, 1)
+	def(&opts.Claims, 20_000)
+	urls := opts.URLs
+	if len(urls) == 0 {
+		urls = []string{"./cairn-data/bench-ledger.db"}
+	}
+	evs := benchEvents(opts.Events, opts.Keys)
+	var results []Result
+	for _, url := range urls {
+		rs, err := benchOneLedger(ctx, url, evs, opts.Keys, opts.NaiveEvents, opts.Batch, opts.Workers, opts.Claims)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", safetext.URL(url), err)
+		}
+		results = append(results, rs...)
+	}
+	return results, nil
 }
 
 // benchOneLedger wipes the ledger at url, runs the naive baseline and cairn on
 // evs, and returns the results named after the backend.
-func benchOneLedger(ctx context.Context, url string, evs []event.Event, keys, naiveEvents, batch, workers, claims int) ([]bench.Result, error) {
+func benchOneLedger(ctx context.Context, url string, evs []event.Event, keys, naiveEvents, batch, workers, claims int) ([]Result, error) {
 	var l *ledger.Ledger
 	var naive, perK float64
 	var naiveDesc, kind string
@@ -99,10 +100,10 @@ func benchOneLedger(ctx context.Context, url string, evs []event.Event, keys, na
 		naiveDesc = fmt.Sprintf("per event: GET the key's marker object, PUT it if newer (%d events)", n)
 	} else {
 		var err error
-		if l, err = openLedger(ctx, url); err != nil {
+		if l, err = ledger.Open(ctx, url, nil); err != nil {
 			return nil, err
 		}
-		db, ok := l.Backend().(interface{ DB() *sql.DB })
+		db, ok := l.Backend().(interface{ DB() *sql.DB }) // SQL ledgers only
 		if !ok {
 			l.Close()
 			return nil, fmt.Errorf("bench ledger needs a SQL ledger (sqlite or postgres) or an object-store ledger (s3://, file://)")
@@ -133,12 +134,12 @@ func benchOneLedger(ctx context.Context, url string, evs []event.Event, keys, na
 		return nil, err
 	}
 	cairnRate := float64(len(evs)) / time.Since(t0).Seconds()
-	r1 := bench.NewResult("ledger/decisions ["+kind+"]", "events/s", naive, cairnRate)
+	r1 := NewResult("ledger/decisions ["+kind+"]", "events/s", naive, cairnRate)
 	r1.BaselineDesc = naiveDesc
 	r1.CairnDesc = fmt.Sprintf("Record in batches of %d from %d workers (%d events, %d keys)", batch, workers, len(evs), keys)
-	out := []bench.Result{r1}
+	out := []Result{r1}
 	if requests != nil {
-		r := bench.NewResult("ledger/requests per 1,000 events ["+kind+"]", "requests", perK, (requests()-before)*1000/float64(len(evs)))
+		r := NewResult("ledger/requests per 1,000 events ["+kind+"]", "requests", perK, (requests()-before)*1000/float64(len(evs)))
 		r.BaselineDesc, r.CairnDesc, r.Lower = "naive: one marker object per key", "sharded heads, group-committed CAS", true
 		out = append(out, r)
 	}
@@ -146,7 +147,7 @@ func benchOneLedger(ctx context.Context, url string, evs []event.Event, keys, na
 	if err != nil {
 		return nil, err
 	}
-	r2 := bench.NewResult("ledger/claim+complete ["+kind+"]", "records/s", naive, claimRate)
+	r2 := NewResult("ledger/claim+complete ["+kind+"]", "records/s", naive, claimRate)
 	r2.BaselineDesc, r2.CairnDesc = "naive decisions/s (for scale)", fmt.Sprintf("Claim(100) + CompleteBatch, %d workers", workers)
 	r2.Note = "the naive ledger has no claims at all; its decision rate is shown for scale"
 	return append(out, r2), nil
@@ -270,13 +271,13 @@ func recordParallel(ctx context.Context, l *ledger.Ledger, evs []event.Event, ba
 	next := make(chan []event.Event)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var firstErr error
+	var first error
 	for range workers {
 		wg.Go(func() {
 			for b := range next {
 				if _, err := l.Record(ctx, "bench", b); err != nil {
 					mu.Lock()
-					firstErr = cmp(firstErr, err)
+					first = firstErr(first, err)
 					mu.Unlock()
 				}
 			}
@@ -287,20 +288,20 @@ func recordParallel(ctx context.Context, l *ledger.Ledger, evs []event.Event, ba
 	}
 	close(next)
 	wg.Wait()
-	return firstErr
+	return first
 }
 
 func claimComplete(ctx context.Context, l *ledger.Ledger, total, workers int) (float64, error) {
 	var mu sync.Mutex
 	done := 0
-	var firstErr error
+	var first error
 	t0 := time.Now()
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for {
 				mu.Lock()
-				stop := done >= total || firstErr != nil
+				stop := done >= total || first != nil
 				mu.Unlock()
 				if stop {
 					return
@@ -313,18 +314,18 @@ func claimComplete(ctx context.Context, l *ledger.Ledger, total, workers int) (f
 					var errs []error
 					errs, err = l.CompleteBatch(ctx, cs, make([]string, len(cs)))
 					for _, e := range errs {
-						err = cmp(err, e)
+						err = firstErr(err, e)
 					}
 				}
 				mu.Lock()
 				done += len(cs)
-				firstErr = cmp(firstErr, err)
+				first = firstErr(first, err)
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	return float64(done) / time.Since(t0).Seconds(), firstErr
+	return float64(done) / time.Since(t0).Seconds(), first
 }
 
 // naiveLedger is seed 001's processed-keys table, one transaction per event.

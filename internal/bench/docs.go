@@ -1,0 +1,295 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cairn-s3/cairn/docstore"
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+// DocsOptions configures Docs. Store is required; zero fields take the
+// defaults.
+type DocsOptions struct {
+	// Store holds the counter documents (under cairn-bench/docs-…/, deleted
+	// after).
+	Store *objstore.Store
+	// StoreURL is the store's URL, passed to the worker processes.
+	StoreURL string
+	// Writers are the writer counts measured in this process (default 1,4,16,64).
+	Writers []int
+	// Duration is how long each phase runs (default 3s).
+	Duration time.Duration
+	// Procs is how many OS processes the multi-process phase runs (0 skips
+	// it), each with ProcWriters writers (default 16).
+	Procs, ProcWriters int
+	// WorkerCommand is the argv prefix that runs one worker process; Docs
+	// appends --store, --mode, --key, --writers, --duration and --start, and
+	// the worker passes them to DocsWorker and prints its WorkerReport as one
+	// JSON line. Default: this executable with "bench docs-worker".
+	WorkerCommand []string
+	// Log gets a line per writer count (default: none).
+	Log *slog.Logger
+}
+
+// Docs measures committed updates per second on one counter document, for
+// each writer count: the textbook loop (GET, modify, PUT If-Match, retry on
+// 412) against docstore.Update with group commit, each on a fresh key. Every
+// phase checks that the counter equals the number of updates reported
+// committed.
+func Docs(ctx context.Context, opts DocsOptions) ([]Result, error) {
+	s := opts.Store
+	counts := opts.Writers
+	if len(counts) == 0 {
+		counts = []int{1, 4, 16, 64}
+	}
+	duration := opts.Duration
+	if duration <= 0 {
+		duration = 3 * time.Second
+	}
+	procWriters := opts.ProcWriters
+	if procWriters <= 0 {
+		procWriters = 16
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	prefix := fmt.Sprintf("cairn-bench/docs-%d/", time.Now().UnixNano())
+	var results []Result
+	for _, w := range counts {
+		naive, err := runDocsPhase(ctx, s, "naive", prefix+fmt.Sprintf("naive-%d", w), w, duration)
+		if err != nil {
+			return nil, err
+		}
+		cairn, err := runDocsPhase(ctx, s, "cairn", prefix+fmt.Sprintf("cairn-%d", w), w, duration)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, docsResult(fmt.Sprintf("docs/%d-writers", w), naive, cairn, s, duration))
+		log.Info("bench docs", "writers", w, "naive", naive.perSec(duration), "cairn", cairn.perSec(duration))
+	}
+	if opts.Procs > 0 {
+		argv := opts.WorkerCommand
+		if len(argv) == 0 {
+			self, err := os.Executable()
+			if err != nil {
+				return nil, err
+			}
+			argv = []string{self, "bench", "docs-worker"}
+		}
+		naive, err := runDocsProcs(ctx, argv, opts.StoreURL, "naive", prefix+"procs-naive", opts.Procs, procWriters, duration)
+		if err != nil {
+			return nil, err
+		}
+		cairn, err := runDocsProcs(ctx, argv, opts.StoreURL, "cairn", prefix+"procs-cairn", opts.Procs, procWriters, duration)
+		if err != nil {
+			return nil, err
+		}
+		if err := verifyCounter(ctx, s, "naive", prefix+"procs-naive", naive.count); err != nil {
+			return nil, err
+		}
+		if err := verifyCounter(ctx, s, "cairn", prefix+"procs-cairn", cairn.count); err != nil {
+			return nil, err
+		}
+		results = append(results, docsResult(fmt.Sprintf("docs/%d-processes-x-%d-writers", opts.Procs, procWriters), naive, cairn, s, duration))
+	}
+	cleanupPrefix(ctx, s, prefix)
+	return results, nil
+}
+
+type phase struct {
+	count int
+	lat   Latencies
+	p99   time.Duration // for process phases: the worst process's p99
+}
+
+func (p phase) perSec(d time.Duration) float64 { return float64(p.count) / d.Seconds() }
+
+func docsResult(name string, naive, cairn phase, s *objstore.Store, d time.Duration) Result {
+	r := NewResult(name, "updates/s", naive.perSec(d), cairn.perSec(d))
+	r.BaselineDesc, r.CairnDesc = "GET + PUT If-Match, retry on 412", "docstore.Update with group commit"
+	r.BaselineP99, r.CairnP99 = naive.p99, cairn.p99
+	if len(naive.lat) > 0 {
+		r.BaselineP99, r.CairnP99 = naive.lat.Percentile(99), cairn.lat.Percentile(99)
+	}
+	r.Note = fmt.Sprintf("%s, %s per phase, counters verified", s, d)
+	return r
+}
+
+// naiveIncrement is the textbook loop, kept here as the baseline.
+func naiveIncrement(ctx context.Context, s *objstore.Store, key string) error {
+	for {
+		data, info, err := s.GetBytes(ctx, key)
+		cond, err := objstore.Replacing(info, err)
+		if err != nil {
+			return err
+		}
+		n := 0
+		if !cond.Absent {
+			if n, err = strconv.Atoi(string(data)); err != nil {
+				return err
+			}
+		}
+		_, err = s.PutBytes(ctx, key, []byte(strconv.Itoa(n+1)), &objstore.PutOptions{If: cond})
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, objstore.ErrPreconditionFailed) && !errors.Is(err, objstore.ErrConflict) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// runDocsPhase runs w writers for d and returns committed updates.
+func runDocsPhase(ctx context.Context, s *objstore.Store, mode, key string, w int, d time.Duration) (phase, error) {
+	p, err := docsWorkers(ctx, s, mode, key, w, d)
+	if err != nil {
+		return p, err
+	}
+	return p, verifyCounter(ctx, s, mode, key, p.count)
+}
+
+func docsWorkers(ctx context.Context, s *objstore.Store, mode, key string, w int, d time.Duration) (phase, error) {
+	ds := docstore.Typed[int](docstore.New(s, nil))
+	deadline := time.Now().Add(d)
+	var mu sync.Mutex
+	var p phase
+	var first error
+	var wg sync.WaitGroup
+	for range w {
+		wg.Go(func() {
+			var lat Latencies
+			for time.Now().Before(deadline) {
+				t0 := time.Now()
+				var err error
+				if mode == "naive" {
+					err = naiveIncrement(ctx, s, key)
+				} else {
+					_, _, err = ds.Update(ctx, key, func(v *int, _ docstore.Meta) error { *v++; return nil })
+				}
+				if err != nil {
+					mu.Lock()
+					first = firstErr(first, err)
+					mu.Unlock()
+					return
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			mu.Lock()
+			p.count += len(lat)
+			p.lat = append(p.lat, lat...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return p, first
+}
+
+func verifyCounter(ctx context.Context, s *objstore.Store, mode, key string, want int) error {
+	var got int
+	if mode == "naive" {
+		data, _, err := s.GetBytes(ctx, key)
+		if err != nil {
+			return err
+		}
+		got, _ = strconv.Atoi(string(data))
+	} else {
+		v, _, err := docstore.Typed[int](docstore.New(s, nil)).Load(ctx, key)
+		if err != nil {
+			return err
+		}
+		got = v
+	}
+	if got != want {
+		return fmt.Errorf("bench %s: counter %s holds %d but %d updates were reported committed", mode, key, got, want)
+	}
+	return nil
+}
+
+// WorkerReport is what one docs worker process prints, as one JSON line.
+type WorkerReport struct {
+	Count int           `json:"count"`
+	P99   time.Duration `json:"p99_ns"`
+	Error string        `json:"error,omitempty"`
+}
+
+// DocsWorkerOptions configures DocsWorker: what a worker process was given
+// on its command line by Docs.
+type DocsWorkerOptions struct {
+	// Mode is "naive" or "cairn".
+	Mode string
+	// Key is the counter document.
+	Key string
+	// Writers is how many goroutines update it.
+	Writers int
+	// Duration is how long they run, from Start.
+	Duration time.Duration
+	// Start is when to begin (all workers begin together).
+	Start time.Time
+}
+
+// DocsWorker is one worker process of the Docs multi-process phase: it waits
+// for Start, runs Writers writers on Key for Duration, and reports.
+func DocsWorker(ctx context.Context, s *objstore.Store, opts DocsWorkerOptions) WorkerReport {
+	time.Sleep(time.Until(opts.Start))
+	p, err := docsWorkers(ctx, s, opts.Mode, opts.Key, opts.Writers, opts.Duration)
+	rep := WorkerReport{Count: p.count, P99: p.lat.Percentile(99)}
+	if err != nil {
+		rep.Error = err.Error()
+	}
+	return rep
+}
+
+// runDocsProcs starts procs worker processes, releases them together, and
+// sums their reports.
+func runDocsProcs(ctx context.Context, argv []string, storeURL, mode, key string, procs, w int, d time.Duration) (phase, error) {
+	type child struct {
+		cmd *exec.Cmd
+		out *bufio.Scanner
+	}
+	var kids []child
+	start := time.Now().Add(2 * time.Second)
+	for range procs {
+		args := append(argv[1:len(argv):len(argv)], "--store", storeURL, "--mode", mode, "--key", key,
+			"--writers", strconv.Itoa(w), "--duration", d.String(), "--start", strconv.FormatInt(start.UnixNano(), 10))
+		cmd := exec.CommandContext(ctx, argv[0], args...)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return phase{}, err
+		}
+		if err := cmd.Start(); err != nil {
+			return phase{}, err
+		}
+		kids = append(kids, child{cmd, bufio.NewScanner(out)})
+	}
+	var p phase
+	for _, k := range kids {
+		var rep WorkerReport
+		if k.out.Scan() {
+			_ = json.Unmarshal(k.out.Bytes(), &rep)
+		}
+		if err := k.cmd.Wait(); err != nil && rep.Error == "" {
+			rep.Error = err.Error()
+		}
+		if rep.Error != "" {
+			return p, fmt.Errorf("bench worker: %s", rep.Error)
+		}
+		p.count += rep.Count
+		p.p99 = max(p.p99, rep.P99)
+	}
+	return p, nil
+}
