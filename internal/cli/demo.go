@@ -50,9 +50,10 @@ After the deliveries, cairn audits the bucket (a LIST against the ledger, as
 
 cairn's handler also writes each key's effect into a sink (objects under
 DIR/effects) through the fence, with its claim's fencing token. With --crash,
-the daemon is stopped once while a handler is stuck before its writes, and a
-new one started; the stuck handler writes after its successor, with its old
-token, as a paused or partitioned worker would. The report reads the sink back:
+the daemon is killed once while a handler is stuck before its writes (its
+ledger connection dies, as with kill -9: its claims expire), and a new one
+takes the work over; the stuck handler writes after its successor, with its
+old token, as a paused, partitioned or orphaned worker would. The report reads the sink back:
 "effects: N written exactly once" counts the keys whose effect is the bucket's
 final state, written once; the stale writes the sink refused are counted too.
 
@@ -168,7 +169,7 @@ has it at the end, every effect written once and the bucket's final state.`,
 	fs.Uint64Var(&o.Seed, "seed", uint64(time.Now().UnixNano()), "random seed for the faults")
 	fs.StringVar(&storeURL, "store", "", "bucket to write (default: a local directory under --dir)")
 	fs.StringVar(&ledgerURL, "ledger", "", "ledger URL (default: SQLite under --dir)")
-	fs.BoolVar(&o.Crash, "crash", false, "stop cairn's daemon once while a handler is stuck, start another, and let the stuck handler write late")
+	fs.BoolVar(&o.Crash, "crash", false, "kill cairn's daemon once while a handler is stuck (its claims expire), start another, and let the stuck handler write late")
 	fs.StringVar(&dir, "dir", "", "keep the demo's bucket, ledger and serving tables here (default: a temporary directory, removed)")
 	return cmd
 }

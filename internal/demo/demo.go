@@ -20,10 +20,12 @@
 //
 // cairn's handler also writes an effect per key into a sink (a second store)
 // through package fence, with its claim's fencing token: an object that says
-// which change of the key it applies. With Crash, the daemon is stopped once
-// while a handler is stuck before its write, and a new one started; the stuck
-// handler's write lands after its successor's, as a paused or partitioned
-// worker's would. At the end the demo reads the sink back: every key's effect
+// which change of the key it applies. With Crash, the daemon is killed once
+// while a handler is stuck before its write: its ledger connection dies as a
+// kill -9 would leave it (nothing released, settled or renewed), a new daemon
+// takes the work over once the claim's lease has expired, with a higher
+// token, and the stuck handler's write lands after its successor's, as a
+// paused, partitioned or orphaned worker's would. At the end the demo reads the sink back: every key's effect
 // must be the bucket's final state, written once; the late write must have
 // been refused.
 package demo
@@ -65,10 +67,12 @@ type Options struct {
 	// Sink is where cairn's handler writes each key's effect, fenced. It
 	// must enforce conditional writes. Default: a local directory under Dir.
 	Sink *objstore.Store
-	// Crash stops cairn's daemon once while one of its handlers is stuck
-	// before writing its effect (a change some newer delivery supersedes),
-	// and starts another; the stuck handler writes after its successor has,
-	// with its old fencing token, and the sink must refuse it.
+	// Crash kills cairn's daemon once while one of its handlers is stuck
+	// before writing its effect (a change some newer delivery supersedes):
+	// its ledger calls fail from then on, so its claims are left to expire,
+	// as after kill -9. Another daemon takes the work over after the lease;
+	// the stuck handler writes after its successor has, with its old fencing
+	// token, and the sink must refuse it.
 	Crash bool
 	// Writes, Keys: how many writes over how many keys. Defaults 2000, 400.
 	Writes, Keys int
@@ -511,6 +515,7 @@ func runCairn(ctx context.Context, o Options, order []event.Event, delivered map
 	// gets stuck before its writes and stays stuck until its daemon stops;
 	// its writes then wait (late) until the successor has written, and land.
 	var stuck atomic.Bool
+	var stuckWork intake.Work      // set before stalled is closed
 	stalled := make(chan struct{}) // closed when a handler is stuck
 	release := make(chan struct{}) // closed when the stuck writes may land
 	releaseOnce := sync.OnceFunc(func() { close(release) })
@@ -521,6 +526,7 @@ func runCairn(ctx context.Context, o Options, order []event.Event, delivered map
 		t.enter(w.Event)
 		ev := w.Event
 		if o.Crash && !event.IsAudit(ev.Name) && event.CompareSequencer(ev.Sequencer, delivered[ev.Key].Sequencer) < 0 && stuck.CompareAndSwap(false, true) {
+			stuckWork = w
 			close(stalled)
 			<-hctx.Done() // the daemon stopped: its work is another's now
 			late.Go(func() {
@@ -543,12 +549,19 @@ func runCairn(ctx context.Context, o Options, order []event.Event, delivered map
 		}
 		return "", err
 	})
-	start := func() (stop func() error, url string, err error) {
+	// The first daemon reaches the ledger through a connection the crash
+	// kills: from then on every call fails, as for a process killed with
+	// kill -9, which releases nothing, settles nothing and renews nothing.
+	// Its claims are left to expire, and only then is the work another's.
+	var killed atomic.Bool
+	first := ledger.NewLedger(&killable{Backend: o.Ledger.Backend(), killed: &killed})
+	start := func(l *ledger.Ledger) (stop func() error, url string, err error) {
 		popts := &intake.Options{Concurrency: o.Concurrency, Poll: 50 * time.Millisecond, Logger: o.Logger}
 		if o.Crash {
 			popts.Grace = 200 * time.Millisecond // only the stuck handler is still running at the crash
+			popts.Lease = crashLease             // what the successor waits out
 		}
-		p, err := intake.New(o.Ledger, h, popts)
+		p, err := intake.New(l, h, popts)
 		if err != nil {
 			return nil, "", err
 		}
@@ -568,7 +581,7 @@ func runCairn(ctx context.Context, o Options, order []event.Event, delivered map
 			return nil
 		}, "http://" + ln.Addr().String() + "/v1/events", nil
 	}
-	stop, url, err := start()
+	stop, url, err := start(first)
 	if err != nil {
 		return 0, err
 	}
@@ -591,10 +604,12 @@ func runCairn(ctx context.Context, o Options, order []event.Event, delivered map
 		var crashed bool
 		if crashed, err = waitStuck(ctx, o, stalled, failed); err == nil && crashed {
 			o.Progress("cairn (crash, restart)", 0, 1)
-			err = stop()
+			killed.Store(true)
+			_ = stop() // a killed daemon reports nothing: its ledger calls fail
 			stop = nil
+			err = stillClaimed(ctx, o, stuckWork)
 			if err == nil {
-				stop, _, err = start()
+				stop, _, err = start(o.Ledger)
 			}
 			if err == nil {
 				err = drain(ctx, o, len(order), failed)
@@ -632,6 +647,87 @@ func runCairn(ctx context.Context, o Options, order []event.Event, delivered map
 	}
 	return found, err
 }
+
+// stillClaimed checks that the killed daemon left w's claim as it was, to
+// expire: not released, not settled.
+func stillClaimed(ctx context.Context, o Options, w intake.Work) error {
+	rs, err := o.Ledger.Get(ctx, w.Event.Bucket, w.Event.Key)
+	if err != nil {
+		return fmt.Errorf("demo: reading the crashed claim's record: %w", err)
+	}
+	for _, r := range rs {
+		if r.Status == ledger.Claimed && r.Token == w.Token {
+			return nil
+		}
+	}
+	return fmt.Errorf("demo: the killed daemon's claim of %q (token %d) did not stay claimed: %+v", w.Event.Key, w.Token, rs)
+}
+
+// crashLease is the claims' lease in a demo with a crash: the successor
+// waits it out before it takes the crashed daemon's work.
+const crashLease = 2 * time.Second
+
+// killable is a ledger whose connection can be killed: once killed, every
+// call that a daemon makes to claim, renew or settle work fails (what a
+// process killed with kill -9 does: nothing), and the rest still reads.
+type killable struct {
+	ledger.Backend
+	killed *atomic.Bool
+}
+
+var errKilled = fmt.Errorf("demo: the daemon was killed: %w", ledger.ErrUnavailable)
+
+func (k *killable) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
+	if k.killed.Load() {
+		return nil, nil, errKilled
+	}
+	return k.Backend.RecordAndClaim(ctx, source, evs, n, lease)
+}
+
+func (k *killable) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
+	if k.killed.Load() {
+		return nil, errKilled
+	}
+	return k.Backend.Claim(ctx, n, lease)
+}
+
+func (k *killable) Renew(ctx context.Context, c ledger.Claim, lease time.Duration) (ledger.Claim, error) {
+	if k.killed.Load() {
+		return ledger.Claim{}, errKilled
+	}
+	return k.Backend.Renew(ctx, c, lease)
+}
+
+func (k *killable) Complete(ctx context.Context, c ledger.Claim, result string) error {
+	if k.killed.Load() {
+		return errKilled
+	}
+	return k.Backend.Complete(ctx, c, result)
+}
+
+func (k *killable) CompleteBatch(ctx context.Context, cs []ledger.Claim, results []string) ([]error, error) {
+	if k.killed.Load() {
+		return nil, errKilled
+	}
+	return k.Backend.CompleteBatch(ctx, cs, results)
+}
+
+func (k *killable) Release(ctx context.Context, c ledger.Claim) error {
+	if k.killed.Load() {
+		return errKilled
+	}
+	return k.Backend.Release(ctx, c)
+}
+
+func (k *killable) Fail(ctx context.Context, c ledger.Claim, cause string, retryable bool) error {
+	if k.killed.Load() {
+		return errKilled
+	}
+	return k.Backend.Fail(ctx, c, cause, retryable)
+}
+
+// Close leaves the shared ledger open: the demo closes it.
+func (k *killable) Close() error { return nil }
 
 // waitStuck waits, after the deliveries, until a handler is stuck and it holds
 // the only work left (true), or until no work is left because none got stuck
