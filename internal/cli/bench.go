@@ -49,11 +49,7 @@ the fs store's target is >= 0.5 (conditional within 2x of plain).`,
 				return err
 			}
 			defer s.Close()
-			results, err := bench.Objstore(cmd.Context(), s, opts)
-			if err != nil {
-				return err
-			}
-			return bench.Print(e.stdout, e.json, results)
+			return e.printResults(bench.Objstore(cmd.Context(), s, opts))
 		},
 	}
 	cmd.Flags().StringVar(&storeURL, "store", "./cairn-data/bench", "store URL to benchmark (scratch keys go under cairn-bench/)")
@@ -91,11 +87,7 @@ checks that the counter equals the number of updates reported committed.`,
 			}
 			defer s.Close()
 			opts.Store, opts.StoreURL, opts.Log = s, storeURL, e.log
-			results, err := bench.Docs(ctx, opts)
-			if err != nil {
-				return err
-			}
-			return bench.Print(e.stdout, e.json, results)
+			return e.printResults(bench.Docs(ctx, opts))
 		},
 	}
 	cmd.Flags().StringVar(&storeURL, "store", "./cairn-data/bench", "store URL")
@@ -164,11 +156,7 @@ object-store ledger's prefix): point them at scratch locations.`,
 			if opts.Events < 1000 || opts.Keys < 1 || opts.Batch < 1 || opts.Workers < 1 {
 				return usagef("--events >= 1000, --keys, --batch and --workers >= 1")
 			}
-			results, err := bench.Ledger(cmd.Context(), opts)
-			if err != nil {
-				return err
-			}
-			return bench.Print(e.stdout, e.json, results)
+			return e.printResults(bench.Ledger(cmd.Context(), opts))
 		},
 	}
 	cmd.Flags().StringArrayVar(&opts.URLs, "ledger", nil, "ledger URL, repeatable (scratch: it is wiped; default ./cairn-data/bench-ledger.db)")
@@ -201,11 +189,7 @@ runs /bin/true (--exec-events).`,
 			if opts.Events < 100 || opts.Senders < 1 || opts.Concurrency < 1 {
 				return usagef("--events >= 100, --senders and --concurrency >= 1")
 			}
-			results, err := bench.Serve(cmd.Context(), opts)
-			if err != nil {
-				return err
-			}
-			return bench.Print(e.stdout, e.json, results)
+			return e.printResults(bench.Serve(cmd.Context(), opts))
 		},
 	}
 	cmd.Flags().IntVar(&opts.Events, "events", 50000, "events for the no-op handler run")
@@ -248,11 +232,7 @@ Everything the bench writes is under cairn-bench-fs/ and is deleted after.`,
 			}
 			defer s.Close()
 			opts.Store, opts.StoreURL, opts.Progress = s, storeURL, e.stderr
-			results, err := bench.Fs(ctx, opts)
-			if err != nil {
-				return err
-			}
-			return bench.Print(e.stdout, e.json, results)
+			return e.printResults(bench.Fs(ctx, opts))
 		},
 	}
 	cmd.Flags().StringVar(&storeURL, "store", "", "store URL (s3://… or a directory)")
@@ -288,14 +268,19 @@ delete, and how to delete it). Only a killed process leaves them behind.`,
 			}
 			defer s.Close()
 			opts.Store, opts.StoreURL, opts.Progress = s, storeURL, e.stderr
-			results, err := bench.Audit(ctx, opts)
-			if err != nil {
-				return err
-			}
-			return bench.Print(e.stdout, e.json, results)
+			return e.printResults(bench.Audit(ctx, opts))
 		},
 	}
 	cmd.Flags().StringVar(&storeURL, "store", "", "store URL")
 	cmd.Flags().IntVar(&opts.Objects, "objects", 100000, "objects to audit")
 	return cmd
+}
+
+// printResults prints a benchmark's results as a table (or JSON), or returns
+// the error that ended it.
+func (e *env) printResults(results []bench.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	return bench.Print(e.stdout, e.json, results)
 }
