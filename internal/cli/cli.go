@@ -21,6 +21,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -90,8 +91,31 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
+// serialized makes w safe for the writers a command runs at once: its logger
+// and, for a writer that is not a file, the goroutine os/exec runs to copy a
+// child's output into it (lock run's child writes to cairn's stderr). Files go
+// to children as they are, and the kernel orders their writes.
+func serialized(w io.Writer) io.Writer {
+	if _, ok := w.(*os.File); ok || w == nil {
+		return w
+	}
+	return &syncWriter{w: w}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
 // Main runs the cairn command line and returns the process exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	stdout, stderr = serialized(stdout), serialized(stderr)
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:           "cairn",
