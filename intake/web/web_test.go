@@ -136,30 +136,12 @@ func TestActionsAreProtected(t *testing.T) {
 	srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op-secret"}))
 	defer srv.Close()
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	page, err := client.Get(srv.URL + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := new(strings.Builder)
-	_, _ = ioCopy(body, page)
-	csrf := between(body.String(), `name="csrf" value="`, `"`)
-	if csrf == "" {
-		t.Fatal("no CSRF token in the form")
-	}
+	postForm := formPoster(t, srv, client)
 	post := func(form url.Values, origin string) int {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/actions/replay", strings.NewReader(form.Encode()))
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		if origin != "" {
-			req.Header.Set("Origin", origin)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		code, _ := postForm(form, origin)
+		return code
 	}
-	good := url.Values{"csrf": {csrf}, "token": {"op-secret"}, "bucket": {"photos"}, "key": {"cats/dead ünï.jpg"}}
+	good := url.Values{"token": {"op-secret"}, "bucket": {"photos"}, "key": {"cats/dead ünï.jpg"}}
 	with := func(k, v string) url.Values {
 		f := url.Values{}
 		for kk, vv := range good {
@@ -301,7 +283,8 @@ func do(t *testing.T, req *http.Request) (int, string) {
 	return resp.StatusCode, b.String()
 }
 
-// formPoster posts the page's replay form to srv, with the page's CSRF token.
+// formPoster posts the page's replay form to srv, with the page's CSRF token
+// unless the form carries one.
 func formPoster(t *testing.T, srv *httptest.Server, client *http.Client) func(form url.Values, origin string) (int, string) {
 	t.Helper()
 	resp, err := client.Get(srv.URL + "/")
@@ -316,7 +299,9 @@ func formPoster(t *testing.T, srv *httptest.Server, client *http.Client) func(fo
 	}
 	return func(form url.Values, origin string) (int, string) {
 		t.Helper()
-		form.Set("csrf", csrf)
+		if form.Get("csrf") == "" {
+			form.Set("csrf", csrf) // the page's, unless the test sends its own
+		}
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/actions/replay", strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		if origin != "" {
