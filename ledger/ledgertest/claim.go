@@ -3,10 +3,12 @@ package ledgertest
 // Claiming: leases and fencing tokens, and goroutines racing on the same keys.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -262,14 +264,14 @@ func testStorm(t *testing.T, h Harness) {
 	l, _ := h.New(t, nil)
 	const keys, goroutines = 24, 16
 	var mu sync.Mutex
-	log := map[string][]string{}
+	log := runLog{}
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)
 	for g := range goroutines {
 		wg.Go(func() {
-			errs <- work(ctx, l, storm(keys, uint64(g+1)), 10, func(key, seq string) {
+			errs <- work(ctx, l, storm(keys, uint64(g+1)), 10, func(key, seq string, token int64) {
 				mu.Lock()
-				log[key] = append(log[key], seq)
+				log.add(key, seq, token)
 				mu.Unlock()
 			})
 		})
@@ -281,7 +283,7 @@ func testStorm(t *testing.T, h Harness) {
 			t.Fatal(err)
 		}
 	}
-	checkStorm(t, ctx, l, keys, log)
+	checkStorm(t, ctx, l, keys, log.inClaimOrder())
 }
 
 // storm is the same duplicate storm each deliverer sends in its own order:
@@ -301,7 +303,7 @@ func storm(keys int, seed uint64) []event.Event {
 }
 
 // work delivers evs in batches while claiming and completing, logging what ran.
-func work(ctx context.Context, l *ledger.Ledger, evs []event.Event, batch int, log func(key, seq string)) error {
+func work(ctx context.Context, l *ledger.Ledger, evs []event.Event, batch int, log func(key, seq string, token int64)) error {
 	for start := 0; start < len(evs); start += batch {
 		if _, err := l.Record(ctx, "storm", evs[start:min(start+batch, len(evs))]); err != nil {
 			return err
@@ -311,7 +313,7 @@ func work(ctx context.Context, l *ledger.Ledger, evs []event.Event, batch int, l
 			return err
 		}
 		for _, c := range cs {
-			log(c.Key, c.Seq)
+			log(c.Key, c.Seq, c.Token)
 			if err := l.Complete(ctx, c, ""); err != nil {
 				return err
 			}
@@ -323,7 +325,7 @@ func work(ctx context.Context, l *ledger.Ledger, evs []event.Event, batch int, l
 			return err
 		}
 		for _, c := range cs {
-			log(c.Key, c.Seq)
+			log(c.Key, c.Seq, c.Token)
 			if err := l.Complete(ctx, c, ""); err != nil {
 				return err
 			}
@@ -343,4 +345,29 @@ func checkStorm(t *testing.T, ctx context.Context, l *ledger.Ledger, keys int, l
 			t.Fatalf("storm/%03d: %+v", k, r)
 		}
 	}
+}
+
+// runLog is which sequencer of each key ran under which token, as reported
+// by workers that log after claiming: the order reports arrive in (across
+// goroutines or processes) is not the order of the claims, but each claim of
+// a key has a higher token than the one before.
+type runLog map[string][]tokenSeq
+
+type tokenSeq struct {
+	token int64
+	seq   string
+}
+
+func (r runLog) add(key, seq string, token int64) { r[key] = append(r[key], tokenSeq{token, seq}) }
+
+// inClaimOrder is the sequencers of each key in the order they were claimed.
+func (r runLog) inClaimOrder() map[string][]string {
+	out := map[string][]string{}
+	for key, runs := range r {
+		slices.SortFunc(runs, func(a, b tokenSeq) int { return cmp.Compare(a.token, b.token) })
+		for _, x := range runs {
+			out[key] = append(out[key], x.seq)
+		}
+	}
+	return out
 }

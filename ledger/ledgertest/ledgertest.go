@@ -59,6 +59,8 @@ func Run(t *testing.T, h Harness) {
 		{"NoDeadlocks", testNoDeadlocks},
 		{"DuplicateStormProcesses", testStormProcesses},
 		{"KilledWorker", testKilledWorker},
+		{"KilledRecorder", testKilledRecorder},
+		{"TwoHandles", testTwoHandles},
 	}
 	for _, tc := range tests {
 		if len(h.Only) > 0 && !slices.Contains(h.Only, tc.name) {

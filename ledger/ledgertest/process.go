@@ -6,6 +6,7 @@ package ledgertest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,7 +31,7 @@ const (
 func init() {
 	testenv.RegisterChild("ledgertest-storm", func() int {
 		return childMain(func(ctx context.Context, l *ledger.Ledger, seed uint64) error {
-			return work(ctx, l, storm(30, seed), 10, func(key, seq string) { fmt.Println("ran", key, seq) })
+			return work(ctx, l, storm(30, seed), 10, func(key, seq string, token int64) { fmt.Println("ran", key, seq, token) })
 		})
 	})
 	testenv.RegisterChild("ledgertest-claim-and-hang", func() int {
@@ -46,6 +47,35 @@ func init() {
 			return err
 		})
 	})
+	testenv.RegisterChild("ledgertest-record-and-hang", func() int {
+		return childMain(func(ctx context.Context, l *ledger.Ledger, _ uint64) error {
+			// Every key once, then the first half again, newer: several
+			// states of one key recorded by one process before it dies.
+			for _, b := range [][]event.Event{recorderBatch(0, killedKeys, "01"), recorderBatch(0, killedKeys/2, "02")} {
+				if _, err := l.Record(ctx, "child", b); err != nil {
+					return err
+				}
+			}
+			fmt.Println("recorded")
+			time.Sleep(time.Hour) // killed here
+			return nil
+		})
+	})
+}
+
+// errBadLine is a child's line that is not a report.
+var errBadLine = errors.New("not a report")
+
+// killedKeys is how many keys the killed recorder records.
+const killedKeys = 200
+
+// recorderBatch is events for keys k000 from..to-1 with sequencer seq.
+func recorderBatch(from, to int, seq string) []event.Event {
+	var evs []event.Event
+	for i := from; i < to; i++ {
+		evs = append(evs, ev(fmt.Sprintf("k%03d", i), seq))
+	}
+	return evs
 }
 
 // childMain opens the ledger the parent named and runs fn on it: exit status
@@ -96,7 +126,7 @@ func testStormProcesses(t *testing.T, h Harness) {
 		cmd, out := child(t, h, url, "storm", p+1)
 		kids = append(kids, kid{cmd, out})
 	}
-	log := map[string][]string{}
+	log := runLog{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, k := range kids {
@@ -104,8 +134,13 @@ func testStormProcesses(t *testing.T, h Harness) {
 			for k.out.Scan() {
 				f := strings.Fields(k.out.Text())
 				mu.Lock()
-				if len(f) == 3 && f[0] == "ran" {
-					log[f[1]] = append(log[f[1]], f[2])
+				var token int64
+				var err error = errBadLine
+				if len(f) == 4 && f[0] == "ran" {
+					token, err = strconv.ParseInt(f[3], 10, 64)
+				}
+				if err == nil {
+					log.add(f[1], f[2], token)
 				} else {
 					t.Errorf("child: %s", k.out.Text())
 				}
@@ -117,7 +152,7 @@ func testStormProcesses(t *testing.T, h Harness) {
 		})
 	}
 	wg.Wait()
-	checkStorm(t, ctx, l, 30, log)
+	checkStorm(t, ctx, l, 30, log.inClaimOrder())
 }
 
 // A worker killed with -9 between claim and complete: nothing recorded is lost,
@@ -153,4 +188,121 @@ func testKilledWorker(t *testing.T, h Harness) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatal("the killed worker's claim never became claimable again")
+}
+
+// A recorder killed with -9 right after its Records returned: every event it
+// recorded is there for the ledger's other users (a handle opened before,
+// which had recorded the same key itself, and one opened after), decided
+// against what the dead process recorded, and nothing is claimable twice.
+func testKilledRecorder(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	l, url := h.New(t, nil)
+	if url == "" {
+		t.Skip("this ledger cannot be opened from another process")
+	}
+	// This handle records first, so that it holds state of its own about k000.
+	if got := outcomes(must(l.Record(ctx, "parent", []event.Event{ev("k000", "00")}))(t)); got[0] != ledger.New {
+		t.Fatalf("first record: %v", got)
+	}
+	cmd, out := child(t, h, url, "record-and-hang", 0)
+	if !out.Scan() || out.Text() != "recorded" {
+		t.Fatalf("child: %q", out.Text())
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	check := func(name string, l *ledger.Ledger) {
+		t.Helper()
+		if c := must(l.Counts(ctx))(t); c[ledger.Pending] != killedKeys {
+			t.Fatalf("%s: counts %v, want %d pending", name, c, killedKeys)
+		}
+		for i, want := range map[int]string{0: "02", killedKeys/2 - 1: "02", killedKeys / 2: "01", killedKeys - 1: "01"} {
+			rs := must(l.Get(ctx, "b", fmt.Sprintf("k%03d", i)))(t)
+			if len(rs) != 1 || rs[0].Seq != want {
+				t.Fatalf("%s: k%03d is %+v, want sequencer %s", name, i, rs, want)
+			}
+		}
+	}
+	check("the handle opened before", l)
+	// Deliveries the dead process recorded are known to this handle, whose own
+	// earlier view of k000 is out of date.
+	again := append(recorderBatch(0, killedKeys/2, "02"), recorderBatch(killedKeys/2, killedKeys, "01")...)
+	for i, o := range outcomes(must(l.Record(ctx, "parent", again))(t)) {
+		if o != ledger.Duplicate {
+			t.Fatalf("redelivered %s/%s: %s, want duplicate", again[i].Key, again[i].Sequencer, o)
+		}
+	}
+	if got := outcomes(must(l.Record(ctx, "parent", []event.Event{ev("k000", "01")}))(t)); got[0] != ledger.Stale {
+		t.Fatalf("k000/01 after k000/02: %v, want stale", got)
+	}
+	l2, err := ledger.Open(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	check("a handle opened after", l2)
+	claimed := map[string]bool{}
+	for {
+		cs := must(l2.Claim(ctx, 64, time.Minute))(t)
+		if len(cs) == 0 {
+			break
+		}
+		for _, c := range cs {
+			if claimed[c.Key] {
+				t.Fatalf("%s claimed twice", c.Key)
+			}
+			claimed[c.Key] = true
+		}
+	}
+	if len(claimed) != killedKeys {
+		t.Fatalf("claimed %d keys, want %d", len(claimed), killedKeys)
+	}
+}
+
+// Two handles on one ledger (what two processes have), taking turns on one
+// key: each decides against what the other recorded, claimed and completed,
+// including state the other has not yet written out anywhere but its own
+// log.
+func testTwoHandles(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	l1, url := h.New(t, nil)
+	if url == "" {
+		t.Skip("this ledger cannot be opened from another process")
+	}
+	l2, err := ledger.Open(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	rec := func(l *ledger.Ledger, seq string, want ledger.Outcome) {
+		t.Helper()
+		if got := outcomes(must(l.Record(ctx, "s", []event.Event{ev("a", seq), ev("other-"+seq, "1")}))(t)); got[0] != want {
+			t.Fatalf("a/%s: %s, want %s", seq, got[0], want)
+		}
+	}
+	rec(l1, "1", ledger.New)
+	rec(l2, "1", ledger.Duplicate)
+	rec(l2, "2", ledger.Coalesced)
+	rec(l1, "2", ledger.Duplicate)
+	rec(l1, "1", ledger.Stale)
+	var c ledger.Claim
+	for _, x := range must(l2.Claim(ctx, 10, time.Minute))(t) {
+		if x.Key == "a" {
+			c = x
+		}
+	}
+	if c.Seq != "2" {
+		t.Fatalf("claim of a: %+v", c)
+	}
+	rec(l1, "3", ledger.New) // newer work while claimed
+	if err := l2.Complete(ctx, c, "done"); err != nil {
+		t.Fatal(err)
+	}
+	for name, l := range map[string]*ledger.Ledger{"l1": l1, "l2": l2} {
+		rs := must(l.Get(ctx, "b", "a"))(t)
+		if len(rs) != 1 || rs[0].Seq != "3" || rs[0].Status != ledger.Pending {
+			t.Fatalf("%s: a is %+v, want sequencer 3 pending again", name, rs)
+		}
+	}
+	rec(l2, "3", ledger.Duplicate)
+	rec(l1, "2", ledger.Stale)
 }

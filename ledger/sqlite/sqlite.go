@@ -6,6 +6,16 @@
 // sqlite:///abs/path.db?synchronous=normal trades the durability of the last
 // commits on a power loss (not on a crash of cairn) for no fsync per commit:
 // for a throwaway ledger, such as cairn demo's.
+//
+// A Record batch is not written row by row: its decided rows go, as one JSON
+// array, into an intake log table in the same transaction, and the process
+// keeps them in memory to decide the next batches; the log is folded into
+// the ledger's table when it grows past its bounds, before any other kind of
+// write, and before any read (see ledger/internal/sqlledger, intakelog.go).
+// A key changed many times between folds is written once, which is what lets
+// the pure-Go driver decide 100k+ events/s (each row write costs it ~12 µs).
+// data_version tells a process when another one wrote, so sharing a file
+// between processes stays correct.
 package sqlite
 
 import (
@@ -42,7 +52,7 @@ func init() {
 				return nil, fmt.Errorf("%w: unknown SQLite ledger URL parameter %q (known: synchronous)", ledger.ErrInvalidURL, k)
 			}
 		}
-		return open(ctx, u.Path, opts, sync)
+		return open(ctx, u.Path, opts, sync, sqlledger.LogLimits{})
 	})
 }
 
@@ -65,6 +75,8 @@ var migrations = []string{`CREATE TABLE cairn_ledger (
 	`ALTER TABLE cairn_ledger ADD COLUMN region TEXT NOT NULL DEFAULT ''`,
 	`ALTER TABLE cairn_ledger ADD COLUMN request_id TEXT NOT NULL DEFAULT ''`,
 	`ALTER TABLE cairn_ledger ADD COLUMN host_id TEXT NOT NULL DEFAULT ''`,
+	// Record batches go to the intake log, folded into cairn_ledger later.
+	sqlledger.LogMigration,
 }
 
 // jsonRows passes a batch as one JSON argument, read with json_each: one
@@ -96,7 +108,7 @@ func busy(err error) bool {
 // ledger's tables) is ledger.ErrNoLedger, and the file is opened read-write
 // without SQLite's create flag.
 func Open(ctx context.Context, path string, opts *ledger.Options) (*ledger.Ledger, error) {
-	b, err := open(ctx, path, opts, "FULL")
+	b, err := open(ctx, path, opts, "FULL", sqlledger.LogLimits{})
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +120,7 @@ func Open(ctx context.Context, path string, opts *ledger.Options) (*ledger.Ledge
 // loss or OS crash may lose the last commits, a crash of the process does
 // not). NORMAL is for ledgers whose loss does not matter, such as cairn
 // demo's temporary one (URL parameter synchronous=normal).
-func open(ctx context.Context, path string, opts *ledger.Options, sync string) (*sqlledger.Backend, error) {
+func open(ctx context.Context, path string, opts *ledger.Options, sync string, limits sqlledger.LogLimits) (*sqlledger.Backend, error) {
 	// WAL mode is a property of the file, set when it is created: a file that
 	// must exist is not converted (an empty one would be written to).
 	mode, journal := "", "&_pragma=journal_mode(WAL)"
@@ -147,7 +159,7 @@ func open(ctx context.Context, path string, opts *ledger.Options, sync string) (
 	// busy_timeout.
 	db.SetMaxOpenConns(1)
 	l, err := sqlledger.New(ctx, db, sqlledger.Dialect{Name: "sqlite", Rebind: func(s string) string { return s },
-		KeyIndexHint: "INDEXED BY cairn_ledger_key", Rows: jsonRows, Migrations: migrations, Transient: busy}, opts)
+		KeyIndexHint: "INDEXED BY cairn_ledger_key", Rows: jsonRows, Migrations: migrations, Transient: busy, IntakeLog: true, LogLimits: limits}, opts)
 	if err != nil {
 		db.Close()
 		if errors.Is(err, ledger.ErrNoLedger) {

@@ -5,8 +5,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/internal/testmain"
 	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/internal/sqlledger"
 	"github.com/cairn-s3/cairn/ledger/ledgertest"
 	"github.com/cairn-s3/cairn/ledger/sqlite"
 )
@@ -14,13 +16,73 @@ import (
 func TestMain(m *testing.M) { testmain.Run(m) }
 
 func TestConformance(t *testing.T) {
-	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
+	ledgertest.Run(t, harness(sqlledger.LogLimits{}))
+}
+
+// TestConformanceTinyLog runs the suite with the intake log folded every few
+// rows and bytes, so that every case crosses folds forced by its bounds.
+func TestConformanceTinyLog(t *testing.T) {
+	ledgertest.Run(t, harness(sqlledger.LogLimits{Rows: 6, Bytes: 2000}))
+}
+
+func harness(limits sqlledger.LogLimits) ledgertest.Harness {
+	return ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
 		path := filepath.Join(t.TempDir(), "ledger.db")
-		l, err := sqlite.Open(context.Background(), path, opts)
+		l, err := sqlite.OpenWithLogLimits(context.Background(), path, opts, limits)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { l.Close() })
 		return l, "sqlite://" + path
-	}})
+	}}
+}
+
+// Text that is not valid UTF-8 cannot travel through the intake log's JSON:
+// such a batch is written to the table directly, byte for byte, and the
+// rows the log holds at that moment are folded first (the direct write's
+// guard compares revisions with the table's).
+func TestInvalidUTF8BypassesTheLog(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := sqlite.Open(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ev := func(key, seq, etag string) event.Event {
+		return event.Event{Bucket: "b", Key: key, Sequencer: seq, Kind: event.Created, Name: "ObjectCreated:Put", ETag: etag}
+	}
+	record := func(l *ledger.Ledger, want ledger.Outcome, evs ...event.Event) {
+		t.Helper()
+		ds, err := l.Record(ctx, "s", evs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range ds {
+			if d.Outcome != want {
+				t.Fatalf("%s/%s: %s, want %s", evs[i].Key, evs[i].Sequencer, d.Outcome, want)
+			}
+		}
+	}
+	record(l, ledger.New, ev("logged", "01", "e1"))
+	if _, err := l.Get(ctx, "b", "logged"); err != nil { // folds: the table has revision 1
+		t.Fatal(err)
+	}
+	record(l, ledger.Coalesced, ev("logged", "02", "e2"))                             // revision 2, in the log
+	record(l, ledger.New, ev("odd", "01", "bad\xff\xfe"))                             // direct
+	record(l, ledger.Coalesced, ev("logged", "03", "e3"), ev("odd", "02", "\xc3bad")) // direct: revision 3 over 2
+	other, err := ledger.Open(ctx, "sqlite://"+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for _, h := range []*ledger.Ledger{l, other} {
+		for key, want := range map[string]string{"logged": "e3", "odd": "\xc3bad"} {
+			rs, err := h.Get(ctx, "b", key)
+			if err != nil || len(rs) != 1 || rs[0].ETag != want || rs[0].Seq != map[string]string{"logged": "03", "odd": "02"}[key] {
+				t.Fatalf("%s: %+v %v, want ETag %q", key, rs, err, want)
+			}
+		}
+	}
+	record(other, ledger.Duplicate, ev("logged", "03", "e3"), ev("odd", "02", "\xc3bad"))
 }

@@ -89,6 +89,12 @@ type Dialect struct {
 	// Transient, if set, tells an error after which the whole transaction may
 	// run again: a deadlock, a serialization failure, a busy database.
 	Transient func(error) bool
+	// IntakeLog (SQLite only; needs LogMigration among Migrations and a
+	// database/sql pool of one connection) records batches into the intake
+	// log instead of writing their rows: see intakelog.go.
+	IntakeLog bool
+	// LogLimits bound the intake log (zero: defaults).
+	LogLimits LogLimits
 }
 
 // Backend is a SQL intake ledger (a ledger.Backend).
@@ -100,6 +106,10 @@ type Backend struct {
 	// prepared once (SQLite spends more preparing a large statement than
 	// running it); nil where the dialect upserts a batch in one statement.
 	upserts map[int]*sql.Stmt
+	// folds are the same for folding the intake log (over older revisions
+	// only); log is the intake log's state (nil without Dialect.IntakeLog).
+	folds map[int]*sql.Stmt
+	log   *intakeLog
 }
 
 var _ ledger.Backend = (*Backend)(nil)
@@ -114,7 +124,7 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts *ledger.Options) (*Bac
 		return nil, err
 	}
 	if !d.BatchUpsert {
-		l.upserts = map[int]*sql.Stmt{}
+		l.upserts, l.folds = map[int]*sql.Stmt{}, map[int]*sql.Stmt{}
 		for _, n := range upsertSizes {
 			from, _ := valuesFrom(make([][]any, n), len(colTypes))
 			st, err := db.PrepareContext(ctx, l.q(fmt.Sprintf(upsertFrom, from)))
@@ -123,14 +133,26 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts *ledger.Options) (*Bac
 				return nil, fmt.Errorf("ledger: preparing statements: %w", err)
 			}
 			l.upserts[n] = st
+			if d.IntakeLog {
+				if st, err = db.PrepareContext(ctx, l.q(upsertHead+" FROM "+from+" WHERE true"+foldConflict)); err != nil {
+					l.closeStmts()
+					return nil, fmt.Errorf("ledger: preparing statements: %w", err)
+				}
+				l.folds[n] = st
+			}
 		}
+	}
+	if d.IntakeLog {
+		l.log = &intakeLog{maxRows: cmp.Or(d.LogLimits.Rows, 1<<18), maxBytes: cmp.Or(d.LogLimits.Bytes, 256<<20)}
 	}
 	return l, nil
 }
 
 func (l *Backend) closeStmts() {
-	for _, st := range l.upserts {
-		st.Close()
+	for _, m := range []map[int]*sql.Stmt{l.upserts, l.folds} {
+		for _, st := range m {
+			st.Close()
+		}
 	}
 }
 
@@ -182,6 +204,9 @@ func (l *Backend) inTx(ctx context.Context, op string, fn func(tx *sql.Tx, now t
 }
 
 func (l *Backend) tryTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
+	if l.log != nil {
+		return l.tryLogTx(ctx, op, fn)
+	}
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return l.wrap(op, err)
@@ -195,6 +220,72 @@ func (l *Backend) tryTx(ctx context.Context, op string, fn func(tx *sql.Tx, now 
 		return err
 	}
 	return l.wrap(op, tx.Commit())
+}
+
+// opRecord is the op of Record's transactions, the only ones that may leave
+// the intake log unfolded.
+const opRecord = "record"
+
+// tryLogTx is tryTx with the intake log: the transaction runs on the pool's
+// one connection, whose data_version tells whether the cache is current, and
+// under the log's mutex; every op but Record first folds the log.
+func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) (err error) {
+	g := l.log
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	conn, err := l.db.Conn(ctx)
+	if err != nil {
+		return l.wrap(op, err)
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return l.wrap(op, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tx.Rollback()
+		}
+		l.endLog(committed)
+	}()
+	if err := l.beginLog(ctx, conn, tx, op); err != nil {
+		return l.wrap(op, err)
+	}
+	now, err := l.now(ctx, tx)
+	if err != nil {
+		return l.wrap(op, err)
+	}
+	if err := fn(tx, now); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return l.wrap(op, err)
+	}
+	committed = true
+	return nil
+}
+
+// settle folds the intake log before a read, so that reads see every
+// recorded event: the dirty rows this process holds, and images another
+// process (or a crashed one) left in the log. No-op without the log.
+func (l *Backend) settle(ctx context.Context) error {
+	if l.log == nil {
+		return nil
+	}
+	l.log.mu.Lock()
+	clean := l.log.valid && l.log.dirty == 0
+	l.log.mu.Unlock()
+	if clean {
+		var any bool
+		if err := l.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM cairn_intake_log)`).Scan(&any); err != nil {
+			return err
+		}
+		if !any {
+			return nil
+		}
+	}
+	return l.inTx(ctx, opFold, func(*sql.Tx, time.Time) error { return nil })
 }
 
 func (l *Backend) migrate(ctx context.Context) error {
@@ -306,13 +397,16 @@ var colTypes = []string{"text", "text", "text", "text", "text", "bigint", "text"
 	"bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "text", "text", "text", "bigint", "bigint", "bigint",
 	"text", "text", "text", "text", "bigint"}
 
+// upsertHead inserts the columns c1..c31 of a row source (cols, then rev).
+const upsertHead = `INSERT INTO cairn_ledger (` + cols + `, rev)
+SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27,
+c28, c29, c30, c31`
+
 // upsertFrom writes rows whose revision is still the one Record read: a new
 // row is inserted with rev 1 (and refused if another writer inserted the key
 // first), an existing row is updated only if its rev is one less than the
 // row's new rev. Rows are written in the order of the row source (key order).
-var upsertFrom = `INSERT INTO cairn_ledger (` + cols + `, rev)
-SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27,
-c28, c29, c30, c31
+var upsertFrom = upsertHead + `
 FROM %s WHERE true
 ON CONFLICT (bucket, ident) DO UPDATE SET version_id=excluded.version_id, etag=excluded.etag, size=excluded.size,
 kind=excluded.kind, name=excluded.name, event_time=excluded.event_time, seq=excluded.seq, seq_sort=excluded.seq_sort,
@@ -367,7 +461,7 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 	// batches touching the same keys cannot deadlock.
 	slices.SortFunc(ids, compareID)
 	var claims []ledger.Claim
-	err := l.inTx(ctx, "record", func(tx *sql.Tx, now time.Time) error {
+	err := l.inTx(ctx, opRecord, func(tx *sql.Tx, now time.Time) error {
 		claims = nil
 		return l.recordTx(ctx, tx, now, evs, source, ids, byID, out, &claims, claimN, lease)
 	})
@@ -390,7 +484,7 @@ func (l *Backend) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs [
 		if round == maxRounds {
 			return l.wrap("record", fmt.Errorf("%d keys still changed by other writers after %d rounds", len(todo), maxRounds))
 		}
-		cur, err := l.load(ctx, tx, todo)
+		cur, err := l.loadCached(ctx, tx, todo)
 		if err != nil {
 			return l.wrap("record", err)
 		}
@@ -425,12 +519,14 @@ func (l *Backend) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs [
 			claims = append(claims, ledger.Claim{Record: c, Ident: id.ident})
 		}
 		batch := make([][]any, 0, len(todo))
+		changed := make(map[rowID]*row, len(todo))
 		for _, id := range todo {
 			if next[id] != cur[id].rec {
 				batch = append(batch, l.args(id.ident, next[id], cur[id].rev+1))
+				changed[id] = &row{next[id], cur[id].rev + 1}
 			}
 		}
-		written, err := l.upsert(ctx, tx, batch)
+		written, err := l.write(ctx, tx, batch, changed)
 		if err != nil {
 			return l.wrap("record", err)
 		}
@@ -450,6 +546,65 @@ func (l *Backend) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs [
 	}
 	*claimsOut = claims
 	return nil
+}
+
+// write writes a Record's changed rows (batch: l.args of changed, in key
+// order) and returns those written: into the intake log where there is one,
+// else (or where the log cannot carry them) into cairn_ledger with upsert.
+func (l *Backend) write(ctx context.Context, tx *sql.Tx, batch [][]any, changed map[rowID]*row) (map[rowID]bool, error) {
+	if l.log == nil || len(batch) == 0 {
+		return l.upsert(ctx, tx, batch)
+	}
+	ok, err := l.appendLog(ctx, tx, batch, changed)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		// The rows' guard compares with the table's revision: fold first.
+		if err := l.foldDirty(ctx, tx); err != nil {
+			return nil, err
+		}
+		if _, err := l.upsert(ctx, tx, batch); err != nil {
+			return nil, err
+		}
+		for id, r := range changed {
+			l.log.staged[id] = cached{row: *r}
+		}
+	}
+	written := make(map[rowID]bool, len(changed))
+	for id := range changed {
+		written[id] = true
+	}
+	return written, nil
+}
+
+// loadCached is load, answered from the intake log's cache where it can be.
+func (l *Backend) loadCached(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]row, error) {
+	if l.log == nil || len(l.log.cache) == 0 {
+		return l.load(ctx, tx, ids)
+	}
+	var miss []rowID
+	hits := make(map[rowID]row, len(ids))
+	for _, id := range ids {
+		if c, ok := l.log.cache[id]; ok {
+			if c.rec != nil {
+				hits[id] = c.row
+			}
+		} else {
+			miss = append(miss, id)
+		}
+	}
+	if len(miss) == 0 {
+		return hits, nil
+	}
+	cur, err := l.load(ctx, tx, miss)
+	if err != nil {
+		return nil, err
+	}
+	for id, r := range hits {
+		cur[id] = r
+	}
+	return cur, nil
 }
 
 // upsert writes rows (l.args, in key order) with upsertFrom and returns those
@@ -478,6 +633,19 @@ func (l *Backend) upsert(ctx context.Context, tx *sql.Tx, batch [][]any) (map[ro
 		}
 		return written, res.Err()
 	}
+	if err := l.execChunks(ctx, tx, l.upserts, batch, true); err != nil {
+		return nil, err
+	}
+	for _, r := range batch {
+		written[rowID{r[0].(string), r[1].(string)}] = true
+	}
+	return written, nil
+}
+
+// execChunks runs the multi-row statements stmts (by row count, upsertSizes)
+// over batch, largest first. exact: every row must be written (the
+// transaction is exclusive), which the changed-row count checks.
+func (l *Backend) execChunks(ctx context.Context, tx *sql.Tx, stmts map[int]*sql.Stmt, batch [][]any, exact bool) error {
 	for rest := batch; len(rest) > 0; {
 		for _, n := range upsertSizes {
 			for len(rest) >= n {
@@ -485,21 +653,18 @@ func (l *Backend) upsert(ctx context.Context, tx *sql.Tx, batch [][]any) (map[ro
 				for _, r := range rest[:n] {
 					a = append(a, r...)
 				}
-				res, err := tx.StmtContext(ctx, l.upserts[n]).ExecContext(ctx, a...)
+				res, err := tx.StmtContext(ctx, stmts[n]).ExecContext(ctx, a...)
 				if err != nil {
-					return nil, err
+					return err
 				}
-				if got, err := res.RowsAffected(); err != nil || got != int64(n) {
-					return nil, fmt.Errorf("%d of %d rows written inside an exclusive transaction (%v): another writer bypassed the lock", got, n, err)
+				if got, err := res.RowsAffected(); exact && (err != nil || got != int64(n)) {
+					return fmt.Errorf("%d of %d rows written inside an exclusive transaction (%v): another writer bypassed the lock", got, n, err)
 				}
 				rest = rest[n:]
 			}
 		}
 	}
-	for _, r := range batch {
-		written[rowID{r[0].(string), r[1].(string)}] = true
-	}
-	return written, nil
+	return nil
 }
 
 // valuesRows bounds the rows of one multi-row statement (SQLite allows 32,766
@@ -827,6 +992,9 @@ func (l *Backend) Replay(ctx context.Context, sel ledger.Selection) (int, error)
 		a = append(a, ms(sel.UpdatedSince))
 	}
 	if sel.DryRun {
+		if err := l.settle(ctx); err != nil {
+			return 0, l.wrap("replay", err)
+		}
 		var n int
 		err := l.db.QueryRowContext(ctx, l.q(`SELECT COUNT(*) FROM cairn_ledger`+where), a...).Scan(&n)
 		return n, l.wrap("replay", err)
@@ -930,6 +1098,9 @@ RETURNING cairn_ledger.bucket, cairn_ledger.ident`)
 
 // OldestPending reads the smallest pending-since off the work index.
 func (l *Backend) OldestPending(ctx context.Context) (time.Time, error) {
+	if err := l.settle(ctx); err != nil {
+		return time.Time{}, l.wrap("oldest pending", err)
+	}
 	var v sql.NullInt64
 	err := l.db.QueryRowContext(ctx, `SELECT MIN(next_at) FROM cairn_ledger WHERE status = 'pending'`).Scan(&v)
 	if err != nil || !v.Valid {
@@ -964,6 +1135,9 @@ next_at = CASE WHEN gen <> run_gen THEN CAST(? AS BIGINT) ELSE CAST(? AS BIGINT)
 // Lookup returns the newest record of each key (by sequencer, with
 // EveryVersion) in one query.
 func (l *Backend) Lookup(ctx context.Context, bucket string, keys []string) (map[string]ledger.Record, error) {
+	if err := l.settle(ctx); err != nil {
+		return nil, l.wrap("lookup", err)
+	}
 	out := map[string]ledger.Record{}
 	for start := 0; start < len(keys); start += 1000 {
 		chunk := keys[start:min(start+1000, len(keys))]
@@ -997,6 +1171,9 @@ func (l *Backend) Lookup(ctx context.Context, bucket string, keys []string) (map
 
 // Get returns the records of one key (one, unless EveryVersion).
 func (l *Backend) Get(ctx context.Context, bucket, key string) ([]ledger.Record, error) {
+	if err := l.settle(ctx); err != nil {
+		return nil, l.wrap("get", err)
+	}
 	rows, err := l.db.QueryContext(ctx, l.q(`SELECT `+cols+` FROM cairn_ledger WHERE bucket = ? AND key = ? ORDER BY seq_sort, ident`), bucket, key)
 	if err != nil {
 		return nil, l.wrap("get", err)
@@ -1018,6 +1195,9 @@ func (l *Backend) Get(ctx context.Context, bucket, key string) ([]ledger.Record,
 
 // List pages through records in (bucket, ident) order.
 func (l *Backend) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, error) {
+	if err := l.settle(ctx); err != nil {
+		return nil, l.wrap("list", err)
+	}
 	var q string
 	var a []any
 	switch {
@@ -1064,6 +1244,9 @@ func (l *Backend) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, er
 
 // Counts returns how many records have each status.
 func (l *Backend) Counts(ctx context.Context) (ledger.Counts, error) {
+	if err := l.settle(ctx); err != nil {
+		return nil, l.wrap("counts", err)
+	}
 	rows, err := l.db.QueryContext(ctx, `SELECT status, COUNT(*) FROM cairn_ledger GROUP BY status`)
 	if err != nil {
 		return nil, l.wrap("counts", err)

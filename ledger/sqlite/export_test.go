@@ -1,0 +1,17 @@
+package sqlite
+
+import (
+	"context"
+
+	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/internal/sqlledger"
+)
+
+// OpenWithLogLimits is Open with the intake log bounded by limits.
+func OpenWithLogLimits(ctx context.Context, path string, opts *ledger.Options, limits sqlledger.LogLimits) (*ledger.Ledger, error) {
+	b, err := open(ctx, path, opts, "FULL", limits)
+	if err != nil {
+		return nil, err
+	}
+	return ledger.NewLedger(b), nil
+}
