@@ -55,7 +55,9 @@ type FsOptions struct {
 // objects (no journal, no lock, nothing else) at each of
 // CeilingConcurrencies, in Rounds rounds each followed by a rename, and
 // reports cairn's copy rate (objects over its copy phase; the median of the
-// rounds) against the ceiling (the best concurrency's median rate), with the
+// rounds) against the ceiling (in each round, every object of the folder
+// copied at the concurrency that was fastest in a short sweep; the median of
+// the rounds), with the
 // p50 and p99 of one copy on each side, the whole rename's rate against the
 // same ceiling, and the requests cairn sent per object.
 func Fs(ctx context.Context, opts FsOptions) ([]Result, error) {
@@ -124,6 +126,7 @@ func Fs(ctx context.Context, opts FsOptions) ([]Result, error) {
 	// Rounds: the ceiling at each concurrency, copying the first
 	// CeilingObjects of the round's folder, then cairn renames that folder.
 	sweeps := map[int][]copyRun{}
+	var fulls []copyRun
 	var renames []renameRun
 	var copies Latencies
 	requests := map[string]int{}
@@ -140,13 +143,36 @@ func Fs(ctx context.Context, opts FsOptions) ([]Result, error) {
 		}
 		fmt.Fprintf(progress, "round %d of %d: bare CopyObject of %d objects at %v in flight, then cairn's rename of %d…\n",
 			r+1, rounds, len(keys), ceilings, objects)
+		roundBest := copyRun{}
 		for _, c := range ceilings {
 			run, err := copyObjects(ctx, s, keys, src(r), fmt.Sprintf("%sceiling/%d-%d/", root, r, c), c)
 			if err != nil {
 				return nil, err
 			}
 			sweeps[c] = append(sweeps[c], run)
+			if run.rate() > roundBest.rate() || roundBest.concurrency == 0 {
+				roundBest = run
+			}
 		}
+		// The sweep's short runs find the best concurrency; the ceiling is a
+		// run as long as the rename's copy phase (every object of the
+		// folder) at it: a short burst outruns what a server sustains.
+		all := keys
+		if len(keys) < objects {
+			all = nil
+			for info, err := range s.List(ctx, src(r), nil) {
+				if err != nil {
+					return nil, err
+				}
+				all = append(all, strings.TrimPrefix(info.Key, src(r)))
+			}
+		}
+		fmt.Fprintf(progress, "round %d of %d: bare CopyObject of all %d objects at %d in flight…\n", r+1, rounds, len(all), roundBest.concurrency)
+		full, err := copyObjects(ctx, s, all, src(r), fmt.Sprintf("%sceiling/%d-full/", root, r), roundBest.concurrency)
+		if err != nil {
+			return nil, err
+		}
+		fulls = append(fulls, full)
 		before := cb.snapshot(true)
 		start := time.Now()
 		res, err := ops.Rename(ctx, src(r), fmt.Sprintf("%scairn-dst-%d/", root, r), false)
@@ -164,23 +190,24 @@ func Fs(ctx context.Context, opts FsOptions) ([]Result, error) {
 			requests[op] += n
 		}
 	}
-	// The ceiling: the concurrency whose median rate over the rounds is best.
-	best, bestRate := 0, 0.0
+	// The ceiling: the median of the rounds' full-length runs.
 	var ceilingRates []string
 	for _, c := range ceilings {
 		rates := make([]float64, len(sweeps[c]))
 		for i, run := range sweeps[c] {
 			rates[i] = run.rate()
 		}
-		if m := median(rates); m > bestRate {
-			best, bestRate = c, m
-		}
 		ceilingRates = append(ceilingRates, fmt.Sprintf("%d: %s", c, joinRates(rates)))
 	}
+	fullRates := make([]float64, len(fulls))
 	var ceilingLat Latencies
-	for _, run := range sweeps[best] {
+	var fullDesc []string
+	for i, run := range fulls {
+		fullRates[i] = run.rate()
 		ceilingLat = append(ceilingLat, run.latencies...)
+		fullDesc = append(fullDesc, fmt.Sprintf("%.0f at %d", run.rate(), run.concurrency))
 	}
+	bestRate := median(fullRates)
 	copyRates, wholeRates := make([]float64, rounds), make([]float64, rounds)
 	var journal, copyPhase, deletePhase, total float64
 	for i, rr := range renames {
@@ -199,16 +226,16 @@ func Fs(ctx context.Context, opts FsOptions) ([]Result, error) {
 	r.Note = fmt.Sprintf("journal: %.2fs of cairn's %.2fs (%.1f%%)", journal, total, 100*journal/total)
 	cr := NewResult(fmt.Sprintf("rename copy rate against the store's best CopyObject rate, %d objects on %s", objects, safetext.URL(opts.StoreURL)),
 		"copies/s", bestRate, median(copyRates))
-	cr.BaselineDesc = fmt.Sprintf("bare CopyObject, %d in flight (best of %v; median of %d rounds)", best, ceilings, rounds)
+	cr.BaselineDesc = fmt.Sprintf("bare CopyObject of every object, at the best of %v in flight (median of %d rounds)", ceilings, rounds)
 	cr.CairnDesc = fmt.Sprintf("cairn fs mv copy phase, %d in flight (median of %d rounds)", concurrency, rounds)
 	cr.BaselineP99, cr.CairnP99 = ceilingLat.Percentile(99), copies.Percentile(99)
 	cr.Note = fmt.Sprintf("p50 of a copy: ceiling %s, cairn %s; whole rename %.0f objects/s = %.0f%% of the ceiling "+
 		"(copy phase %.1f%%, delete phase %.1f%%, the rest %.1f%% of its time; journal requests, in all three, %.1f%%); cairn's requests per object: %s; "+
-		"cairn's copies/s by round: %s; ceiling copies/s by in flight, by round: %s",
+		"cairn's copies/s by round: %s; ceiling copies/s by round: %s; short sweep of %d copies, copies/s by in flight, by round: %s",
 		ceilingLat.Percentile(50).Round(time.Microsecond), copies.Percentile(50).Round(time.Microsecond),
 		whole, 100*whole/bestRate, 100*copyPhase/total, 100*deletePhase/total,
 		100*(total-copyPhase-deletePhase)/total, 100*journal/total,
-		perObject(requests, rounds*objects), joinRates(copyRates), strings.Join(ceilingRates, "; "))
+		perObject(requests, rounds*objects), joinRates(copyRates), strings.Join(fullDesc, ", "), ceilingObjects, strings.Join(ceilingRates, "; "))
 	results := []Result{r, cr}
 	var heaps []float64
 	for _, n := range opts.MemoryObjects {

@@ -217,9 +217,10 @@ its journal.
 
 It also measures the store's ceiling: in --rounds rounds, bare CopyObject
 requests (no journal, no lock) of --ceiling-objects of the same objects at each
-of --ceiling-concurrency in flight, then a rename by cairn of that round's
-folder. It prints cairn's copy rate (over its copy phase) against the best
-concurrency's rate, both the median of the rounds, with the p50 and p99 of one
+of --ceiling-concurrency in flight, then every object of the round's folder at
+the fastest of them (the ceiling), then a rename by cairn of that folder. It
+prints cairn's copy rate (over its copy phase) against the ceiling, both the
+median of the rounds, with the p50 and p99 of one
 copy on each side, the whole rename's rate against the same ceiling, and
 cairn's requests per object.
 
