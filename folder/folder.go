@@ -215,7 +215,8 @@ type Progress struct {
 type Options struct {
 	// Locker; default: a treelock.Manager on the same store (Close the Ops).
 	Locker Locker
-	// Concurrency is how many copies or deletes run at once. Default 16.
+	// Concurrency is how many copies or deletes run at once. Default
+	// DefaultConcurrency.
 	Concurrency int
 	// Progress, if set, is called as objects are done (from several goroutines).
 	Progress func(Progress)
@@ -227,6 +228,9 @@ type Options struct {
 	// Default: one hour.
 	TombstoneGrace time.Duration
 }
+
+// DefaultConcurrency is Options.Concurrency's default.
+const DefaultConcurrency = 16
 
 // Ops runs folder operations on one store.
 type Ops struct {
@@ -242,7 +246,7 @@ func New(s *objstore.Store, opts *Options) *Ops {
 		o = *opts
 	}
 	if o.Concurrency <= 0 {
-		o.Concurrency = 16
+		o.Concurrency = DefaultConcurrency
 	}
 	if o.ChunkSize <= 0 {
 		o.ChunkSize = 1000

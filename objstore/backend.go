@@ -118,6 +118,8 @@ type Backend interface {
 	// the first page). Cursors are opaque to callers.
 	List(ctx context.Context, prefix, cursor string, opts ListOptions) (ListPage, error)
 	// Copy copies src to dst on the server, with a condition on the destination.
+	// The Info has at least the copy's ETag; a backend that would need another
+	// request to know Size, ContentType or Metadata (s3) leaves them zero.
 	Copy(ctx context.Context, src, dst string, cond Condition) (Info, error)
 
 	CreateMultipart(ctx context.Context, key string, opts PutOptions) (uploadID string, err error)

@@ -20,7 +20,45 @@ func Prefixed(b Backend, prefix string) (Backend, error) {
 	if err := ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	return &prefixed{b: b, p: prefix}, nil
+	x := &prefixed{b: b, p: prefix}
+	if bd, ok := b.(BatchDeleter); ok {
+		return prefixedBatch{x, bd}, nil
+	}
+	return x, nil
+}
+
+// unprefixed returns the backend under a key prefix, if b is one.
+func unprefixed(b Backend) (Backend, bool) {
+	switch x := b.(type) {
+	case *prefixed:
+		return x.b, true
+	case prefixedBatch:
+		return x.b, true
+	}
+	return nil, false
+}
+
+// prefixedBatch is prefixed over a backend that deletes in batches: it keeps
+// doing so (Store.DeleteMany asks the outermost backend).
+type prefixedBatch struct {
+	*prefixed
+	bd BatchDeleter
+}
+
+func (x prefixedBatch) DeleteBatch(ctx context.Context, keys []string) (map[string]error, error) {
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		full[i] = x.k(k)
+	}
+	failed, err := x.bd.DeleteBatch(ctx, full)
+	if len(failed) == 0 {
+		return failed, err
+	}
+	out := make(map[string]error, len(failed))
+	for k, ferr := range failed {
+		out[strings.TrimPrefix(k, x.p)] = ferr
+	}
+	return out, err
 }
 
 type prefixed struct {

@@ -70,8 +70,8 @@ type SharedVerdict struct {
 // prefixes (a prefix does not change what a server enforces).
 func identityOf(b Backend) (ServerIdentifier, bool) {
 	for {
-		if p, ok := b.(*prefixed); ok {
-			b = p.b
+		if inner, ok := unprefixed(b); ok {
+			b = inner
 			continue
 		}
 		id, ok := b.(ServerIdentifier)
@@ -82,11 +82,11 @@ func identityOf(b Backend) (ServerIdentifier, bool) {
 // rootOf returns b without key prefixes: the bucket itself.
 func rootOf(b Backend) Backend {
 	for {
-		p, ok := b.(*prefixed)
+		inner, ok := unprefixed(b)
 		if !ok {
 			return b
 		}
-		b = p.b
+		b = inner
 	}
 }
 

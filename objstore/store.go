@@ -270,7 +270,10 @@ func (s *Store) Delete(ctx context.Context, key string, cond Condition) error {
 
 // Copy copies src to dst on the server, keeping content, content type and user
 // metadata. A condition applies to dst and is honoured only where the store
-// enforces it (MinIO ignores destination conditions on CopyObject).
+// enforces it (MinIO ignores destination conditions on CopyObject). The Info
+// returned has the copy's ETag; its Size, ContentType and Metadata may be zero
+// (s3 sends one CopyObject request, whose answer does not carry them): Head
+// dst for them.
 func (s *Store) Copy(ctx context.Context, src, dst string, cond Condition) (Info, error) {
 	if err := ValidateKey(src); err != nil {
 		return Info{}, wrapErr("copy", src, err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/internal/bench"
+	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/internal/testmain"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/fs"
@@ -137,11 +138,34 @@ func TestObjstore(t *testing.T) {
 func TestFs(t *testing.T) {
 	t.Parallel()
 	s, dir := fsStore(t)
-	rs, err := bench.Fs(t.Context(), bench.FsOptions{Store: s, StoreURL: dir, Objects: 30, Concurrency: 4, MemoryObjects: []int{10, 20}})
+	rs, err := bench.Fs(t.Context(), bench.FsOptions{Store: s, StoreURL: dir, Objects: 30, Concurrency: 4, MemoryObjects: []int{10, 20},
+		Rounds: 2, CeilingConcurrencies: []int{1, 4}, CeilingObjects: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResults(t, rs, 3)
+	if c := rs[1]; c.Unit != "copies/s" || c.BaselineP99 <= 0 || c.CairnP99 <= 0 || !strings.Contains(c.Note, "requests per object") {
+		t.Errorf("the copy-rate result: %+v", c)
+	}
+	if n := countUnder(t, s, "cairn-bench-fs/"); n != 0 {
+		t.Errorf("Fs left %d objects", n)
+	}
+}
+
+// On MinIO, through its counted requests: one request per object copied,
+// and the sources deleted in batches.
+func TestFsMinIO(t *testing.T) {
+	t.Parallel()
+	b, url := testenv.NewBucket(t, testenv.S3(t))
+	s := objstore.New(b, nil)
+	rs, err := bench.Fs(t.Context(), bench.FsOptions{Store: s, StoreURL: url, Objects: 150, Rounds: 1, CeilingConcurrencies: []int{4}, CeilingObjects: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkResults(t, rs, 2)
+	if note := rs[1].Note; !strings.Contains(note, "(copy 1, ") || !strings.Contains(note, "delete_batch") {
+		t.Errorf("requests per object: %s", note)
+	}
 	if n := countUnder(t, s, "cairn-bench-fs/"); n != 0 {
 		t.Errorf("Fs left %d objects", n)
 	}

@@ -215,6 +215,15 @@ the naive sequential loop (list, copy one, delete one) and the other with cairn
 prints objects/s for both, the ratio, and the share of cairn's time spent on
 its journal.
 
+It also measures the store's ceiling: in --rounds rounds, bare CopyObject
+requests (no journal, no lock) of --ceiling-objects of the same objects at each
+of --ceiling-concurrency in flight, then every object of the round's folder at
+the fastest of them (the ceiling), then a rename by cairn of that folder. It
+prints cairn's copy rate (over its copy phase) against the ceiling, both the
+median of the rounds, with the p50 and p99 of one
+copy on each side, the whole rename's rate against the same ceiling, and
+cairn's requests per object.
+
 With --memory-objects N,… it then renames folders of N objects (on the store
 given; use a local directory) and reports the peak Go heap during each rename:
 the manifest is streamed in chunks, so memory stays flat as N grows.
@@ -222,8 +231,8 @@ the manifest is streamed in chunks, so memory stays flat as N grows.
 Everything the bench writes is under cairn-bench-fs/ and is deleted after.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if storeURL == "" || opts.Objects < 1 || opts.Concurrency < 1 {
-				return usagef("--store, --objects >= 1 and --concurrency >= 1 are required")
+			if storeURL == "" || opts.Objects < 1 || opts.Concurrency < 0 {
+				return usagef("--store and --objects >= 1 are required; --concurrency may not be negative")
 			}
 			ctx := cmd.Context()
 			s, err := openStore(ctx, storeURL)
@@ -237,7 +246,10 @@ Everything the bench writes is under cairn-bench-fs/ and is deleted after.`,
 	}
 	cmd.Flags().StringVar(&storeURL, "store", "", "store URL (s3://… or a directory)")
 	cmd.Flags().IntVar(&opts.Objects, "objects", 10000, "objects in the renamed folders")
-	cmd.Flags().IntVar(&opts.Concurrency, "concurrency", 32, "cairn's copies and deletes in flight")
+	cmd.Flags().IntVar(&opts.Concurrency, "concurrency", 0, "cairn's copies and deletes in flight (default: the folder package's)")
+	cmd.Flags().IntVar(&opts.Rounds, "rounds", 3, "rounds of ceiling measurement and cairn rename")
+	cmd.Flags().IntSliceVar(&opts.CeilingConcurrencies, "ceiling-concurrency", []int{8, 16, 32, 64, 128}, "bare CopyObject requests in flight at which the ceiling is measured")
+	cmd.Flags().IntVar(&opts.CeilingObjects, "ceiling-objects", 1000, "objects copied by each ceiling measurement")
 	cmd.Flags().IntSliceVar(&opts.MemoryObjects, "memory-objects", nil, "also rename folders of these sizes and report peak heap (e.g. 20000,200000)")
 	return cmd
 }

@@ -503,13 +503,19 @@ func copySource(bucket, key string) string {
 	return sb.String()
 }
 
-// Copy implements objstore.Backend.
+// Copy implements objstore.Backend with one CopyObject request. The Info is
+// its answer: the copy's ETag, Last-Modified and version; Size, ContentType
+// and Metadata are not in it and are left zero. A server that answers
+// without an ETag is asked with a HEAD.
 func (b *Backend) Copy(ctx context.Context, src, dst string, cond objstore.Condition) (objstore.Info, error) {
 	ifMatch, ifNoneMatch := condHeaders(cond)
-	_, err := b.c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &b.bucket, Key: &dst, CopySource: aws.String(copySource(b.bucket, src)),
+	out, err := b.c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &b.bucket, Key: &dst, CopySource: aws.String(copySource(b.bucket, src)),
 		IfMatch: ifMatch, IfNoneMatch: ifNoneMatch}, condOpts(cond)...)
 	if err != nil {
 		return objstore.Info{}, b.mapErr(err, true)
+	}
+	if r := out.CopyObjectResult; r != nil && aws.ToString(r.ETag) != "" {
+		return infoFrom(dst, nil, r.ETag, r.LastModified, out.VersionId, nil, nil), nil
 	}
 	return b.Head(ctx, dst)
 }
