@@ -74,7 +74,26 @@ func Outcome(err error) string {
 
 // Wrap returns b instrumented; name is the store label (e.g. "lake").
 func (m *Metrics) Wrap(b objstore.Backend, name string) objstore.Backend {
-	return &backend{Backend: b, m: m, name: name}
+	x := &backend{Backend: b, m: m, name: name}
+	if bd, ok := b.(objstore.BatchDeleter); ok {
+		// Store.DeleteMany asks the outermost backend: keep batching.
+		return batchBackend{x, bd}
+	}
+	return x
+}
+
+// batchBackend is backend over a backend that deletes in batches; a batch is
+// one request, counted as op "delete_batch".
+type batchBackend struct {
+	*backend
+	bd objstore.BatchDeleter
+}
+
+func (b batchBackend) DeleteBatch(ctx context.Context, keys []string) (map[string]error, error) {
+	start := time.Now()
+	failed, err := b.bd.DeleteBatch(ctx, keys)
+	b.observe("delete_batch", start, err)
+	return failed, err
 }
 
 type backend struct {

@@ -64,3 +64,53 @@ cairn_objstore_bytes_written_total{store="lake"} 5
 		t.Fatal("registering twice on one registry must fail, not panic")
 	}
 }
+
+// batchMem is the memory store with a batch delete that counts its calls:
+// the wrapper must keep offering it (Store.DeleteMany asks the outermost
+// backend), or every key costs a request of its own.
+type batchMem struct {
+	*mem.Backend
+	batches int
+}
+
+func (b *batchMem) DeleteBatch(ctx context.Context, keys []string) (map[string]error, error) {
+	b.batches++
+	for _, k := range keys {
+		if err := b.Delete(ctx, k, objstore.Condition{}); err != nil {
+			return map[string]error{k: err}, nil
+		}
+	}
+	return nil, nil
+}
+
+func TestKeepsBatchDeletes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	b := &batchMem{Backend: mem.NewBackend("")}
+	s := objstore.New(m.Wrap(b, "lake"), nil)
+	keys := []string{"a", "b", "c"}
+	for _, k := range keys {
+		if _, err := s.PutBytes(ctx, k, []byte(k), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if failed, err := s.DeleteMany(ctx, keys, 4); err != nil || len(failed) > 0 {
+		t.Fatal(failed, err)
+	}
+	if b.batches != 1 {
+		t.Fatalf("%d batch deletes under the wrapper, want 1", b.batches)
+	}
+	want := `
+# HELP cairn_objstore_requests_total Object store requests by operation and outcome (precondition_failed, conflict and not_found are expected outcomes, not failures).
+# TYPE cairn_objstore_requests_total counter
+cairn_objstore_requests_total{op="delete_batch",outcome="ok",store="lake"} 1
+cairn_objstore_requests_total{op="put",outcome="ok",store="lake"} 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "cairn_objstore_requests_total"); err != nil {
+		t.Fatal(err)
+	}
+}
