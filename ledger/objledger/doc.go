@@ -43,10 +43,12 @@
 // and lowers the shard's entry if needed (Record does this in the background,
 // after it returned: until it is done, Claim in the same process visits the
 // shard anyway). Claimers raise it, safely: a claimer marks the shards it
-// will look at (a nonce in the index, in the same write that reads which
-// are due), claims in each, in parallel, with a compare-and-swap of the head
-// (which tells it the shard's true earliest due time), then sets each entry
-// to that time only if its mark is still there. A writer that reads the
+// expects to leave with nothing due (a nonce in the index, in the same write
+// that reads which are due; none needed, no write), claims in each, in
+// parallel, with a compare-and-swap of the head (which tells it the shard's
+// true earliest due time), then sets each marked entry to that time only if
+// its mark is still there (a shard it emptied unexpectedly is marked, read
+// and set the same way afterwards). A writer that reads the
 // index after its shard write removes any mark on that shard, so a claimer
 // that looked before the write cannot raise the entry past the new work. A
 // writer killed between its shard write and the index write can leave an
@@ -77,9 +79,10 @@
 //     one GET of the index (a PUT when an entry must be lowered or a claimer's
 //     mark removed; concurrent ones are group-committed). A small batch
 //     touches most shards, so the shard count (default 4) is what a batch
-//     costs in writes. A Claim with work due costs two index writes (mark,
-//     then set the entries) around one head write per shard visited, the
-//     head writes in parallel; with nothing due it costs one GET of the
+//     costs in writes. A Claim with work due costs one head write per shard
+//     visited (in parallel) between a read of the index and, when it empties
+//     shards, two index writes (mark before, set after); with nothing due it
+//     costs one GET of the
 //     index (an idle `cairn serve` polls once a second). CompleteBatch costs
 //     one head write per shard (group-committed with the shard's other
 //     writes). The ledger bench prints the measured requests per 1,000

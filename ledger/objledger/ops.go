@@ -238,62 +238,79 @@ func blocked(w *row, others []*row, now int64) bool {
 // Claim leases up to n records of work: pending or failed records whose retry
 // time has come, and claimed records whose lease expired. It visits only
 // shards the work index says have due work (every shard on a sweep), in
-// parallel: it marks them in the index, claims in each with a compare-and-swap
-// of its head (which tells it the shard's true earliest due time), and then
-// sets each entry to that time where its mark survived (a writer that reads
-// the index after its shard write removes the mark, so a claim that read the
-// shard before that write can never hide its work).
+// parallel, claiming in each with a compare-and-swap of its head (which tells
+// it the shard's true earliest due time). An entry left too low only costs
+// later visits; one raised too high would hide work, so raising is guarded by
+// marks: shards the claim may leave with nothing due are marked in the same
+// index write that reads which are due, and afterwards their entries are set
+// to the time the claim read, only where the mark survived (a writer that
+// reads the index after its shard write removes the mark, so a claim that
+// read the shard before that write can never hide its work). Shards that
+// were not expected to empty and did are raised by raise.
 func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
 	mark := nonce()
 	l.mu.Lock()
 	sweep := time.Since(l.swept) >= l.cfg.SweepEvery
 	l.mu.Unlock()
 	hinted := l.pendingHints() // not in the index yet
-	var cands []int
-	err := l.updateIndex(ctx, func(x *index) bool {
-		now := l.now()
-		cands = cands[:0]
-		for s := range l.shards {
-			hd, hok := hinted[s]
-			if d, ok := x.Due[shardName(s)]; sweep || (hok && hd <= now) || (ok && d <= now) {
-				cands = append(cands, s)
-				x.Mark[shardName(s)] = mark
-			}
-		}
-		return len(cands) > 0
-	})
-	if err != nil {
-		return nil, l.wrap("claim", err)
-	}
-	if len(cands) == 0 {
-		return nil, nil
-	}
-	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	type visit struct {
 		claims  []ledger.Claim
 		budget  int
+		marked  bool
 		visited bool
 		due     int64
 		work    bool
 		err     error
 	}
 	vs := make([]visit, l.shards)
+	var cands []int
 	// Budgets: n in all, spread by what this process last saw of each shard
 	// (its cached head), evenly where it saw nothing; a shard that used its
-	// whole budget is visited again with what the others left.
-	left := n
-	var unknown []int
-	for _, s := range cands {
-		if e, ok := l.dueEstimate(s); ok {
-			vs[s].budget = min(e, left)
-			left -= vs[s].budget
-		} else {
-			unknown = append(unknown, s)
+	// whole budget is visited again with what the others left. Shards the
+	// claim may leave with nothing due (as far as this process knows) are
+	// marked in the same index write; the others are not, and an index that
+	// needs no mark is only read.
+	err := l.updateIndex(ctx, func(x *index) bool {
+		now := l.now()
+		cands = cands[:0]
+		clear(vs)
+		for s := range l.shards {
+			hd, hok := hinted[s]
+			if d, ok := x.Due[shardName(s)]; sweep || (hok && hd <= now) || (ok && d <= now) {
+				cands = append(cands, s)
+			}
 		}
+		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+		left := n
+		var unknown []int
+		for _, s := range cands {
+			if e, ok := l.dueEstimate(s); ok {
+				vs[s].budget = min(e, left)
+				vs[s].marked = sweep || e <= left
+				left -= vs[s].budget
+			} else {
+				unknown = append(unknown, s)
+			}
+		}
+		for i, s := range unknown {
+			vs[s].budget = (left + len(unknown) - 1 - i) / (len(unknown) - i)
+			vs[s].marked = true
+			left -= vs[s].budget
+		}
+		changed := false
+		for _, s := range cands {
+			if vs[s].marked {
+				x.Mark[shardName(s)] = mark
+				changed = true
+			}
+		}
+		return changed
+	})
+	if err != nil {
+		return nil, l.wrap("claim", err)
 	}
-	for i, s := range unknown {
-		vs[s].budget = (left + len(unknown) - 1 - i) / (len(unknown) - i)
-		left -= vs[s].budget
+	if len(cands) == 0 {
+		return nil, nil
 	}
 	visitAll := func(shards []int) {
 		_ = l.eachShard(shards, func(s int) error {
@@ -325,7 +342,7 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 	for _, s := range visit1 {
 		total += len(vs[s].claims)
 	}
-	if left = n - total; left > 0 {
+	if left := n - total; left > 0 {
 		// Shards that used their whole budget may hold more; so may the
 		// candidates not visited.
 		var again []int
@@ -342,17 +359,23 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 	}
 	var out []ledger.Claim
 	var claimErr error
+	var empty []int // visited, not marked, nothing due now: raise their entries
+	now := l.now()
 	for _, s := range cands {
-		out = append(out, vs[s].claims...)
-		claimErr = cmp.Or(claimErr, vs[s].err)
+		v := vs[s]
+		out = append(out, v.claims...)
+		claimErr = cmp.Or(claimErr, v.err)
+		if v.visited && !v.marked && (sweep || !v.work || v.due > now) {
+			empty = append(empty, s)
+		}
 	}
-	// Every entry whose mark survived is set to the truth read after the
-	// mark (and the marks left by shards not visited are removed).
+	// Every marked entry whose mark survived is set to the truth read after
+	// the mark (and the marks of shards not visited are removed).
 	werr := l.updateIndex(ctx, func(x *index) bool {
 		changed := false
 		for _, s := range cands {
 			name := shardName(s)
-			if x.Mark[name] != mark {
+			if !vs[s].marked || x.Mark[name] != mark {
 				continue
 			}
 			delete(x.Mark, name)
@@ -367,6 +390,9 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 		}
 		return changed
 	})
+	if werr == nil && len(empty) > 0 {
+		werr = l.raise(ctx, empty)
+	}
 	if claimErr == nil && werr == nil && sweep {
 		l.mu.Lock()
 		l.swept = time.Now()
@@ -397,6 +423,58 @@ func (l *Backend) dueEstimate(s int) (int, bool) {
 		}
 	}
 	return n, true
+}
+
+// raise sets the index entries of shards to their true earliest due time,
+// safely against concurrent writers: it marks the shards, reads them, and
+// writes each entry only where its mark survived (a writer that reads the
+// index after its shard write removes the mark, so a read from before that
+// write can never hide its work).
+func (l *Backend) raise(ctx context.Context, shards []int) error {
+	mark := nonce()
+	if err := l.updateIndex(ctx, func(x *index) bool {
+		for _, s := range shards {
+			x.Mark[shardName(s)] = mark
+		}
+		return true
+	}); err != nil {
+		return err
+	}
+	type seen struct {
+		due  int64
+		work bool
+	}
+	truth := make([]seen, l.shards)
+	read := make([]bool, l.shards)
+	err := l.eachShard(shards, func(s int) error {
+		h, err := l.view(ctx, s)
+		if err != nil {
+			return err
+		}
+		truth[s].due, truth[s].work = h.minDue()
+		read[s] = true
+		return nil
+	})
+	werr := l.updateIndex(ctx, func(x *index) bool {
+		changed := false
+		for _, s := range shards {
+			name := shardName(s)
+			if x.Mark[name] != mark {
+				continue
+			}
+			delete(x.Mark, name)
+			changed = true
+			switch {
+			case !read[s]: // unknown: leave the entry as it was
+			case truth[s].work:
+				x.Due[name] = truth[s].due
+			default:
+				delete(x.Due, name)
+			}
+		}
+		return changed
+	})
+	return cmp.Or(err, werr)
 }
 
 func decodeIndex(data []byte) (*index, error) {
