@@ -47,7 +47,12 @@
 // order to one read of the document, and commits them with one conditional
 // write. Each caller gets the value after its own function; a function that
 // returns an error fails only its own caller. Under contention this turns N
-// round trips into one.
+// round trips into one. The Store remembers the state it last wrote of each
+// document (the most recent 256): the next update of it is applied to that
+// state and written with If-Match on its ETag, without a read first; if
+// another writer came between, the write costs a 412 and the update is
+// applied again to a fresh read. An update that changes nothing is never
+// written on a remembered state: it is checked against a read.
 //
 // # Stores without conditional writes
 //

@@ -88,6 +88,9 @@ type Store struct {
 
 	mu       sync.Mutex
 	batchers map[string]*batcher
+	// written is, per document, the state this Store's last group commit
+	// wrote (a stale one costs a write one 412 and a read).
+	written  map[string]*current
 	strategy Strategy // resolved from Auto on first use
 	stats    Stats
 }
@@ -104,7 +107,7 @@ type Stats struct {
 
 // New returns a document Store on s.
 func New(s *objstore.Store, opts *Options) *Store {
-	d := &Store{s: s, batchers: map[string]*batcher{}}
+	d := &Store{s: s, batchers: map[string]*batcher{}, written: map[string]*current{}}
 	if opts != nil {
 		d.opts = *opts
 	}
@@ -503,10 +506,16 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 			return nil
 		}
 		// Nothing changed: linearize at the read and skip the write. Not for a
-		// cached state, which may be stale: the write's CAS is what proves it.
-		// Not while a write of ours may still land either: then a write is what
-		// decides, against it, which one takes effect.
-		if !fromCache && len(sent) == 0 && c.exists && c.env.Rev > 0 && raw == c.env.IsRaw && bytes.Equal(next, c.env.payload()) {
+		// cached state, which may be stale: read it and apply again (a read
+		// costs less than a write). Not while a write of ours may still land
+		// either: then a write is what decides, against it, which one takes
+		// effect.
+		unchanged := c.exists && c.env.Rev > 0 && raw == c.env.IsRaw && bytes.Equal(next, c.env.payload())
+		if fromCache && unchanged {
+			attempt-- // the cache cost no request
+			continue
+		}
+		if len(sent) == 0 && unchanged {
 			d.count(func(s *Stats) { s.NoopWrites++ })
 			deliver(reqs, c.meta(key), nil)
 			return nil

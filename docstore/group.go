@@ -46,11 +46,20 @@ func (d *Store) enqueue(ctx context.Context, key string, r *request) ([]byte, Me
 }
 
 // run commits batches for key until its queue is empty, then exits (and the
-// key's batcher is dropped, so idle keys cost nothing).
+// key's batcher is dropped, so idle keys cost no goroutine). The document as
+// this Store last wrote it outlives the batcher (see written): the next batch
+// compares-and-swaps against it without reading first.
 func (d *Store) run(key string, b *batcher) {
-	var cached *current // what the last batch wrote
+	d.mu.Lock()
+	cached := d.written[key] // what the last batch wrote
+	d.mu.Unlock()
 	for {
 		d.mu.Lock()
+		if cached != nil {
+			d.remember(key, cached)
+		} else {
+			delete(d.written, key)
+		}
 		if len(b.queue) == 0 {
 			b.running = false
 			delete(d.batchers, key)
@@ -65,4 +74,20 @@ func (d *Store) run(key string, b *batcher) {
 		cached = d.commit(ctx, key, batch, cached)
 		cancel()
 	}
+}
+
+// maxWritten bounds how many documents' last written states a Store keeps
+// (the bodies of the most recently written ones; a document not kept costs
+// its next write one read).
+const maxWritten = 256
+
+// remember keeps c as the state key was last written in; d.mu is held.
+func (d *Store) remember(key string, c *current) {
+	if _, ok := d.written[key]; !ok && len(d.written) >= maxWritten {
+		for k := range d.written { // evict one at random
+			delete(d.written, k)
+			break
+		}
+	}
+	d.written[key] = c
 }

@@ -43,9 +43,20 @@ func (l *Backend) Compact(ctx context.Context, s int) error {
 	return err
 }
 
-// compact writes a new base holding every live record of shard s, then swaps
-// it into the head, removing from the head the records it holds that have not
-// changed since. Replaced bases past their grace period are deleted.
+// Tiers of segments: a compaction merges the head's rows with the newest
+// segments whose size is at most mergeRatio times what it merges so far (so
+// sizes grow geometrically and a row is rewritten about log(records/CompactAt)
+// times), and with all of them when a shard has more than maxSegs.
+const (
+	mergeRatio = 2
+	maxSegs    = 8
+)
+
+// compact moves the head's rows into a new immutable segment, merged with the
+// newest segments of similar size (see mergeRatio), then swaps it into the
+// head in their place, removing from the head the rows it holds that have not
+// changed since. A segment that merges every older one is the new base and
+// drops tombstones. Replaced segments past their grace period are deleted.
 func (l *Backend) compact(ctx context.Context, s int) error {
 	h0, err := l.view(ctx, s)
 	if err != nil {
@@ -54,24 +65,40 @@ func (l *Backend) compact(ctx context.Context, s int) error {
 	if len(h0.Rows) <= l.cfg.CompactAt {
 		return nil
 	}
-	seg := &segment{Rows: make(map[string]*row, len(h0.Rows))}
-	if h0.base != nil {
-		seg.Rows = make(map[string]*row, len(h0.base.Rows)+len(h0.Rows))
+	keys, segs := h0.layers()
+	k, acc := 0, len(h0.Rows) // merge the newest k layers
+	for i := len(segs) - 1; i >= 0; i-- {
+		if len(segs[i].Rows) > mergeRatio*acc && len(segs)-k <= maxSegs {
+			break
+		}
+		acc += len(segs[i].Rows)
+		k++
 	}
-	h0.each(func(rid string, w *row) { seg.Rows[rid] = w })
+	full := k == len(segs) // every layer: the new base
+	seg := &segment{Rows: make(map[string]*row, acc)}
+	for _, from := range append(segs[len(segs)-k:], &segment{Rows: h0.Rows}) {
+		for rid, w := range from.Rows {
+			if full && w.Deleted {
+				delete(seg.Rows, rid)
+				continue
+			}
+			seg.Rows[rid] = w
+		}
+	}
+	merged := keys[len(keys)-k:]
 	data, err := json.Marshal(seg)
 	if err != nil {
 		return err
 	}
 	key := fmt.Sprintf("shards/%s/base-%012d-%s.json", shardName(s), h0.Seq, nonce())
 	if _, err := l.s.PutBytes(ctx, key, data, &objstore.PutOptions{If: objstore.IfAbsent(), ContentType: "application/json"}); err != nil {
-		l.addUnsure(s, key) // may land later: an unused base, deleted by the next swap
+		l.addUnsure(s, key) // may land later: an unused segment, deleted by the next swap
 		return err
 	}
 	l.mu.Lock()
 	l.bases[key] = seg
 	l.mu.Unlock()
-	// Delete the replaced bases past their grace first, and drop from the
+	// Delete the replaced segments past their grace first, and drop from the
 	// trash only those gone: an interrupted compaction leaves none orphaned.
 	gone := map[string]bool{}
 	for _, t := range h0.Trash {
@@ -85,16 +112,16 @@ func (l *Backend) compact(ctx context.Context, s int) error {
 	unsure := l.takeUnsure(s)
 	var unused []string
 	_, err = l.update(ctx, s, func(h *head, now int64) error {
-		if h.Base != h0.Base {
+		if h.Base != h0.Base || !slices.Equal(h.Segs, h0.Segs) {
 			return errCompacted
 		}
-		// Bases of this process's earlier compactions of the shard whose swap
-		// was not confirmed: one that the head does not name now never will
-		// (a late swap lands only on the ETag it read, and this write moves
-		// the head past it); one it names is in the trash once this swap lands.
+		// Segments of this process's earlier compactions of the shard whose
+		// swap was not confirmed: one that the head does not name now never
+		// will (a late swap lands only on the ETag it read, and this write
+		// moves the head past it); one it names is in the trash once replaced.
 		unused = unused[:0]
 		for _, k := range unsure {
-			if k != h.Base && !slices.Contains(trashKeys(h.Trash), k) {
+			if !h.names(k) {
 				unused = append(unused, k)
 			}
 		}
@@ -109,23 +136,30 @@ func (l *Backend) compact(ctx context.Context, s int) error {
 				keep = append(keep, t)
 			}
 		}
-		if h.Base != "" {
-			keep = append(keep, trash{Key: h.Base, Since: now})
+		for _, m := range merged {
+			keep = append(keep, trash{Key: m, Since: now})
 		}
-		h.Trash, h.Base, h.base = keep, key, seg
+		h.Trash = keep
+		if full {
+			h.Base, h.base, h.Segs, h.segs = key, seg, nil, nil
+		} else {
+			n := len(h.Segs) - k
+			h.Segs = append(h.Segs[:n:n], key)
+			h.segs = append(h.segs[:n:n], seg)
+		}
 		return nil
 	})
 	if err != nil {
 		// Not swapped in. Only when the head had moved on (another compaction
 		// won) can no write of this swap land any more; after any other
-		// failure a write of it may still land later, so the new base stays
+		// failure a write of it may still land later, so the new segment stays
 		// until the next swap of the shard settles it.
 		l.addUnsure(s, unsure...)
 		if !errors.Is(err, errCompacted) {
 			l.addUnsure(s, key)
 			return err
 		}
-		if cur, verr := l.view(context.WithoutCancel(ctx), s); verr == nil && cur.Base != key && !slices.Contains(trashKeys(cur.Trash), key) {
+		if cur, verr := l.view(context.WithoutCancel(ctx), s); verr == nil && !cur.names(key) {
 			_ = l.s.Delete(context.WithoutCancel(ctx), key, objstore.Condition{})
 			l.forget(key)
 		}
@@ -139,6 +173,11 @@ func (l *Backend) compact(ctx context.Context, s int) error {
 		l.forget(k)
 	}
 	return nil
+}
+
+// names reports whether the head names segment key: as a layer or in the trash.
+func (h *head) names(key string) bool {
+	return key == h.Base || slices.Contains(h.Segs, key) || slices.Contains(trashKeys(h.Trash), key)
 }
 
 func (l *Backend) addUnsure(s int, keys ...string) {

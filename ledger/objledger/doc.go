@@ -13,11 +13,14 @@
 //	cairn-ledger.json          format and shard count, written once (if absent)
 //	work.json                  the work index: per shard, a lower bound of when
 //	                           its earliest work is due
-//	shards/NNN/head.json       a shard's head: the records changed since its base,
-//	                           the shard's active work (id → due time), and
-//	                           tombstones of purged records
-//	shards/NNN/base-….json     an immutable base: every record of the shard as of
-//	                           a compaction
+//	shards/NNN/head.json       a shard's head: the records changed since its
+//	                           segments, the shard's active work (id → due
+//	                           time), tombstones of purged records, and the
+//	                           keys of its segments
+//	shards/NNN/base-….json     an immutable segment: the oldest (the base)
+//	                           holds every record of the shard as of a
+//	                           compaction, newer ones the records changed
+//	                           since (and tombstones)
 //
 // A record lives in shard fnv32a(bucket, key) mod N (all versions of a key in
 // one shard, so per-key ordering is decided in one place). Every head and the
@@ -37,48 +40,65 @@
 // shard, a time no later than the shard's earliest due work (pending and failed
 // records by their next attempt, claimed ones by their lease's end). Writers
 // keep it low: a write that leaves work in a shard reads the index afterwards
-// and lowers the shard's entry if needed. Claimers raise it, safely: a claimer
-// marks the shards it will look at (a nonce in the index), claims in each shard
-// with a compare-and-swap of the head (which tells it the shard's true earliest
-// due time), then raises each entry only if its mark is still there. A writer
-// that reads the index after its shard write removes any mark on that shard, so
-// a claimer that looked before the write cannot raise the entry past the new
-// work. A writer killed between its shard write and the index check can leave
-// an entry too high; each ledger instance therefore sweeps every shard on its
+// and lowers the shard's entry if needed (Record does this in the background,
+// after it returned: until it is done, Claim in the same process visits the
+// shard anyway). Claimers raise it, safely: a claimer marks the shards it
+// expects to leave with nothing due (a nonce in the index, in the same write
+// that reads which are due; none needed, no write), claims in each, in
+// parallel, with a compare-and-swap of the head (which tells it the shard's
+// true earliest due time), then sets each marked entry to that time only if
+// its mark is still there (a shard it emptied unexpectedly is marked, read
+// and set the same way afterwards). A writer that reads the
+// index after its shard write removes any mark on that shard, so a claimer
+// that looked before the write cannot raise the entry past the new work. A
+// writer killed between its shard write and the index write can leave an
+// entry too high; each ledger instance therefore sweeps every shard on its
 // first Claim and every Options.SweepEvery (default one minute) after.
 //
 // # Compaction
 //
 // Heads stay small: when a head holds more than CompactAt changed records
-// (default 1,024), a background compaction writes a new immutable base (the old
-// base with the head's records merged, tombstones dropped), then swaps it into
-// the head by compare-and-swap, removing the records it merged that have not
-// changed since. The replaced base is deleted by a later compaction, after a
-// grace period (ten minutes) that lets slow readers finish. Bases are immutable,
-// so each process caches the decoded base of each shard; decoded heads are
-// cached by content hash.
+// (default 128), a background compaction writes the head's records into a new
+// immutable segment, merged with the newest segments of similar size (at most
+// twice what it merges so far; all of them when a shard has more than eight),
+// then swaps it into the head in their place by compare-and-swap, removing the
+// records it holds that have not changed since. Segment sizes grow
+// geometrically, so a record is rewritten about log2(records / CompactAt)
+// times, not once per compaction; a segment that merges every older one is
+// the new base and drops tombstones. A record is read from the head, else
+// from the newest segment that holds it. Replaced segments are deleted by a
+// later compaction, after a grace period (ten minutes) that lets slow readers
+// finish. Segments are immutable, so each process caches the decoded
+// segments of each shard; decoded heads are cached by content hash.
 //
 // # Costs
 //
 //   - Requests: a Record batch costs one conditional PUT per shard it touches
-//     (plus a GET when another process wrote the shard since this one did) and
-//     one GET of the index; the bench (1,000-event batches, 16 shards) prints
-//     the measured requests per 1,000 events. A Claim costs a GET of the index,
-//     and, when work is due, two index writes plus one head write per shard
-//     visited; an idle `cairn serve` polls once a second, one GET of the index.
-//     Complete costs one head write (group-committed per shard).
+//     (a GET first only when another process wrote the shard since this one
+//     did: each process remembers the heads it wrote) and, after it returned,
+//     one GET of the index (a PUT when an entry must be lowered or a claimer's
+//     mark removed; concurrent ones are group-committed). A small batch
+//     touches most shards, so the shard count (default 4) is what a batch
+//     costs in writes. A Claim with work due costs one head write per shard
+//     visited (in parallel) between a read of the index and, when it empties
+//     shards, two index writes (mark before, set after); with nothing due it
+//     costs one GET of the
+//     index (an idle `cairn serve` polls once a second). CompleteBatch costs
+//     one head write per shard (group-committed with the shard's other
+//     writes). The ledger bench prints the measured requests per 1,000
+//     events.
 //   - Bytes: a record is about 250–350 bytes of JSON (its key, ETag, sequencer,
 //     result and error dominate). A head write rewrites the head: up to
 //     CompactAt records plus the shard's active work entries (~40 bytes each).
-//     A compaction rewrites the shard's base (records / shards × ~300 bytes) once
-//     per CompactAt changes.
-//   - Memory: each process holds the decoded bases of the shards it touched:
+//     Compaction writes each record into a segment about log2(records /
+//     CompactAt) times in all.
+//   - Memory: each process holds the decoded segments of the shards it touched:
 //     roughly 500 bytes per record. Millions of keys want PostgreSQL.
 //   - AWS S3 limits request rates per prefix (3,500 writes and 5,500 reads per
 //     second, per partitioned prefix). Every write of one shard goes to one key,
 //     and S3 also serialises conditional writes of one key: throughput scales
 //     with the number of shards (URL parameter shards=N when the ledger is
-//     created, default 16), and batching (group commit) is what makes a few
+//     created, default 4), and batching (group commit) is what makes a few
 //     writes per second per shard carry thousands of events.
 //
 // # Guarantees and limits

@@ -111,22 +111,28 @@ func less(a, b *row) int {
 
 // head is a shard's mutable document.
 type head struct {
-	Base  string           `json:"base,omitempty"` // key of the base segment ("" = none yet)
-	Seq   int64            `json:"seq"`            // change counter
-	Rows  map[string]*row  `json:"rows"`           // id → row changed since the base (or tombstone)
-	Work  map[string]int64 `json:"work"`           // id → due (ms) of every pending, failed or claimed row
+	Base string `json:"base,omitempty"` // key of the oldest segment, which holds no tombstones ("" = none yet)
+	// Segs are newer immutable segments, oldest first: each holds the rows
+	// (and tombstones) a compaction moved out of the head, newer than Base
+	// and than the segments before it.
+	Segs  []string         `json:"segs,omitempty"`
+	Seq   int64            `json:"seq"`  // change counter
+	Rows  map[string]*row  `json:"rows"` // id → row changed since the segments (or tombstone)
+	Work  map[string]int64 `json:"work"` // id → due (ms) of every pending, failed or claimed row
 	Trash []trash          `json:"trash,omitempty"`
 
-	base *segment // the decoded base (not stored)
+	base *segment   // the decoded base (not stored)
+	segs []*segment // the decoded Segs (not stored)
 }
 
-// trash is a replaced base, deleted once its grace period is over.
+// trash is a replaced segment, deleted once its grace period is over.
 type trash struct {
 	Key   string `json:"key"`
 	Since int64  `json:"since"`
 }
 
-// segment is an immutable base.
+// segment is an immutable set of rows: the base, or a newer segment (which
+// may hold tombstones).
 type segment struct {
 	Rows map[string]*row `json:"rows"`
 }
@@ -136,7 +142,34 @@ func (h *head) clone() *head {
 	c.Rows = maps.Clone(h.Rows)
 	c.Work = maps.Clone(h.Work)
 	c.Trash = slices.Clone(h.Trash)
+	c.Segs = slices.Clone(h.Segs)
+	c.segs = slices.Clone(h.segs)
 	return &c
+}
+
+// layers are the head's segments, oldest (the base) first, with their keys.
+func (h *head) layers() ([]string, []*segment) {
+	if h.Base == "" {
+		return h.Segs, h.segs
+	}
+	return append([]string{h.Base}, h.Segs...), append([]*segment{h.base}, h.segs...)
+}
+
+// stored returns the row id as the segments hold it (nil if none, or a
+// tombstone), skipping the newest skip segments.
+func (h *head) stored(id string, skip int) *row {
+	for i := len(h.segs) - 1 - skip; i >= 0; i-- {
+		if r, ok := h.segs[i].Rows[id]; ok {
+			if r.Deleted {
+				return nil
+			}
+			return r
+		}
+	}
+	if h.base != nil {
+		return h.base.Rows[id]
+	}
+	return nil
 }
 
 // get returns the live row id, or nil.
@@ -147,10 +180,7 @@ func (h *head) get(id string) *row {
 		}
 		return r
 	}
-	if h.base != nil {
-		return h.base.Rows[id]
-	}
-	return nil
+	return h.stored(id, 0)
 }
 
 // put stores a changed row (rows are never changed in place: readers may hold
@@ -166,10 +196,10 @@ func (h *head) put(id string, r *row) {
 	}
 }
 
-// remove purges id: a tombstone if the base holds it.
+// remove purges id: a tombstone if a segment holds it.
 func (h *head) remove(id string) {
 	delete(h.Work, id)
-	if h.base != nil && h.base.Rows[id] != nil {
+	if h.stored(id, 0) != nil {
 		h.Seq++
 		h.Rows[id] = &row{Deleted: true, Change: h.Seq}
 		return
@@ -177,11 +207,29 @@ func (h *head) remove(id string) {
 	delete(h.Rows, id)
 }
 
-// each calls fn for every live row (base rows shadowed by the head skipped).
+// each calls fn for every live row (rows shadowed by newer ones skipped).
 func (h *head) each(fn func(id string, r *row)) {
+	shadowed := func(id string, newer []*segment) bool {
+		if _, ok := h.Rows[id]; ok {
+			return true
+		}
+		for _, s := range newer {
+			if _, ok := s.Rows[id]; ok {
+				return true
+			}
+		}
+		return false
+	}
 	if h.base != nil {
 		for id, r := range h.base.Rows {
-			if _, ok := h.Rows[id]; !ok {
+			if !shadowed(id, h.segs) {
+				fn(id, r)
+			}
+		}
+	}
+	for i, s := range h.segs {
+		for id, r := range s.Rows {
+			if !r.Deleted && !shadowed(id, h.segs[i+1:]) {
 				fn(id, r)
 			}
 		}

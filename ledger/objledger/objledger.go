@@ -11,6 +11,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,10 +28,12 @@ import (
 // ledger shares is ledger.Options). A nil *Options means all defaults.
 type Options struct {
 	// Shards is the number of shards of a new ledger (an existing ledger keeps
-	// the count it was created with). Default: 16. URL parameter shards=N.
+	// the count it was created with). Default: 4 (each shard a batch touches
+	// costs a write: a few shards keep small batches cheap). URL parameter
+	// shards=N.
 	Shards int
 	// CompactAt is how many changed records a head holds before it is compacted
-	// into a new base. Default: 1024. URL parameter compact_at=N.
+	// into a new segment. Default: 128. URL parameter compact_at=N.
 	CompactAt int
 	// SweepEvery is how often a Claim looks at every shard, whatever the work
 	// index says (it repairs an index entry left too high by a writer killed
@@ -50,10 +53,10 @@ func (c *Options) withDefaults() Options {
 		o = *c
 	}
 	if o.Shards <= 0 {
-		o.Shards = 16
+		o.Shards = 4
 	}
 	if o.CompactAt <= 0 {
-		o.CompactAt = 1024
+		o.CompactAt = 128
 	}
 	if o.SweepEvery <= 0 {
 		o.SweepEvery = time.Minute
@@ -101,6 +104,19 @@ type Backend struct {
 	// process settles them (see compact).
 	unsure map[int][]string
 	swept  time.Time
+
+	// hints are index entries a Record still has to lower (shard → due),
+	// written by the hinter goroutine; Claim visits their shards meanwhile.
+	hints    map[int]hint
+	hintGen  uint64
+	hintWake chan struct{}
+}
+
+// hint is an index entry to lower: the shard's earliest due work after a
+// write, and which hintLater call asked for it.
+type hint struct {
+	due int64
+	gen uint64
 }
 
 // cachedHead is a decoded head and the hash of the bytes it was decoded from.
@@ -233,6 +249,8 @@ func OpenBackend(ctx context.Context, s *objstore.Store, opts *ledger.Options, c
 	l.compacting = make([]bool, l.shards)
 	l.unsure = map[int][]string{}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.hints, l.hintWake = map[int]hint{}, make(chan struct{}, 1)
+	l.wg.Go(l.hinter)
 	return l, nil
 }
 
@@ -306,7 +324,8 @@ func (l *Backend) Store() *objstore.Store { return l.s }
 // Shards is the ledger's shard count.
 func (l *Backend) Shards() int { return l.shards }
 
-// Close waits for background compactions and releases the store (if Open
+// Close writes the index entries Records left to lower, waits for
+// background compactions and releases the store (if Open
 // opened it).
 func (l *Backend) Close() error {
 	l.cancel()
@@ -443,10 +462,10 @@ func (l *Backend) decodeHead(ctx context.Context, s int, data []byte) (*head, er
 	if err := validRows(h.Rows, headKey(s)); err != nil {
 		return nil, err
 	}
-	// Bases are this shard's own (compaction deletes trashed ones: never
+	// Segments are this shard's own (compaction deletes trashed ones: never
 	// anything else a damaged head might name).
 	own := "shards/" + shardName(s) + "/base-"
-	for _, k := range append([]string{h.Base}, trashKeys(h.Trash)...) {
+	for _, k := range append(append([]string{h.Base}, h.Segs...), trashKeys(h.Trash)...) {
 		if k != "" && (!strings.HasPrefix(k, own) || objstore.ValidateKey(k) != nil) {
 			return nil, fmt.Errorf("%w: %s names %q as a base; bases of this shard are %s…", errCorrupt, headKey(s), k, own)
 		}
@@ -458,6 +477,14 @@ func (l *Backend) decodeHead(ctx context.Context, s int, data []byte) (*head, er
 		}
 		h.base = seg
 	}
+	h.segs = make([]*segment, len(h.Segs))
+	for i, k := range h.Segs {
+		seg, err := l.segment(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		h.segs[i] = seg
+	}
 	l.keep(s, sum, len(data), h)
 	return h.clone(), nil
 }
@@ -467,8 +494,14 @@ func (l *Backend) keep(s int, sum uint64, n int, h *head) {
 	old := l.heads[s].h
 	l.heads[s] = cachedHead{sum: sum, n: n, h: h}
 	l.mu.Unlock()
-	if old != nil && old.Base != "" && old.Base != h.Base {
-		l.forget(old.Base)
+	if old != nil {
+		now, _ := h.layers()
+		was, _ := old.layers()
+		for _, k := range was {
+			if !slices.Contains(now, k) {
+				l.forget(k)
+			}
+		}
 	}
 }
 

@@ -120,9 +120,9 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 			due[s] = res[s].due
 		}
 	}
-	if err == nil {
-		err = l.ensureHints(ctx, due)
-	}
+	// The index entries are lowered after the shard writes, in the
+	// background (Claim in this process visits those shards meanwhile).
+	l.hintLater(due)
 	if err != nil {
 		// Claims made by the shards that committed would otherwise wait out
 		// their lease: give them back.
@@ -236,55 +236,164 @@ func blocked(w *row, others []*row, now int64) bool {
 }
 
 // Claim leases up to n records of work: pending or failed records whose retry
-// time has come, and claimed records whose lease expired. It reads the work
-// index and visits only shards with due work (every shard on a sweep). Shards
-// that turn out to have nothing due get their index entry raised (raise).
+// time has come, and claimed records whose lease expired. It visits only
+// shards the work index says have due work (every shard on a sweep), in
+// parallel, claiming in each with a compare-and-swap of its head (which tells
+// it the shard's true earliest due time). An entry left too low only costs
+// later visits; one raised too high would hide work, so raising is guarded by
+// marks: shards the claim may leave with nothing due are marked in the same
+// index write that reads which are due, and afterwards their entries are set
+// to the time the claim read, only where the mark survived (a writer that
+// reads the index after its shard write removes the mark, so a claim that
+// read the shard before that write can never hide its work). Shards that
+// were not expected to empty and did are raised by raise.
 func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
-	x, err := l.loadIndex(ctx)
-	if err != nil {
-		return nil, l.wrap("claim", err)
-	}
-	now := l.now()
+	mark := nonce()
 	l.mu.Lock()
 	sweep := time.Since(l.swept) >= l.cfg.SweepEvery
 	l.mu.Unlock()
+	hinted := l.pendingHints() // not in the index yet
+	type visit struct {
+		claims  []ledger.Claim
+		budget  int
+		marked  bool
+		visited bool
+		due     int64
+		work    bool
+		err     error
+	}
+	vs := make([]visit, l.shards)
 	var cands []int
-	for s := range l.shards {
-		if d, ok := x.Due[shardName(s)]; sweep || (ok && d <= now) {
-			cands = append(cands, s)
+	// Budgets: n in all, spread by what this process last saw of each shard
+	// (its cached head), evenly where it saw nothing; a shard that used its
+	// whole budget is visited again with what the others left. Shards the
+	// claim may leave with nothing due (as far as this process knows) are
+	// marked in the same index write; the others are not, and an index that
+	// needs no mark is only read.
+	err := l.updateIndex(ctx, func(x *index) bool {
+		now := l.now()
+		cands = cands[:0]
+		clear(vs)
+		for s := range l.shards {
+			hd, hok := hinted[s]
+			if d, ok := x.Due[shardName(s)]; sweep || (hok && hd <= now) || (ok && d <= now) {
+				cands = append(cands, s)
+			}
 		}
+		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+		left := n
+		var unknown []int
+		for _, s := range cands {
+			if e, ok := l.dueEstimate(s); ok {
+				vs[s].budget = min(e, left)
+				vs[s].marked = sweep || e <= left
+				left -= vs[s].budget
+			} else {
+				unknown = append(unknown, s)
+			}
+		}
+		for i, s := range unknown {
+			vs[s].budget = (left + len(unknown) - 1 - i) / (len(unknown) - i)
+			vs[s].marked = true
+			left -= vs[s].budget
+		}
+		changed := false
+		for _, s := range cands {
+			if vs[s].marked {
+				x.Mark[shardName(s)] = mark
+				changed = true
+			}
+		}
+		return changed
+	})
+	if err != nil {
+		return nil, l.wrap("claim", err)
 	}
 	if len(cands) == 0 {
 		return nil, nil
 	}
-	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	var out []ledger.Claim
-	var empty []int // visited, nothing claimable: their entries are too low
-	var claimErr error
-	for _, s := range cands {
-		if len(out) >= n && !sweep {
-			break
-		}
-		var got []ledger.Claim
-		h, err := l.update(ctx, s, func(h *head, now int64) error {
-			got = l.claimIn(h, now, n-len(out), lease)
+	visitAll := func(shards []int) {
+		_ = l.eachShard(shards, func(s int) error {
+			v := &vs[s]
+			var got []ledger.Claim
+			h, err := l.update(ctx, s, func(h *head, now int64) error {
+				got = l.claimIn(h, now, v.budget, lease)
+				return nil
+			})
+			if err != nil {
+				v.err = err
+				return nil
+			}
+			v.claims = append(v.claims, got...)
+			v.budget -= len(got)
+			v.visited = true
+			v.due, v.work = h.minDue()
 			return nil
 		})
-		if err != nil {
-			claimErr = err
-			break
+	}
+	var visit1 []int
+	for _, s := range cands {
+		if sweep || vs[s].budget > 0 {
+			visit1 = append(visit1, s)
 		}
-		out = append(out, got...)
-		// A sweep sets every entry to the truth (repairing one left too high);
-		// otherwise only entries that sent us to a shard with nothing due.
-		if d, ok := h.minDue(); sweep || (len(got) == 0 && (!ok || d > now)) {
+	}
+	visitAll(visit1)
+	total := 0
+	for _, s := range visit1 {
+		total += len(vs[s].claims)
+	}
+	if left := n - total; left > 0 {
+		// Shards that used their whole budget may hold more; so may the
+		// candidates not visited.
+		var again []int
+		for _, s := range cands {
+			if v := &vs[s]; v.err == nil && (!v.visited || (v.budget == 0 && len(v.claims) > 0)) {
+				again = append(again, s)
+			}
+		}
+		for i, s := range again {
+			vs[s].budget = (left + len(again) - 1 - i) / (len(again) - i)
+			left -= vs[s].budget
+		}
+		visitAll(again)
+	}
+	var out []ledger.Claim
+	var claimErr error
+	var empty []int // visited, not marked, nothing due now: raise their entries
+	now := l.now()
+	for _, s := range cands {
+		v := vs[s]
+		out = append(out, v.claims...)
+		claimErr = cmp.Or(claimErr, v.err)
+		if v.visited && !v.marked && (sweep || !v.work || v.due > now) {
 			empty = append(empty, s)
 		}
 	}
-	if claimErr == nil && len(empty) > 0 {
-		claimErr = l.raise(ctx, empty)
+	// Every marked entry whose mark survived is set to the truth read after
+	// the mark (and the marks of shards not visited are removed).
+	werr := l.updateIndex(ctx, func(x *index) bool {
+		changed := false
+		for _, s := range cands {
+			name := shardName(s)
+			if !vs[s].marked || x.Mark[name] != mark {
+				continue
+			}
+			delete(x.Mark, name)
+			changed = true
+			switch v := vs[s]; {
+			case !v.visited: // unknown: leave the entry as it was
+			case v.work:
+				x.Due[name] = v.due
+			default:
+				delete(x.Due, name)
+			}
+		}
+		return changed
+	})
+	if werr == nil && len(empty) > 0 {
+		werr = l.raise(ctx, empty)
 	}
-	if claimErr == nil && sweep {
+	if claimErr == nil && werr == nil && sweep {
 		l.mu.Lock()
 		l.swept = time.Now()
 		l.mu.Unlock()
@@ -292,10 +401,28 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 	if len(out) == 0 && claimErr != nil {
 		return nil, l.wrap("claim", claimErr)
 	}
-	// Claims made are returned even if raising an entry failed (it stays
+	// Claims made are returned even if setting an entry failed (it stays
 	// low: only extra visits later).
 	slices.SortFunc(out, func(a, b ledger.Claim) int { return a.NextAttempt.Compare(b.NextAttempt) })
 	return out, nil
+}
+
+// dueEstimate is how many records of shard s were due when this process last
+// read or wrote its head (ok false if it has not).
+func (l *Backend) dueEstimate(s int) (int, bool) {
+	l.mu.Lock()
+	h := l.heads[s].h
+	l.mu.Unlock()
+	if h == nil {
+		return 0, false
+	}
+	now, n := l.now(), 0
+	for _, d := range h.Work {
+		if d <= now {
+			n++
+		}
+	}
+	return n, true
 }
 
 // raise sets the index entries of shards to their true earliest due time,
@@ -350,14 +477,6 @@ func (l *Backend) raise(ctx context.Context, shards []int) error {
 	return cmp.Or(err, werr)
 }
 
-func (l *Backend) loadIndex(ctx context.Context) (*index, error) {
-	data, err := l.load(ctx, indexKey)
-	if err != nil {
-		return nil, err
-	}
-	return decodeIndex(data)
-}
-
 func decodeIndex(data []byte) (*index, error) {
 	x := &index{}
 	if len(data) > 0 {
@@ -388,6 +507,100 @@ func (l *Backend) updateIndex(ctx context.Context, fn func(x *index) bool) error
 		return json.Marshal(x)
 	})
 	return err
+}
+
+// hintLater has the hinter run ensureHints for due (the shards a write left
+// with work, and their earliest due times): Record returns once its shard
+// writes are durable, without waiting for the index. Until the index holds
+// them, Claim in this process treats those shards as due (see pendingHints).
+func (l *Backend) hintLater(due map[int]int64) {
+	if len(due) == 0 {
+		return
+	}
+	l.mu.Lock()
+	for s, d := range due {
+		l.hintGen++
+		h, ok := l.hints[s]
+		if !ok || d < h.due {
+			h.due = d
+		}
+		h.gen = l.hintGen
+		l.hints[s] = h
+	}
+	l.mu.Unlock()
+	select {
+	case l.hintWake <- struct{}{}:
+	default:
+	}
+}
+
+// pendingHints are the shards whose index entries the hinter has not
+// lowered yet.
+func (l *Backend) pendingHints() map[int]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[int]int64, len(l.hints))
+	for s, h := range l.hints {
+		out[s] = h.due
+	}
+	return out
+}
+
+// hintTimeout bounds one write of the hints, and the last one at Close.
+const hintTimeout = 10 * time.Second
+
+// hinter writes the hints (one group-committed index update for all that
+// are waiting), retrying failures with backoff, until Close, which gets one
+// last attempt. A process killed first leaves entries too high: sweeps repair
+// them (see Options.SweepEvery).
+func (l *Backend) hinter() {
+	for attempt := 0; ; {
+		closing := false
+		select {
+		case <-l.hintWake:
+		case <-l.ctx.Done():
+			closing = true
+		}
+		l.mu.Lock()
+		batch := maps.Clone(l.hints)
+		l.mu.Unlock()
+		if len(batch) > 0 {
+			due := make(map[int]int64, len(batch))
+			for s, h := range batch {
+				due[s] = h.due
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), hintTimeout)
+			err := l.ensureHints(ctx, due)
+			cancel()
+			l.mu.Lock()
+			if err == nil {
+				for s, h := range batch {
+					if l.hints[s].gen == h.gen { // not asked again meanwhile
+						delete(l.hints, s)
+					}
+				}
+			}
+			more := len(l.hints) > 0
+			l.mu.Unlock()
+			switch {
+			case err != nil && !closing:
+				l.cfg.Logger.Warn("ledger: lowering work index entries failed; retrying", "shards", len(batch), "err", err)
+				_ = readBackoff.Wait(l.ctx, attempt)
+				attempt++
+			case err == nil:
+				attempt = 0
+			}
+			if more && !closing {
+				select {
+				case l.hintWake <- struct{}{}:
+				default:
+				}
+			}
+		}
+		if closing {
+			return
+		}
+	}
 }
 
 // ensureHints is the writer's side of the index protocol, run after shard
