@@ -263,7 +263,12 @@ type meta struct {
 	Made   int64 `json:"created"`
 }
 
-const formatVersion = 1
+// formatVersion is the layout this cairn writes. 2: heads may name
+// immutable segments besides the base (a cairn that reads only format 1
+// would drop them when it rewrote a head, losing their records, so it must
+// refuse the ledger). A format-1 ledger is upgraded when opened: its heads
+// are valid format 2.
+const formatVersion = 2
 
 func shardName(s int) string { return fmt.Sprintf("%03d", s) }
 

@@ -310,8 +310,27 @@ func (l *Backend) loadMeta(ctx context.Context) (meta, error) {
 		if err := decodeJSON(data, &m, metaKey); err != nil {
 			return m, err
 		}
-		if m.Format != formatVersion || m.Shards <= 0 || m.Shards > maxShards {
-			return m, fmt.Errorf("objledger: %s in %s has format %d and %d shards; this cairn reads format %d: upgrade cairn", metaKey, l.s, m.Format, m.Shards, formatVersion)
+		if m.Format < 1 || m.Format > formatVersion || m.Shards <= 0 || m.Shards > maxShards {
+			return m, fmt.Errorf("objledger: %s in %s has format %d and %d shards; this cairn reads formats 1 to %d: upgrade cairn", metaKey, l.s, m.Format, m.Shards, formatVersion)
+		}
+		if m.Format < formatVersion {
+			// Upgrade first, so that older cairn versions refuse the ledger
+			// from now on (one already running keeps going: stop them first).
+			_, _, err := l.d.UpdateJSON(ctx, metaKey, func(cur []byte, dm docstore.Meta) ([]byte, error) {
+				var now meta
+				if err := decodeJSON(cur, &now, metaKey); err != nil {
+					return nil, err
+				}
+				if now.Format >= formatVersion {
+					return cur, nil
+				}
+				now.Format = formatVersion
+				return json.Marshal(now)
+			})
+			if err != nil {
+				return m, l.wrap("upgrading the ledger's format", err)
+			}
+			continue // read back the upgraded descriptor
 		}
 		return m, nil
 	}

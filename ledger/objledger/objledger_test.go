@@ -394,3 +394,30 @@ func TestCorruptHead(t *testing.T) {
 
 // backendOf is the object-store backend under l, for its own methods.
 func backendOf(l *ledger.Ledger) *objledger.Backend { return l.Backend().(*objledger.Backend) }
+
+// A format-1 ledger (written by a cairn that knows no segments) is upgraded
+// when opened, so that such a cairn refuses it from then on (it would drop
+// the segments a head names when rewriting it); a newer format is refused.
+func TestFormatUpgrade(t *testing.T) {
+	ctx := context.Background()
+	s := mem.New()
+	const key = "cairn-ledger.json"
+	if _, err := s.PutBytes(ctx, key, []byte(`{"cairn_ledger":1,"shards":4,"created":1}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	l, err := objledger.Open(ctx, s, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	data, _, err := s.GetBytes(ctx, key)
+	if err != nil || !strings.Contains(string(data), `"cairn_ledger":2`) || !strings.Contains(string(data), `"shards":4`) {
+		t.Fatalf("descriptor after opening a format-1 ledger: %s %v", data, err)
+	}
+	if _, err := s.PutBytes(ctx, key, []byte(`{"cairn_ledger":3,"shards":4,"created":1}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := objledger.Open(ctx, s, nil, nil); err == nil || !strings.Contains(err.Error(), "upgrade cairn") {
+		t.Fatalf("opening a format-3 ledger: %v", err)
+	}
+}
