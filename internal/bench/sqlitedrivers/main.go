@@ -291,6 +291,8 @@ func describe(r *work.Result) string {
 		return fmt.Sprintf("intake log: %d appends of one 200 KB TEXT blob, one transaction each", r.Rows)
 	case "fold":
 		return fmt.Sprintf("fold into an empty table: one INSERT … SELECT … FROM json_each ON CONFLICT DO UPDATE of %d rows, one transaction", r.Rows)
+	case "fold-jsonb":
+		return fmt.Sprintf("fold into an empty table as in fold, with jsonb_each(jsonb(?)) instead of json_each(?): %d rows, one transaction", r.Rows)
 	case "fold-update":
 		return fmt.Sprintf("fold over existing rows: the same statement, %d rows that all conflict (updates), one transaction", r.Rows)
 	}

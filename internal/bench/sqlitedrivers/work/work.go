@@ -141,6 +141,7 @@ type Config struct {
 	Blobs   int // intake: appends, one transaction each
 	BlobKB  int
 	Fold    int // fold: rows folded from one JSON array
+	Sorted  bool // fold: rows in key order (else random)
 	Seed    uint64
 }
 
@@ -157,6 +158,7 @@ func Main(label, sqlName string) {
 	flag.IntVar(&cfg.Blobs, "blobs", 500, "intake: appends")
 	flag.IntVar(&cfg.BlobKB, "blobkb", 200, "intake: KB per append")
 	flag.IntVar(&cfg.Fold, "fold", 100_000, "fold: rows")
+	flag.BoolVar(&cfg.Sorted, "sorted", false, "fold: rows in key order (the folder sorts them) instead of random order")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "random seed (same for every driver)")
 	cpuprof := flag.String("cpuprofile", "", "write a CPU profile of the timed part here")
 	flag.Parse()
@@ -243,7 +245,7 @@ func run(ctx context.Context, label, sqlName, wl, dir string, cfg Config, cpupro
 	case "intake":
 		blobs := g.blobs(cfg.BlobKB * 1024)
 		timed = func() ([]time.Duration, error) { return intake(ctx, db, blobs, cfg, r) }
-	case "fold", "fold-update":
+	case "fold", "fold-update", "fold-jsonb":
 		keys := g.perm()[:cfg.Fold]
 		if wl == "fold-update" {
 			if _, err := fold(ctx, db, g.rows(keys, 1)); err != nil {
@@ -255,10 +257,17 @@ func run(ctx context.Context, label, sqlName, wl, dir string, cfg Config, cpupro
 			rev = 2
 			g.rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 		}
+		if cfg.Sorted {
+			slices.Sort(keys)
+		}
 		blob := g.rows(keys, rev)
+		f := fold
+		if wl == "fold-jsonb" {
+			f = foldJSONB
+		}
 		timed = func() ([]time.Duration, error) {
 			r.Unit, r.Rows, r.Txs = "rows", len(keys), 1
-			d, err := fold(ctx, db, blob)
+			d, err := f(ctx, db, blob)
 			return []time.Duration{d}, err
 		}
 	default:
@@ -349,6 +358,18 @@ func (g *gen) rows(keys []int, rev int) string {
 // fold is the intake log's fold: one INSERT … SELECT … FROM json_each(blob)
 // … ON CONFLICT DO UPDATE over the whole array, in one transaction.
 func fold(ctx context.Context, db *sql.DB, blob string) (time.Duration, error) {
+	return foldFrom(ctx, db, blob, jsonFrom(nCols))
+}
+
+// foldJSONB is fold with jsonb_each(jsonb(blob)): each row's value is
+// handed to ->> as JSONB, not rendered back to text and parsed again once a
+// column (json_each's value of an array is text).
+func foldJSONB(ctx context.Context, db *sql.DB, blob string) (time.Duration, error) {
+	from := strings.Replace(jsonFrom(nCols), "json_each(?)", "jsonb_each(jsonb(?))", 1)
+	return foldFrom(ctx, db, blob, from)
+}
+
+func foldFrom(ctx context.Context, db *sql.DB, blob, from string) (time.Duration, error) {
 	t := time.Now()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -356,7 +377,7 @@ func fold(ctx context.Context, db *sql.DB, blob string) (time.Duration, error) {
 	}
 	q := `INSERT INTO cairn_ledger (` + cols + `, rev)
 SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27,
-c28, c29, c30, c31 FROM ` + jsonFrom(nCols) + ` WHERE true
+c28, c29, c30, c31 FROM ` + from + ` WHERE true
 ON CONFLICT (bucket, ident) DO UPDATE SET ` + setAll
 	if _, err := tx.ExecContext(ctx, q, blob); err != nil {
 		tx.Rollback()
@@ -626,7 +647,7 @@ func verify(ctx context.Context, db *sql.DB, wl string, cfg Config, r *Result) e
 		if n != int64(cfg.Blobs) || sum != int64(cfg.Blobs*cfg.BlobKB*1024) {
 			return fmt.Errorf("verify: %d blobs, %d bytes", n, sum)
 		}
-	case "fold", "fold-update":
+	case "fold", "fold-update", "fold-jsonb":
 		want := int64(1)
 		if wl == "fold-update" {
 			want = 2
