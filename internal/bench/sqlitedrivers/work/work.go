@@ -140,7 +140,7 @@ type Config struct {
 	Naive   int // naive: events, one transaction each
 	Blobs   int // intake: appends, one transaction each
 	BlobKB  int
-	Fold    int // fold: rows folded from one JSON array
+	Fold    int  // fold: rows folded from one JSON array
 	Sorted  bool // fold: rows in key order (else random)
 	Seed    uint64
 }
