@@ -201,7 +201,7 @@ var foldLogSQL = func() string {
 		}
 		sel += "j.value->>" + strconv.Itoa(i)
 	}
-	sel += " FROM cairn_intake_log g, json_each(g.images) j WHERE true"
+	sel += " FROM cairn_intake_log g, jsonb_each(jsonb(g.images)) j WHERE true"
 	return `INSERT INTO cairn_ledger (` + cols + `, rev) ` + sel + foldConflict
 }()
 
