@@ -777,18 +777,19 @@ RETURNING cairn_ledger.bucket, cairn_ledger.ident`
 		if l.d.LockRows != "" {
 			// An UPDATE … FROM a list locks rows in the order of the join the
 			// planner picks (a hash join: the table's physical order), not in
-			// the order of the list: k locks them first, in key order. The
-			// claim's checks read k's locked rows, so that the update finds its
-			// rows by primary key (checked on the table, status = 'claimed' can
-			// make the planner scan every claimed row, and every dead index
-			// entry of one, a hash join per batch).
-			q = `WITH t AS (SELECT * FROM ` + from + `),
-k AS MATERIALIZED (SELECT l.bucket, l.ident, l.token, l.status, l.lease_until FROM cairn_ledger l
-  WHERE (l.bucket, l.ident) IN (SELECT c1, c2 FROM t) ORDER BY l.bucket, l.ident ` + l.d.LockRows + `)
+			// the order of the list: k locks them first, in key order, each
+			// row beside its claim. The claim's checks read k's locked rows:
+			// checked on the table, status = 'claimed' can make the planner
+			// hash-join every claimed row (and every dead index entry of one);
+			// and k carries the list's columns, as a join of k with the list
+			// again is a nested loop, quadratic in the batch, in the generic
+			// plan of the prepared statement.
+			q = `WITH k AS MATERIALIZED (SELECT l.bucket, l.ident, l.token, l.status, l.lease_until, t.c3, t.c4
+  FROM ` + from + ` JOIN cairn_ledger l ON l.bucket = t.c1 AND l.ident = t.c2 ORDER BY l.bucket, l.ident ` + l.d.LockRows + ` OF l)
 UPDATE cairn_ledger SET status = CASE WHEN gen = run_gen THEN 'processed' ELSE 'pending' END,
-attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = t.c4, last_error = '', lease_until = 0, next_at = ?, updated = ?, rev = cairn_ledger.rev + 1
-FROM k JOIN t ON t.c1 = k.bucket AND t.c2 = k.ident
-WHERE cairn_ledger.bucket = k.bucket AND cairn_ledger.ident = k.ident AND k.token = t.c3 AND k.status = 'claimed' AND k.lease_until >= ?
+attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = k.c4, last_error = '', lease_until = 0, next_at = ?, updated = ?, rev = cairn_ledger.rev + 1
+FROM k
+WHERE cairn_ledger.bucket = k.bucket AND cairn_ledger.ident = k.ident AND k.token = k.c3 AND k.status = 'claimed' AND k.lease_until >= ?
 RETURNING cairn_ledger.bucket, cairn_ledger.ident`
 			args = append(append(fa, ms(now), ms(now)), ms(now))
 		}
