@@ -604,9 +604,13 @@ RETURNING ` + cols
 		// candidate (and every dead index entry: bitmap scans never mark them
 		// dead) and returns them in heap order, not FIFO. One ordered index scan
 		// per state instead, each stopping after n locked rows; the n oldest of
-		// those are claimed (the others' locks end at commit).
+		// those are claimed (the others' locks end at commit). They are found
+		// by bucket, key and ident, so that either index finds each at once: on
+		// a table whose statistics are stale (a young ledger) the planner may
+		// look (bucket, ident) up through the (bucket, key) index, reading the
+		// whole bucket for each row.
 		arm := func(where string) string {
-			return `SELECT l.bucket, l.ident, l.next_at FROM cairn_ledger l WHERE ` + where + ` ` + perKey + `
+			return `SELECT l.bucket, l.key, l.ident, l.next_at FROM cairn_ledger l WHERE ` + where + ` ` + perKey + `
   ORDER BY l.next_at LIMIT ? ` + l.d.SkipLocked
 		}
 		q = `WITH p AS (` + arm(`l.status = 'pending' AND l.next_at <= ?`) + `),
@@ -614,7 +618,7 @@ f AS (` + arm(`l.status = 'failed' AND l.next_at <= ?`) + `),
 x AS (` + arm(`l.status = 'claimed' AND l.lease_until < ?`) + `)
 UPDATE cairn_ledger SET status = 'claimed', token = token + 1, lease_until = ?, attempts = attempts + 1,
 run_gen = gen, updated = ?, rev = rev + 1
-WHERE (bucket, ident) IN (SELECT c.bucket, c.ident FROM (SELECT * FROM p UNION ALL SELECT * FROM f UNION ALL SELECT * FROM x) c
+WHERE (bucket, key, ident) IN (SELECT c.bucket, c.key, c.ident FROM (SELECT * FROM p UNION ALL SELECT * FROM f UNION ALL SELECT * FROM x) c
   ORDER BY c.next_at LIMIT ?)
 RETURNING ` + cols
 		qargs = nil
@@ -783,13 +787,23 @@ RETURNING cairn_ledger.bucket, cairn_ledger.ident`
 			// hash-join every claimed row (and every dead index entry of one);
 			// and k carries the list's columns, as a join of k with the list
 			// again is a nested loop, quadratic in the batch, in the generic
-			// plan of the prepared statement.
-			q = `WITH k AS MATERIALIZED (SELECT l.bucket, l.ident, l.token, l.status, l.lease_until, t.c3, t.c4
-  FROM ` + from + ` JOIN cairn_ledger l ON l.bucket = t.c1 AND l.ident = t.c2 ORDER BY l.bucket, l.ident ` + l.d.LockRows + ` OF l)
+			// plan of the prepared statement. The update finds each row by
+			// bucket, key and ident, so that either index finds it at once:
+			// with stale statistics (a young table) the planner looked
+			// (bucket, ident) up through the (bucket, key) index, reading the
+			// whole bucket for each row (seconds a batch).
+			for j, i := range chunk {
+				rows[j] = append(rows[j], cs[i].Key)
+			}
+			from, fa = l.d.Rows(rows, []string{"text", "text", "bigint", "text", "text"})
+			q = `WITH k AS MATERIALIZED (SELECT l.bucket, l.key, l.ident, l.token, l.status, l.lease_until, t.c3, t.c4
+  FROM ` + from + ` JOIN cairn_ledger l ON l.bucket = t.c1 AND l.key = t.c5 AND l.ident = t.c2
+  ORDER BY l.bucket, l.ident ` + l.d.LockRows + ` OF l)
 UPDATE cairn_ledger SET status = CASE WHEN gen = run_gen THEN 'processed' ELSE 'pending' END,
 attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = k.c4, last_error = '', lease_until = 0, next_at = ?, updated = ?, rev = cairn_ledger.rev + 1
 FROM k
-WHERE cairn_ledger.bucket = k.bucket AND cairn_ledger.ident = k.ident AND k.token = k.c3 AND k.status = 'claimed' AND k.lease_until >= ?
+WHERE cairn_ledger.bucket = k.bucket AND cairn_ledger.key = k.key AND cairn_ledger.ident = k.ident
+  AND k.token = k.c3 AND k.status = 'claimed' AND k.lease_until >= ?
 RETURNING cairn_ledger.bucket, cairn_ledger.ident`
 			args = append(append(fa, ms(now), ms(now)), ms(now))
 		}
