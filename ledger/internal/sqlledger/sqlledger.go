@@ -764,6 +764,34 @@ WHERE (bucket, ident) IN (
 RETURNING ` + cols
 	qargs := append([]any{nowMS + lease.Milliseconds(), nowMS, nowMS, nowMS}, perKeyArgs...)
 	qargs = append(qargs, n)
+	if l.d.SkipLocked != "" {
+		// PostgreSQL plans the OR above as a bitmap scan: it reads every
+		// candidate (and every dead index entry: bitmap scans never mark them
+		// dead) and returns them in heap order, not FIFO. One ordered index scan
+		// per state instead, each stopping after n locked rows; the n oldest of
+		// those are claimed (the others' locks end at commit). They are found
+		// by bucket, key and ident, so that either index finds each at once: on
+		// a table whose statistics are stale (a young ledger) the planner may
+		// look (bucket, ident) up through the (bucket, key) index, reading the
+		// whole bucket for each row.
+		arm := func(where string) string {
+			return `SELECT l.bucket, l.key, l.ident, l.next_at FROM cairn_ledger l WHERE ` + where + ` ` + perKey + `
+  ORDER BY l.next_at LIMIT ? ` + l.d.SkipLocked
+		}
+		q = `WITH p AS (` + arm(`l.status = 'pending' AND l.next_at <= ?`) + `),
+f AS (` + arm(`l.status = 'failed' AND l.next_at <= ?`) + `),
+x AS (` + arm(`l.status = 'claimed' AND l.lease_until < ?`) + `)
+UPDATE cairn_ledger SET status = 'claimed', token = token + 1, lease_until = ?, attempts = attempts + 1,
+run_gen = gen, updated = ?, rev = rev + 1
+WHERE (bucket, key, ident) IN (SELECT c.bucket, c.key, c.ident FROM (SELECT * FROM p UNION ALL SELECT * FROM f UNION ALL SELECT * FROM x) c
+  ORDER BY c.next_at LIMIT ?)
+RETURNING ` + cols
+		qargs = nil
+		for range 3 {
+			qargs = append(append(append(qargs, nowMS), perKeyArgs...), n)
+		}
+		qargs = append(qargs, nowMS+lease.Milliseconds(), nowMS, n)
+	}
 	rows, err := tx.QueryContext(ctx, l.q(q), qargs...)
 	if err != nil {
 		return nil, l.wrap("claim", err)
@@ -863,7 +891,8 @@ func (l *Backend) Complete(ctx context.Context, c ledger.Claim, result string) e
 }
 
 // CompleteBatch completes claims in one transaction (one commit, one fsync):
-// it locks the rows in key order, then runs one UPDATE … FROM over the batch;
+// it locks the rows in key order and runs one UPDATE … FROM over the batch (on
+// PostgreSQL one statement does both);
 // the claims it refuses are then explained one by one (lease lost,
 // superseded, not found).
 func (l *Backend) CompleteBatch(ctx context.Context, cs []ledger.Claim, results []string) ([]error, error) {
@@ -891,27 +920,6 @@ func (l *Backend) CompleteBatch(ctx context.Context, cs []ledger.Claim, results 
 // claims' indexes in key order.
 func (l *Backend) completeBatchTx(ctx context.Context, tx *sql.Tx, now time.Time, cs []ledger.Claim, results []string, order []int) ([]error, error) {
 	errs := make([]error, len(cs))
-	if l.d.LockRows != "" {
-		// An UPDATE … FROM a list locks rows in the order of the join the
-		// planner picks (a hash join: the table's physical order), not in the
-		// order of the list: lock them first, in key order.
-		rows := make([][]any, len(order))
-		for j, i := range order {
-			rows[j] = []any{cs[i].Bucket, cs[i].Ident}
-		}
-		from, a := l.d.Rows(rows, []string{"text", "text"})
-		res, err := tx.QueryContext(ctx, l.q(`SELECT bucket FROM cairn_ledger WHERE (bucket, ident) IN (SELECT c1, c2 FROM `+from+`)
-ORDER BY bucket, ident `+l.d.LockRows), a...)
-		if err != nil {
-			return nil, l.wrap("complete", err)
-		}
-		for res.Next() {
-		}
-		res.Close()
-		if err := res.Err(); err != nil {
-			return nil, l.wrap("complete", err)
-		}
-	}
 	done := map[rowID]bool{}
 	for start := 0; start < len(order); start += valuesRows {
 		chunk := order[start:min(start+valuesRows, len(order))]
@@ -935,6 +943,35 @@ FROM ` + from + `
 WHERE cairn_ledger.bucket = t.c1 AND cairn_ledger.ident = t.c2 AND cairn_ledger.token = t.c3
   AND cairn_ledger.status = 'claimed' AND cairn_ledger.lease_until >= ?
 RETURNING cairn_ledger.bucket, cairn_ledger.ident`
+		if l.d.LockRows != "" {
+			// An UPDATE … FROM a list locks rows in the order of the join the
+			// planner picks (a hash join: the table's physical order), not in
+			// the order of the list: k locks them first, in key order, each
+			// row beside its claim. The claim's checks read k's locked rows:
+			// checked on the table, status = 'claimed' can make the planner
+			// hash-join every claimed row (and every dead index entry of one);
+			// and k carries the list's columns, as a join of k with the list
+			// again is a nested loop, quadratic in the batch, in the generic
+			// plan of the prepared statement. The update finds each row by
+			// bucket, key and ident, so that either index finds it at once:
+			// with stale statistics (a young table) the planner looked
+			// (bucket, ident) up through the (bucket, key) index, reading the
+			// whole bucket for each row (seconds a batch).
+			for j, i := range chunk {
+				rows[j] = append(rows[j], cs[i].Key)
+			}
+			from, fa = l.d.Rows(rows, []string{"text", "text", "bigint", "text", "text"})
+			q = `WITH k AS MATERIALIZED (SELECT l.bucket, l.key, l.ident, l.token, l.status, l.lease_until, t.c3, t.c4
+  FROM ` + from + ` JOIN cairn_ledger l ON l.bucket = t.c1 AND l.key = t.c5 AND l.ident = t.c2
+  ORDER BY l.bucket, l.ident ` + l.d.LockRows + ` OF l)
+UPDATE cairn_ledger SET status = CASE WHEN gen = run_gen THEN 'processed' ELSE 'pending' END,
+attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = k.c4, last_error = '', lease_until = 0, next_at = ?, updated = ?, rev = cairn_ledger.rev + 1
+FROM k
+WHERE cairn_ledger.bucket = k.bucket AND cairn_ledger.key = k.key AND cairn_ledger.ident = k.ident
+  AND k.token = k.c3 AND k.status = 'claimed' AND k.lease_until >= ?
+RETURNING cairn_ledger.bucket, cairn_ledger.ident`
+			args = append(append(fa, ms(now), ms(now)), ms(now))
+		}
 		res, err := tx.QueryContext(ctx, l.q(q), args...)
 		if err != nil {
 			return nil, l.wrap("complete", err)
