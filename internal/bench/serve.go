@@ -31,7 +31,7 @@ type ServeOptions struct {
 	// Concurrency is handlers at once (default 64).
 	Concurrency int
 	// LedgerURL is the ledger (default: a fresh SQLite file per run); it is
-	// not wiped: use an empty one.
+	// not wiped: one holding work to do is refused.
 	LedgerURL string
 	// Only, if "noop" or "exec", runs that handler only.
 	Only string
@@ -117,11 +117,11 @@ func runServeBench(ctx context.Context, l *ledger.Ledger, h intake.Handler, n, s
 	var handled atomic.Int64
 	all := make(chan struct{})
 	var lastAt atomic.Int64
+	seen := make([]atomic.Bool, n)
 	record := func(ev event.Event) {
 		var i int
-		fmt.Sscanf(ev.Key, "bench/%d", &i)
-		if i < 0 || i >= n {
-			return
+		if _, err := fmt.Sscanf(ev.Key, "bench/%d", &i); err != nil || i < 0 || i >= n || seen[i].Swap(true) {
+			return // not this run's event, or a second run of one (at least once): the first counts
 		}
 		lat[i] = time.Duration(time.Now().UnixNano() - sent[i].Load())
 		lastAt.Store(time.Now().UnixNano())
@@ -161,6 +161,15 @@ func runServeBench(ctx context.Context, l *ledger.Ledger, h intake.Handler, n, s
 		})
 		stop = func() error { return nil }
 	} else {
+		// Work already in the ledger would be claimed and handled too (a
+		// scratch ledger another bench filled): refuse rather than time it.
+		counts, err := l.Counts(ctx)
+		if err != nil {
+			return serveBenchResult{}, err
+		}
+		if work := counts[ledger.Pending] + counts[ledger.Claimed] + counts[ledger.Failed]; work > 0 {
+			return serveBenchResult{}, fmt.Errorf("the ledger already holds %d records with work to do: bench serve needs one without", work)
+		}
 		p, err := intake.New(l, wrapped, &intake.Options{Concurrency: concurrency, Poll: 100 * time.Millisecond})
 		if err != nil {
 			return serveBenchResult{}, err
@@ -177,9 +186,12 @@ func runServeBench(ctx context.Context, l *ledger.Ledger, h intake.Handler, n, s
 	url := "http://" + ln.Addr().String() + "/v1/events"
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders}}
 	defer client.CloseIdleConnections()
+	// A bucket of this run's own: events of an earlier run on the same ledger
+	// would make these duplicates, never handled.
+	bucket := fmt.Sprintf("bench-%d", time.Now().UnixNano())
 	bodies := make([][]byte, n)
 	for i := range bodies {
-		bodies[i] = minioBody(event.Event{Bucket: "bench", Key: fmt.Sprintf("bench/%d", i), ETag: "0123456789abcdef", Size: 1024,
+		bodies[i] = minioBody(event.Event{Bucket: bucket, Key: fmt.Sprintf("bench/%d", i), ETag: "0123456789abcdef", Size: 1024,
 			Sequencer: fmt.Sprintf("%016X", i+1), Kind: event.Created, Name: "ObjectCreated:Put"})
 	}
 	start := time.Now()

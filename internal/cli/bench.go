@@ -196,7 +196,7 @@ runs /bin/true (--exec-events).`,
 	cmd.Flags().IntVar(&opts.ExecEvents, "exec-events", 3000, "events for the exec handler run (0 skips it)")
 	cmd.Flags().IntVar(&opts.Senders, "senders", 64, "concurrent webhook senders")
 	cmd.Flags().IntVar(&opts.Concurrency, "concurrency", 64, "handlers at once")
-	cmd.Flags().StringVar(&opts.LedgerURL, "ledger", "", "ledger URL (default: a fresh SQLite file); wiped by nothing: use an empty one")
+	cmd.Flags().StringVar(&opts.LedgerURL, "ledger", "", "ledger URL (default: a fresh SQLite file); wiped by nothing: refused if it holds work to do")
 	cmd.Flags().StringVar(&opts.Only, "only", "", "run only the noop or the exec handler")
 	cmd.Flags().BoolVar(&opts.SkipBaseline, "skip-baseline", false, "profiling: run cairn only")
 	_ = cmd.Flags().MarkHidden("skip-baseline")

@@ -47,6 +47,7 @@ func Run(t *testing.T, h Harness) {
 		{"LeaseExpiryAndFencing", testLease},
 		{"RetryThenDead", testRetryDead},
 		{"CompleteBatchAndRelease", testBatchRelease},
+		{"CompleteBatchRules", testCompleteBatchRules},
 		{"RecordAndClaim", testRecordAndClaim},
 		{"EventRoundTrip", testEventRoundTrip},
 		{"Lookup", testLookup},

@@ -115,3 +115,43 @@ func testRetryDead(t *testing.T, h Harness) {
 		t.Fatalf("claim after revival: %+v", cs)
 	}
 }
+
+// CompleteBatch applies Complete's rules to every claim, whichever call
+// claimed it (RecordAndClaim or Claim): processed; pending again when newer
+// work arrived while it ran; refused once its lease ran out, even if no one
+// has claimed the work since.
+func testCompleteBatchRules(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	clk := newClock()
+	l, _ := h.New(t, &ledger.Options{Now: clk.Now})
+	_, first, err := l.RecordAndClaim(ctx, "s", []event.Event{ev("x", "01"), ev("y", "01")}, 2, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(l.Record(ctx, "s", []event.Event{ev("z", "01")}))(t)
+	short := must(l.Claim(ctx, 1, time.Second))(t)
+	if len(first) != 2 || len(short) != 1 || short[0].Key != "z" {
+		t.Fatalf("claims: %+v and %+v", first, short)
+	}
+	must(l.Record(ctx, "s", []event.Event{ev("y", "02")}))(t) // newer work while y runs
+	clk.Add(2 * time.Second)                                  // z's lease has run out
+	errs := must(l.CompleteBatch(ctx, []ledger.Claim{first[0], first[1], short[0]}, []string{"r-" + first[0].Key, "r-" + first[1].Key, "rz"}))(t)
+	if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], ledger.ErrLeaseLost) {
+		t.Fatalf("batch errors: %v, want nil, nil, ErrLeaseLost", errs)
+	}
+	x := must(l.Get(ctx, "b", "x"))(t)[0]
+	y := must(l.Get(ctx, "b", "y"))(t)[0]
+	if x.Status != ledger.Processed || x.Result != "r-x" {
+		t.Fatalf("x: %+v", x)
+	}
+	if y.Status != ledger.Pending || y.Seq != "02" || y.Attempts != 0 || y.Result != "r-y" {
+		t.Fatalf("y (newer work arrived while it ran): %+v, want pending 02 with 0 attempts", y)
+	}
+	again := map[string]ledger.Claim{}
+	for _, c := range must(l.Claim(ctx, 10, 10*time.Second))(t) {
+		again[c.Key] = c
+	}
+	if len(again) != 2 || again["y"].Seq != "02" || again["z"].Token != short[0].Token+1 {
+		t.Fatalf("claimable after the batch: %+v, want y (02) and z (token %d)", again, short[0].Token+1)
+	}
+}
