@@ -7,10 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 	"unicode/utf8"
-
-	"github.com/cairn-s3/cairn/ledger"
 )
 
 // # The intake log (SQLite)
@@ -90,26 +87,6 @@ type cached struct {
 // opFold is the op of settle's transaction, which only folds.
 const opFold = "fold"
 
-// opCompleteLogged is CompleteBatch's op with the intake log: like Record, it
-// decides from the cache and appends images, unless a claim's row is not in
-// the cache (then it folds and runs the SQL statement).
-const opCompleteLogged = "complete batch"
-
-// opClaim is Claim's op: it folds first, and stages the rows it claimed.
-const opClaim = "claim"
-
-// logRev is ", rev" with the intake log (Claim returns the revisions it
-// stages), else "".
-func (l *Backend) logRev() string {
-	if l.log == nil {
-		return ""
-	}
-	return ", rev"
-}
-
-// logged tells the ops that may leave the log unfolded.
-func logged(op string) bool { return op == opRecord || op == opCompleteLogged }
-
 // LogMigration creates the intake log's table: a migration of the SQLite
 // schema (package ledger/sqlite), which also makes cairn versions that do
 // not know the log refuse the file.
@@ -119,10 +96,9 @@ const LogMigration = `CREATE TABLE cairn_intake_log (id INTEGER PRIMARY KEY, ima
 // still current, and otherwise drops it and folds the log from the table.
 func (l *Backend) beginLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, op string) error {
 	g := l.log
-	record := logged(op)
-	// A fold changes no row's state, and Claim stages every row it changes:
-	// the cache stays. Every other op may change rows behind it.
-	g.staged, g.folded, g.dropAll, g.addB = map[rowID]cached{}, false, !record && op != opFold && op != opClaim, 0
+	record := op == opRecord
+	// A fold changes no row's state: the cache stays. Every other op may.
+	g.staged, g.folded, g.dropAll, g.addB = map[rowID]cached{}, false, !record && op != opFold, 0
 	var dc any
 	if err := conn.Raw(func(c any) error { dc = c; return nil }); err != nil {
 		return err
@@ -334,66 +310,4 @@ func appendJSONString(buf []byte, s string) []byte {
 	}
 	buf = append(buf, s[start:]...)
 	return append(buf, '"')
-}
-
-// completeLogged is CompleteBatch with the intake log. When every claim's row
-// is in the cache (the common case: the claim came from RecordAndClaim or
-// Claim in this process), each is checked and completed in Go by the rules
-// of completeBatchTx's statement and its image appended to the log, so a
-// record claimed and completed between folds costs no row write of its own.
-// Otherwise it folds and runs that statement.
-func (l *Backend) completeLogged(ctx context.Context, tx *sql.Tx, now time.Time, cs []ledger.Claim, results []string, order []int) ([]error, error) {
-	g := l.log
-	for _, c := range cs {
-		if _, ok := g.cache[rowID{c.Bucket, c.Ident}]; !ok {
-			if err := l.foldDirty(ctx, tx); err != nil {
-				return nil, l.wrap("complete", err)
-			}
-			g.dropAll = true
-			return l.completeBatchTx(ctx, tx, now, cs, results, order)
-		}
-	}
-	errs := make([]error, len(cs))
-	next := map[rowID]row{}
-	var batch [][]any
-	changed := map[rowID]*row{}
-	for _, i := range order {
-		c := cs[i]
-		id := rowID{c.Bucket, c.Ident}
-		cur, ok := next[id]
-		if !ok {
-			cur = g.cache[id].row
-		}
-		r := cur.rec
-		switch {
-		case r.Token != c.Token:
-			errs[i] = fmt.Errorf("complete %s/%s with token %d (current %d): %w", c.Bucket, c.Key, c.Token, r.Token, ledger.ErrSuperseded)
-			continue
-		case r.Status != ledger.Claimed || ms(r.LeaseUntil) < ms(now):
-			errs[i] = fmt.Errorf("complete %s/%s with token %d: %w", c.Bucket, c.Key, c.Token, ledger.ErrLeaseLost)
-			continue
-		}
-		n := *r
-		if n.Gen == n.RunGen {
-			n.Status = ledger.Processed
-		} else {
-			n.Status, n.Attempts = ledger.Pending, 0 // newer work arrived while it ran
-		}
-		n.Result, n.LastError, n.LeaseUntil, n.NextAttempt, n.Updated = results[i], "", time.Time{}, now, now
-		next[id] = row{&n, cur.rev + 1}
-	}
-	ids := make([]rowID, 0, len(next))
-	for id := range next {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, compareID)
-	for _, id := range ids {
-		r := next[id]
-		batch = append(batch, l.args(id.ident, r.rec, r.rev))
-		changed[id] = &r
-	}
-	if _, err := l.write(ctx, tx, batch, changed); err != nil {
-		return nil, l.wrap("complete", err)
-	}
-	return errs, nil
 }

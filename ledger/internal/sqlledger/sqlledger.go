@@ -728,7 +728,7 @@ func (l *Backend) load(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]
 // other version of the key is claimed or waiting with an older sequencer.
 func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
 	var out []ledger.Claim
-	err := l.inTx(ctx, opClaim, func(tx *sql.Tx, now time.Time) error {
+	err := l.inTx(ctx, "claim", func(tx *sql.Tx, now time.Time) error {
 		var err error
 		out, err = l.claimTx(ctx, tx, now, n, lease)
 		return err
@@ -761,7 +761,7 @@ WHERE (bucket, ident) IN (
   SELECT l.bucket, l.ident FROM cairn_ledger l
   WHERE ((l.status IN ('pending', 'failed') AND l.next_at <= ?) OR (l.status = 'claimed' AND l.lease_until < ?)) ` + perKey + `
   LIMIT ? ` + l.d.SkipLocked + `)
-RETURNING ` + cols + l.logRev()
+RETURNING ` + cols
 	qargs := append([]any{nowMS + lease.Milliseconds(), nowMS, nowMS, nowMS}, perKeyArgs...)
 	qargs = append(qargs, n)
 	if l.d.SkipLocked != "" {
@@ -798,21 +798,10 @@ RETURNING ` + cols
 	}
 	var out []ledger.Claim
 	for rows.Next() {
-		var rev int64
-		var extra []any
-		if l.log != nil {
-			extra = append(extra, &rev)
-		}
-		c, err := scanRecord(rows, extra...)
+		c, err := scanRecord(rows)
 		if err != nil {
 			rows.Close()
 			return nil, l.wrap("claim", err)
-		}
-		if l.log != nil {
-			// Claimed rows stay in the cache, current (clean): completing them
-			// is then decided there (completeLogged).
-			r := c.Record
-			l.log.staged[rowID{c.Bucket, c.Ident}] = cached{row: row{&r, rev}}
 		}
 		out = append(out, c)
 	}
@@ -916,16 +905,8 @@ func (l *Backend) CompleteBatch(ctx context.Context, cs []ledger.Claim, results 
 		return compareID(rowID{cs[a].Bucket, cs[a].Ident}, rowID{cs[b].Bucket, cs[b].Ident})
 	})
 	var errs []error
-	op := "complete"
-	if l.log != nil {
-		op = opCompleteLogged
-	}
-	err := l.inTx(ctx, op, func(tx *sql.Tx, now time.Time) error {
+	err := l.inTx(ctx, "complete", func(tx *sql.Tx, now time.Time) error {
 		var err error
-		if l.log != nil {
-			errs, err = l.completeLogged(ctx, tx, now, cs, results, order)
-			return err
-		}
 		errs, err = l.completeBatchTx(ctx, tx, now, cs, results, order)
 		return err
 	})
