@@ -207,13 +207,7 @@ var foldLogSQL = func() string {
 
 // foldConflict is the upsert clause of a fold: an image replaces a row only
 // if it is newer.
-const foldConflict = `
-ON CONFLICT (bucket, ident) DO UPDATE SET version_id=excluded.version_id, etag=excluded.etag, size=excluded.size,
-kind=excluded.kind, name=excluded.name, event_time=excluded.event_time, seq=excluded.seq, seq_sort=excluded.seq_sort,
-status=excluded.status, attempts=excluded.attempts, token=excluded.token, lease_until=excluded.lease_until, next_at=excluded.next_at,
-first_seen=excluded.first_seen, updated=excluded.updated, seen=excluded.seen, stale=excluded.stale, last_error=excluded.last_error,
-result=excluded.result, source=excluded.source, gen=excluded.gen, run_gen=excluded.run_gen, replays=excluded.replays,
-format=excluded.format, region=excluded.region, request_id=excluded.request_id, host_id=excluded.host_id, rev=excluded.rev
+const foldConflict = onConflictSet + `
 WHERE cairn_ledger.rev < excluded.rev`
 
 // foldDirty writes the cache's dirty entries into cairn_ledger (in key

@@ -407,14 +407,18 @@ c28, c29, c30, c31`
 // first), an existing row is updated only if its rev is one less than the
 // row's new rev. Rows are written in the order of the row source (key order).
 var upsertFrom = upsertHead + `
-FROM %s WHERE true
+FROM %s WHERE true` + onConflictSet + `
+WHERE cairn_ledger.rev = excluded.rev - 1`
+
+// onConflictSet is an upsert's conflict clause: every column but the key
+// from the row offered (each upsert adds its WHERE guard).
+const onConflictSet = `
 ON CONFLICT (bucket, ident) DO UPDATE SET version_id=excluded.version_id, etag=excluded.etag, size=excluded.size,
 kind=excluded.kind, name=excluded.name, event_time=excluded.event_time, seq=excluded.seq, seq_sort=excluded.seq_sort,
 status=excluded.status, attempts=excluded.attempts, token=excluded.token, lease_until=excluded.lease_until, next_at=excluded.next_at,
 first_seen=excluded.first_seen, updated=excluded.updated, seen=excluded.seen, stale=excluded.stale, last_error=excluded.last_error,
 result=excluded.result, source=excluded.source, gen=excluded.gen, run_gen=excluded.run_gen, replays=excluded.replays,
-format=excluded.format, region=excluded.region, request_id=excluded.request_id, host_id=excluded.host_id, rev=excluded.rev
-WHERE cairn_ledger.rev = excluded.rev - 1`
+format=excluded.format, region=excluded.region, request_id=excluded.request_id, host_id=excluded.host_id, rev=excluded.rev`
 
 type rowID struct{ bucket, ident string }
 
