@@ -124,10 +124,7 @@ func TestCompaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := mem.New()
-	var at atomic.Int64 // the test clock (background compactions read it)
-	at.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
-	clock := func() time.Time { return time.UnixMilli(at.Load()) }
-	advance := func(d time.Duration) { at.Add(d.Milliseconds()) }
+	clock, advance := testClock()
 	l, err := objledger.Open(ctx, s, &ledger.Options{Now: clock}, &objledger.Options{Shards: 2, CompactAt: 10, Grace: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -420,4 +417,12 @@ func TestFormatUpgrade(t *testing.T) {
 	if _, err := objledger.Open(ctx, s, nil, nil); err == nil || !strings.Contains(err.Error(), "upgrade cairn") {
 		t.Fatalf("opening a format-3 ledger: %v", err)
 	}
+}
+
+// testClock is a settable clock safe to read from background compactions:
+// now, and advance to move it on.
+func testClock() (now func() time.Time, advance func(time.Duration)) {
+	var at atomic.Int64
+	at.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
+	return func() time.Time { return time.UnixMilli(at.Load()) }, func(d time.Duration) { at.Add(d.Milliseconds()) }
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,9 +22,7 @@ func TestSegmentTiers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := mem.New()
-	var at atomic.Int64 // the test clock (background compactions read it)
-	at.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
-	clock := func() time.Time { return time.UnixMilli(at.Load()) }
+	clock, advance := testClock()
 	l, err := objledger.Open(ctx, s, &ledger.Options{Now: clock}, &objledger.Options{Shards: 1, CompactAt: 8, Grace: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +35,7 @@ func TestSegmentTiers(t *testing.T) {
 	// checks the head and every record.
 	round := func(keys []string, seq string) {
 		t.Helper()
-		at.Add(time.Minute.Milliseconds())
+		advance(time.Minute)
 		var evs []event.Event
 		for _, k := range keys {
 			if _, ok := want[k]; !ok {
