@@ -29,6 +29,11 @@ type Harness struct {
 	New func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string)
 	// Env is added to the environment of child processes (e.g. credentials).
 	Env []string
+	// Open, if set, opens another handle on the ledger whose URL New returned
+	// (what a second process has), registering its cleanup on t. Default:
+	// ledger.Open(url), which needs any credentials in this process's
+	// environment.
+	Open func(t *testing.T, url string) *ledger.Ledger
 	// Only, if set, runs just the cases of these names (e.g. "NoDeadlocks"
 	// against a second server set up differently). Default: every case.
 	Only []string
@@ -125,4 +130,19 @@ func outcomes(ds []ledger.Decision) []ledger.Outcome {
 		o = append(o, d.Outcome)
 	}
 	return o
+}
+
+// open opens another handle on the ledger at url (Harness.Open, or
+// ledger.Open), closed when the test ends.
+func (h Harness) open(t *testing.T, url string) *ledger.Ledger {
+	t.Helper()
+	if h.Open != nil {
+		return h.Open(t, url)
+	}
+	l, err := ledger.Open(ctxT(t), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
 }

@@ -234,11 +234,7 @@ func testKilledRecorder(t *testing.T, h Harness) {
 	if got := outcomes(must(l.Record(ctx, "parent", []event.Event{ev("k000", "01")}))(t)); got[0] != ledger.Stale {
 		t.Fatalf("k000/01 after k000/02: %v, want stale", got)
 	}
-	l2, err := ledger.Open(ctx, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l2.Close()
+	l2 := h.open(t, url)
 	check("a handle opened after", l2)
 	claimed := map[string]bool{}
 	for {
@@ -268,11 +264,7 @@ func testTwoHandles(t *testing.T, h Harness) {
 	if url == "" {
 		t.Skip("this ledger cannot be opened from another process")
 	}
-	l2, err := ledger.Open(ctx, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l2.Close()
+	l2 := h.open(t, url)
 	rec := func(l *ledger.Ledger, seq string, want ledger.Outcome) {
 		t.Helper()
 		if got := outcomes(must(l.Record(ctx, "s", []event.Event{ev("a", seq), ev("other-"+seq, "1")}))(t)); got[0] != want {

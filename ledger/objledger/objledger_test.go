@@ -57,9 +57,8 @@ func TestConformanceGofakes3(t *testing.T) { conformanceS3(t, "gofakes3") }
 
 func conformanceS3(t *testing.T, server string) {
 	ep := testenv.S3Server(t, server)
-	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
-		b, url := testenv.NewBucket(t, ep)
-		url = strings.Replace(url, "?", "/ledger?", 1) + "&shards=8&compact_at=64"
+	var buckets sync.Map // ledger URL → its bucket's backend (the credentials are in ep, not in this process's environment)
+	open := func(t *testing.T, b objstore.Backend, opts *ledger.Options) *ledger.Ledger {
 		pb, err := objstore.Prefixed(b, "ledger/")
 		if err != nil {
 			t.Fatal(err)
@@ -69,8 +68,20 @@ func conformanceS3(t *testing.T, server string) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { l.Close() })
-		return l, url
-	}, Env: ep.Env()})
+		return l
+	}
+	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
+		b, url := testenv.NewBucket(t, ep)
+		url = strings.Replace(url, "?", "/ledger?", 1) + "&shards=8&compact_at=64"
+		buckets.Store(url, b)
+		return open(t, b, opts), url
+	}, Env: ep.Env(), Open: func(t *testing.T, url string) *ledger.Ledger {
+		b, ok := buckets.Load(url)
+		if !ok {
+			t.Fatalf("no ledger at %s", url)
+		}
+		return open(t, b.(objstore.Backend), nil)
+	}})
 }
 
 // In memory behind fault injection: one write in ten has its response lost
