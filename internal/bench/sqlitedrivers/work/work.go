@@ -536,14 +536,9 @@ func naive(ctx context.Context, db *sql.DB, g *gen, cfg Config, r *Result) ([]ti
 			tx.Rollback()
 			return nil, err
 		}
-		t1 := time.Now()
-		if err := tx.Commit(); err != nil {
+		if err := commitTimed(tx, t, &tStmt, &tCommit, &lat); err != nil {
 			return nil, err
 		}
-		t2 := time.Now()
-		tStmt += t1.Sub(t)
-		tCommit += t2.Sub(t1)
-		lat = append(lat, t2.Sub(t))
 		r.Rows++
 		r.Txs++
 	}
@@ -597,14 +592,9 @@ func intake(ctx context.Context, db *sql.DB, blobs []string, cfg Config, r *Resu
 			tx.Rollback()
 			return nil, err
 		}
-		t1 := time.Now()
-		if err := tx.Commit(); err != nil {
+		if err := commitTimed(tx, t, &tStmt, &tCommit, &lat); err != nil {
 			return nil, err
 		}
-		t2 := time.Now()
-		tStmt += t1.Sub(t)
-		tCommit += t2.Sub(t1)
-		lat = append(lat, t2.Sub(t))
 		r.Rows++
 		r.Txs++
 	}
@@ -663,5 +653,19 @@ func verify(ctx context.Context, db *sql.DB, wl string, cfg Config, r *Result) e
 	if err := db.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&ok); err != nil || ok != "ok" {
 		return fmt.Errorf("verify: integrity_check: %q %v", ok, err)
 	}
+	return nil
+}
+
+// commitTimed commits tx, begun at start, adding its statements' and its
+// commit's time to stmt and commit and its whole time to lat.
+func commitTimed(tx *sql.Tx, start time.Time, stmt, commit *time.Duration, lat *[]time.Duration) error {
+	t1 := time.Now()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	t2 := time.Now()
+	*stmt += t1.Sub(start)
+	*commit += t2.Sub(t1)
+	*lat = append(*lat, t2.Sub(start))
 	return nil
 }
