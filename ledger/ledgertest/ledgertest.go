@@ -66,6 +66,7 @@ func Run(t *testing.T, h Harness) {
 		{"DuplicateStormProcesses", testStormProcesses},
 		{"KilledWorker", testKilledWorker},
 		{"KilledRecorder", testKilledRecorder},
+		{"KilledClaimer", testKilledClaimer},
 		{"TwoHandles", testTwoHandles},
 	}
 	for _, tc := range tests {

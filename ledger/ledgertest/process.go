@@ -61,6 +61,38 @@ func init() {
 			return nil
 		})
 	})
+	testenv.RegisterChild("ledgertest-claim-complete-and-hang", func() int {
+		return childMain(func(ctx context.Context, l *ledger.Ledger, _ uint64) error {
+			if _, err := l.Record(ctx, "child", recorderBatch(0, killedKeys, "01")); err != nil {
+				return err
+			}
+			// Half the keys claimed, in two calls; a quarter completed.
+			var cs []ledger.Claim
+			for range 2 {
+				c, err := l.Claim(ctx, killedKeys/4, time.Hour)
+				if err != nil {
+					return err
+				}
+				cs = append(cs, c...)
+			}
+			done := cs[:killedKeys/4]
+			errs, err := l.CompleteBatch(ctx, done, make([]string, len(done)))
+			if err = errors.Join(append(errs, err)...); err != nil {
+				return err
+			}
+			var line []string
+			for i, c := range cs {
+				state := "claimed"
+				if i < len(done) {
+					state = "processed"
+				}
+				line = append(line, fmt.Sprintf("%s=%s/%d", c.Key, state, c.Token))
+			}
+			fmt.Println(strings.Join(line, " "))
+			time.Sleep(time.Hour) // killed here
+			return nil
+		})
+	})
 }
 
 // errBadLine is a child's line that is not a report.
@@ -297,4 +329,70 @@ func testTwoHandles(t *testing.T, h Harness) {
 	}
 	rec(l2, "3", ledger.Duplicate)
 	rec(l1, "2", ledger.Stale)
+}
+
+// A worker killed with -9 right after it claimed half of what it recorded and
+// completed half of that (state that may still sit in its own log): for a
+// handle opened before and one opened after, the completed keys are
+// processed, the claimed ones stay claimed under the dead worker's lease
+// (never claimable), and the rest is claimed exactly once.
+func testKilledClaimer(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	l, url := h.New(t, nil)
+	if url == "" {
+		t.Skip("this ledger cannot be opened from another process")
+	}
+	// This handle holds state of its own about k000 and k199.
+	if _, err := l.Record(ctx, "parent", []event.Event{ev("k000", "00"), ev(fmt.Sprintf("k%03d", killedKeys-1), "00")}); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out := child(t, h, url, "claim-complete-and-hang", 0)
+	if !out.Scan() {
+		t.Fatalf("child: %v", out.Err())
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	want := map[string]string{} // key: status/token
+	for _, f := range strings.Fields(out.Text()) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			t.Fatalf("child: %q", out.Text())
+		}
+		want[k] = v
+	}
+	if len(want) != killedKeys/2 {
+		t.Fatalf("child claimed %d keys, want %d: %q", len(want), killedKeys/2, out.Text())
+	}
+	l2 := h.open(t, url)
+	for _, lh := range []*ledger.Ledger{l, l2} {
+		c := must(lh.Counts(ctx))(t)
+		if c[ledger.Processed] != killedKeys/4 || c[ledger.Claimed] != killedKeys/4 || c[ledger.Pending] != killedKeys/2 {
+			t.Fatalf("counts %v, want %d processed, %d claimed, %d pending", c, killedKeys/4, killedKeys/4, killedKeys/2)
+		}
+		for k, v := range want {
+			rs := must(lh.Get(ctx, "b", k))(t)
+			if len(rs) != 1 || fmt.Sprintf("%s/%d", rs[0].Status, rs[0].Token) != v || rs[0].Seq != "01" {
+				t.Fatalf("%s is %+v, want %s with sequencer 01", k, rs, v)
+			}
+		}
+	}
+	claimed := map[string]bool{}
+	for i := 0; ; i++ {
+		cs := must([]*ledger.Ledger{l, l2}[i%2].Claim(ctx, 7, time.Minute))(t)
+		if len(cs) == 0 {
+			break
+		}
+		for _, c := range cs {
+			if claimed[c.Key] || want[c.Key] != "" {
+				t.Fatalf("%s claimed again (the child's: %q)", c.Key, want[c.Key])
+			}
+			if c.Token != 1 || c.Seq != "01" {
+				t.Fatalf("%s claimed with token %d, sequencer %s: want 1, 01", c.Key, c.Token, c.Seq)
+			}
+			claimed[c.Key] = true
+		}
+	}
+	if len(claimed) != killedKeys/2 {
+		t.Fatalf("claimed %d keys, want %d", len(claimed), killedKeys/2)
+	}
 }

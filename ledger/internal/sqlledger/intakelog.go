@@ -1,38 +1,48 @@
 package sqlledger
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 	"unicode/utf8"
+
+	"github.com/cairn-s3/cairn/ledger"
 )
 
 // # The intake log (SQLite)
 //
-// On SQLite a Record batch does not write its rows. Rewriting ~1,000 random
-// rows dirties a leaf page per row in each of the table's three B-trees, so a
-// batch committed ~12 MB of pages and ~12 µs of VDBE work per row, which
-// capped decisions near 30k/s. Instead (Dialect.IntakeLog):
+// On SQLite, Record, Claim and the ends of a claim (Complete, Renew, Fail,
+// Release) do not write rows. Rewriting ~1,000 random rows dirties a leaf page
+// per row in each of the table's three B-trees, so a Record batch committed
+// ~12 MB of pages and ~12 µs of VDBE work per row, which capped decisions
+// near 30k/s; and a record that is recorded, claimed and completed was
+// written three times. Instead (Dialect.IntakeLog):
 //
-//   - The process holding the writer keeps the rows it has read or decided in
-//     memory (the cache) and decides a batch from it.
-//   - A batch's new row images (every column and the new revision) are
+//   - The process holding the writer keeps the rows it has read or written in
+//     memory (the cache) and decides from it, by the same rules as the SQL
+//     statements (driver.Decide, claimed, checkClaim, completeRecord…).
+//   - A transaction's new row images (every column and the new revision) are
 //     appended, as one JSON array, to the table cairn_intake_log, in the same
-//     transaction as everything else: a Record that returned is on disk.
-//   - The images are folded into cairn_ledger later, many batches at once, so a
-//     key written ten times between folds is written once. A fold upserts each
-//     image only over an older revision (rev < image's rev), so folding is
-//     idempotent and images may be folded in any order.
+//     transaction as everything else: a call that returned is on disk.
+//   - The images are folded into cairn_ledger later, oldest log rows first,
+//     each row only if no newer image of it is in the log, so a key recorded,
+//     claimed and completed between folds is written once. A fold upserts
+//     each image only over an older revision (rev < image's rev), so folding
+//     is idempotent and images may be folded in any order.
+//   - Claim reads its candidates from cairn_ledger's work index (skipping
+//     rows a dirty entry hides, and reading that many more) and from the dirty
+//     entries that are work, and claims the oldest.
 //
 // The invariant: a row's current state is its cache entry if the process
 // holds one marked dirty, else its cairn_ledger row; every dirty entry's
-// image is also in the log. Every other writing transaction (Claim,
-// Complete, Renew, Fail, Release, Replay, Purge) first folds the dirty entries
-// (its statements then see every row as it is), and reads fold before they
-// read, so only Record ever sees unfolded state.
+// newest image is in the log. Every other writing transaction (Replay,
+// Purge) first folds the whole log (its statements then see every row as it
+// is), and so do reads.
 //
 // Other processes: SQLite's data_version, read at the start of every writing
 // transaction on the connection the cache belongs to, changes exactly when
@@ -42,21 +52,37 @@ import (
 // thus loses nothing: whoever writes or reads next folds them.
 //
 // Bounds (LogLimits): the cache holds about LogLimits.Rows rows, at most
-// half of them dirty, and the log at most LogLimits.Bytes of images between
-// folds; past either, the next Record folds first.
+// half of them dirty, and the log at most LogLimits.Bytes of images; past
+// either, the next logged transaction first folds the oldest log rows until
+// it is back under. Each fold is thus about as large as what was logged
+// since the last one, not the whole log.
 
 // LogLimits bound the intake log's memory and size (zero fields: defaults).
 type LogLimits struct {
 	// Rows is how many rows the cache holds (default 262,144, ~400 bytes
 	// each), at most half of them dirty.
 	Rows int
-	// Bytes bounds the images appended between folds (default 256 MiB).
+	// Bytes bounds the images the log holds (default 256 MiB).
 	Bytes int64
 }
 
+// Claim's bounds in log mode (see claimLogged), at most a quarter of
+// LogLimits.Rows: past either, Claim folds the oldest images until it is back
+// under half of it.
+const (
+	// maxShadow bounds the dirty entries whose table row is work (the claim's
+	// table scan reads past them: it asks for n + shadow rows).
+	maxShadow = 256
+	// maxWorkScan bounds the dirty entries in a work state (Claim looks at
+	// each).
+	maxWorkScan = 4096
+)
+
 // intakeLog is the writer-side state of the intake log. mu is held for the
-// whole of every transaction in log mode, so the fields change only between
-// transactions.
+// whole of every transaction in log mode, and the transaction changes the
+// cache as it goes: a transaction that does not commit (or whose commit's
+// outcome is unknown) drops the whole cache, which is then rebuilt from the
+// table and the log.
 type intakeLog struct {
 	mu sync.Mutex
 	// conn is the driver connection the cache belongs to, and dataVersion its
@@ -65,27 +91,102 @@ type intakeLog struct {
 	dataVersion int64
 	valid       bool
 	cache       map[rowID]cached
-	dirty       int   // entries of cache marked dirty
-	bytes       int64 // bytes of images appended since the last fold
-	maxRows     int
-	maxBytes    int64
-	// staged are the changes of the running transaction, applied to the cache
-	// only when it commits.
-	staged  map[rowID]cached
-	folded  bool // the running transaction folded every dirty entry
-	dropAll bool // the running transaction may change rows behind the cache
-	addB    int64
+	dirty       int // entries of cache marked dirty
+	// shadow counts the dirty entries whose row in cairn_ledger is work
+	// (pending, failed, claimed): stale rows a claim's table scan may meet.
+	shadow int
+	// work holds the dirty entries that are themselves work.
+	work map[rowID]struct{}
+	// queue is the log's rows (batches of images), oldest first; bytes their
+	// size.
+	queue    []logBatch
+	bytes    int64
+	maxRows  int
+	maxBytes int64
+	// maxShadow and maxWorkScan: the consts, or less for a small cache.
+	maxShadow, maxWorkScan int
+	// dropAll: the running transaction changed rows behind the cache (in
+	// SQL); it folded first, so dropping every entry at commit loses nothing.
+	dropAll bool
 }
 
 // cached is a row as last read or written, with its revision; dirty: its
-// image is in the log, not yet in cairn_ledger.
+// newest image is in the log row logID, not yet in cairn_ledger, whose row
+// has the status table ("" for none).
 type cached struct {
 	row
 	dirty bool
+	table ledger.Status
+	logID int64
+}
+
+// logBatch is one row of cairn_intake_log: its id, the rows it holds an image
+// of (an image is current while the row's entry names this batch), and its
+// size.
+type logBatch struct {
+	id    int64
+	ids   []rowID
+	bytes int64
+}
+
+// isWork tells the statuses a claim may take (when due).
+func isWork(s ledger.Status) bool {
+	return s == ledger.Pending || s == ledger.Failed || s == ledger.Claimed
+}
+
+// status is a row's status, "" for no row.
+func (r row) status() ledger.Status {
+	if r.rec == nil {
+		return ""
+	}
+	return r.rec.Status
+}
+
+// put sets the cache entry of id, keeping the counts.
+func (g *intakeLog) put(id rowID, c cached) {
+	if g.cache == nil {
+		g.cache = map[rowID]cached{}
+	}
+	if old, ok := g.cache[id]; ok && old.dirty {
+		g.dirty--
+		if isWork(old.table) {
+			g.shadow--
+		}
+		delete(g.work, id)
+	}
+	if c.dirty {
+		g.dirty++
+		if isWork(c.table) {
+			g.shadow++
+		}
+		if isWork(c.status()) {
+			if g.work == nil {
+				g.work = map[rowID]struct{}{}
+			}
+			g.work[id] = struct{}{}
+		}
+	}
+	g.cache[id] = c
+}
+
+// reset forgets everything: the table and the log are the truth.
+func (g *intakeLog) reset() {
+	g.valid, g.cache, g.dirty, g.shadow, g.work, g.queue, g.bytes = false, nil, 0, 0, nil, nil, 0
 }
 
 // opFold is the op of settle's transaction, which only folds.
 const opFold = "fold"
+
+// logged tells the ops that run on the cache and may leave the log unfolded:
+// Record, Claim and the ends of a claim. Every other op folds first and may
+// change rows behind the cache (dropAll).
+func logged(op string) bool {
+	switch op {
+	case opRecord, opClaim, opComplete, opRenew, opFail, opRelease:
+		return true
+	}
+	return false
+}
 
 // LogMigration creates the intake log's table: a migration of the SQLite
 // schema (package ledger/sqlite), which also makes cairn versions that do
@@ -94,11 +195,11 @@ const LogMigration = `CREATE TABLE cairn_intake_log (id INTEGER PRIMARY KEY, ima
 
 // beginLog checks, at the start of a transaction on conn, that the cache is
 // still current, and otherwise drops it and folds the log from the table.
+// Then it folds: everything for an op that is not logged, else the oldest
+// images while the log is past its bounds.
 func (l *Backend) beginLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, op string) error {
 	g := l.log
-	record := op == opRecord
-	// A fold changes no row's state: the cache stays. Every other op may.
-	g.staged, g.folded, g.dropAll, g.addB = map[rowID]cached{}, false, !record && op != opFold, 0
+	g.dropAll = !logged(op) && op != opFold
 	var dc any
 	if err := conn.Raw(func(c any) error { dc = c; return nil }); err != nil {
 		return err
@@ -110,51 +211,41 @@ func (l *Backend) beginLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, op s
 	if !g.valid || dc != g.conn || dv != g.dataVersion {
 		// Another process (or connection) wrote, or this process's state is
 		// unknown: fold whatever the log holds, from the table.
-		g.valid, g.cache, g.dirty, g.bytes = false, nil, 0, 0
+		g.reset()
 		g.conn, g.dataVersion = dc, dv
 		if err := l.foldTable(ctx, tx); err != nil {
 			return fmt.Errorf("folding the intake log: %w", err)
 		}
-		g.folded = true
 	}
-	if !record || g.dirty > 0 && (g.dirty >= g.maxRows/2 || g.bytes >= g.maxBytes) {
-		if err := l.foldDirty(ctx, tx); err != nil {
-			return fmt.Errorf("folding the intake log: %w", err)
-		}
+	var err error
+	if !logged(op) {
+		err = l.foldAll(ctx, tx)
+	} else {
+		err = l.foldWhile(ctx, tx, func() bool { return g.dirty > g.maxRows/2 || g.bytes > g.maxBytes })
+	}
+	if err != nil {
+		return fmt.Errorf("folding the intake log: %w", err)
 	}
 	return nil
 }
 
-// endLog applies the transaction's changes to the cache once it committed
-// (committed false: it did not, or its outcome is unknown).
+// endLog ends a transaction (committed false: it did not commit, or its
+// outcome is unknown).
 func (l *Backend) endLog(committed bool) {
 	g := l.log
-	defer func() { g.staged, g.folded, g.dropAll, g.addB = nil, false, false, 0 }()
-	if !committed {
-		// Unknown: start over from the table and the log.
-		g.valid, g.cache, g.dirty, g.bytes = false, nil, 0, 0
+	defer func() { g.dropAll = false }()
+	if !committed || g.dropAll && g.dirty > 0 {
+		// Unknown (or, against the rule that such ops fold first, dirty
+		// entries under rows changed in SQL): start over from the table and
+		// the log.
+		g.reset()
 		return
 	}
 	g.valid = true
-	if g.cache == nil {
-		g.cache = map[rowID]cached{}
-	}
-	if g.folded {
-		g.dirty, g.bytes = 0, 0
-		for id, c := range g.cache {
-			if c.dirty {
-				c.dirty = false
-				g.cache[id] = c
-			}
-		}
-	}
 	switch {
 	case g.dropAll:
-		// The transaction may have changed rows behind the cache; it folded
-		// first, so every entry is clean and dropping them loses nothing.
 		clear(g.cache)
-		g.dirty = 0
-	case len(g.cache)+len(g.staged) > g.maxRows:
+	case len(g.cache) > g.maxRows:
 		// Full: drop the clean entries (the dirty ones are the only copy
 		// outside the log; beginLog folds before they alone fill the cache).
 		for id, c := range g.cache {
@@ -163,16 +254,6 @@ func (l *Backend) endLog(committed bool) {
 			}
 		}
 	}
-	for id, c := range g.staged {
-		if old, ok := g.cache[id]; ok && old.dirty {
-			g.dirty--
-		}
-		if c.dirty {
-			g.dirty++
-		}
-		g.cache[id] = c
-	}
-	g.bytes += g.addB
 }
 
 // foldTable folds every image in the log into cairn_ledger, oldest first,
@@ -210,18 +291,32 @@ var foldLogSQL = func() string {
 const foldConflict = onConflictSet + `
 WHERE cairn_ledger.rev < excluded.rev`
 
-// foldDirty writes the cache's dirty entries into cairn_ledger (in key
-// order, over older revisions only) and empties the log.
-func (l *Backend) foldDirty(ctx context.Context, tx *sql.Tx) error {
+// foldAll writes every dirty entry into cairn_ledger and empties the log.
+func (l *Backend) foldAll(ctx context.Context, tx *sql.Tx) error {
+	return l.foldWhile(ctx, tx, func() bool { return true })
+}
+
+// foldWhile folds the log's oldest batches while more is true: it writes
+// the entries whose newest image they hold into cairn_ledger (in key order,
+// over older revisions only), deletes those log rows and marks the entries
+// clean. Entries with a newer image stay dirty: the batches that hold it stay.
+func (l *Backend) foldWhile(ctx context.Context, tx *sql.Tx, more func() bool) error {
 	g := l.log
-	if g.dirty == 0 {
-		return nil
-	}
-	ids := make([]rowID, 0, g.dirty)
-	for id, c := range g.cache {
-		if c.dirty {
-			ids = append(ids, id)
+	n, cut := 0, int64(0)
+	var ids []rowID
+	for ; n < len(g.queue) && more(); n++ {
+		b := g.queue[n]
+		for _, id := range b.ids {
+			if c := g.cache[id]; c.dirty && c.logID == b.id {
+				ids = append(ids, id)
+				g.put(id, cached{row: c.row, table: c.status()}) // for more(): undone below if the fold fails
+			}
 		}
+		cut = b.id
+		g.bytes -= b.bytes
+	}
+	if n == 0 {
+		return nil
 	}
 	slices.SortFunc(ids, compareID)
 	batch := make([][]any, len(ids))
@@ -230,17 +325,19 @@ func (l *Backend) foldDirty(ctx context.Context, tx *sql.Tx) error {
 		batch[i] = l.args(id.ident, c.rec, c.rev)
 	}
 	if err := l.execChunks(ctx, tx, l.folds, batch, false); err != nil {
+		g.reset() // the entries above were marked clean: the cache is not current
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM cairn_intake_log`); err != nil {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM cairn_intake_log WHERE id <= ?`, cut); err != nil {
+		g.reset()
 		return err
 	}
-	g.folded = true
+	g.queue = g.queue[n:]
 	return nil
 }
 
-// appendLog appends the images of batch (l.args rows) to the log, staging
-// them as dirty cache entries. ok is false, with nothing written, if an image
+// appendLog appends the images of batch (l.args rows of next) to the log as
+// one row, and makes them the rows' dirty cache entries. ok is false, with nothing written, if an image
 // holds a string that is not valid UTF-8 (JSON cannot carry it exactly): the
 // caller writes those rows directly.
 func (l *Backend) appendLog(ctx context.Context, tx *sql.Tx, batch [][]any, next map[rowID]*row) (ok bool, err error) {
@@ -272,14 +369,32 @@ func (l *Backend) appendLog(ctx context.Context, tx *sql.Tx, batch [][]any, next
 		buf = append(buf, ']')
 	}
 	buf = append(buf, ']')
-	if _, err := tx.ExecContext(ctx, `INSERT INTO cairn_intake_log (images) VALUES (?)`, string(buf)); err != nil {
+	res, err := tx.ExecContext(ctx, `INSERT INTO cairn_intake_log (images) VALUES (?)`, string(buf))
+	if err != nil {
+		return false, err
+	}
+	logID, err := res.LastInsertId()
+	if err != nil {
 		return false, err
 	}
 	g := l.log
-	g.addB += int64(len(buf))
+	b := logBatch{id: logID, ids: make([]rowID, 0, len(next)), bytes: int64(len(buf))}
 	for id, r := range next {
-		g.staged[id] = cached{row: *r, dirty: true}
+		c := cached{row: *r, dirty: true, logID: logID}
+		switch old, ok := g.cache[id]; {
+		case ok && old.dirty:
+			c.table = old.table
+		case ok:
+			c.table = old.status()
+		default:
+			// Not read through the cache: assume the table's row is work.
+			c.table = ledger.Claimed
+		}
+		g.put(id, c)
+		b.ids = append(b.ids, id)
 	}
+	g.queue = append(g.queue, b)
+	g.bytes += b.bytes
 	return true, nil
 }
 
@@ -304,4 +419,168 @@ func appendJSONString(buf []byte, s string) []byte {
 	}
 	buf = append(buf, s[start:]...)
 	return append(buf, '"')
+}
+
+// claimScanSQL reads Claim's candidates off the work index, each state's
+// oldest first, at most ? of each: cairn_ledger's rows only, some of them
+// stale under dirty cache entries (claimLogged reads that many more).
+const claimScanSQL = `SELECT * FROM (SELECT ` + cols + `, rev FROM cairn_ledger WHERE status = 'pending' AND next_at <= ? ORDER BY next_at LIMIT ?)
+UNION ALL SELECT * FROM (SELECT ` + cols + `, rev FROM cairn_ledger WHERE status = 'failed' AND next_at <= ? ORDER BY next_at LIMIT ?)
+UNION ALL SELECT * FROM (SELECT ` + cols + `, rev FROM cairn_ledger WHERE status = 'claimed' AND lease_until < ? LIMIT ?)`
+
+// claimLogged is Claim with the intake log: the candidates are the due rows
+// of cairn_ledger that no dirty entry hides, and the dirty entries that are
+// due work; the n oldest (by NextAttempt) are claimed by appending their
+// images, so a record claimed and completed between folds is written to the
+// table once. With EveryVersion (one version of a key at a time, decided in
+// SQL) it folds and runs the statement.
+func (l *Backend) claimLogged(ctx context.Context, tx *sql.Tx, now time.Time, n int, lease time.Duration) ([]ledger.Claim, error) {
+	g := l.log
+	if l.opts.EveryVersion {
+		if err := l.foldAll(ctx, tx); err != nil {
+			return nil, l.wrap("claim", err)
+		}
+		g.dropAll = true
+		return l.claimTx(ctx, tx, now, n, lease)
+	}
+	if g.shadow > g.maxShadow || len(g.work) > g.maxWorkScan {
+		err := l.foldWhile(ctx, tx, func() bool { return g.shadow > g.maxShadow/2 || len(g.work) > g.maxWorkScan/2 })
+		if err != nil {
+			return nil, l.wrap("claim", err)
+		}
+	}
+	nowMS := ms(now)
+	type cand struct {
+		id rowID
+		row
+	}
+	var cands []cand
+	k := n + g.shadow
+	res, err := tx.QueryContext(ctx, claimScanSQL, nowMS, k, nowMS, k, nowMS, k)
+	if err != nil {
+		return nil, l.wrap("claim", err)
+	}
+	for res.Next() {
+		var rev int64
+		c, err := scanRecord(res, &rev)
+		if err != nil {
+			res.Close()
+			return nil, l.wrap("claim", err)
+		}
+		id := rowID{c.Bucket, c.Ident}
+		if e, ok := g.cache[id]; ok && e.dirty {
+			continue // stale: the entry is the row
+		}
+		r := row{&c.Record, rev}
+		g.put(id, cached{row: r})
+		cands = append(cands, cand{id, r})
+	}
+	res.Close()
+	if err := res.Err(); err != nil {
+		return nil, l.wrap("claim", err)
+	}
+	for id := range g.work {
+		if e := g.cache[id]; due(e.rec, nowMS) {
+			cands = append(cands, cand{id, e.row})
+		}
+	}
+	slices.SortFunc(cands, func(a, b cand) int {
+		return cmp.Or(cmp.Compare(ms(a.rec.NextAttempt), ms(b.rec.NextAttempt)), compareID(a.id, b.id))
+	})
+	cands = cands[:min(n, len(cands))]
+	next := make(map[rowID]*row, len(cands))
+	out := make([]ledger.Claim, 0, len(cands))
+	for _, x := range cands {
+		c := claimed(x.rec, now, lease)
+		next[x.id] = &row{&c, x.rev + 1}
+		out = append(out, ledger.Claim{Record: c, Ident: x.id.ident})
+	}
+	if _, err := l.write(ctx, tx, l.images(next), next); err != nil {
+		return nil, l.wrap("claim", err)
+	}
+	return out, nil
+}
+
+// due tells whether r is work a claim may take at nowMS (Claim's rule).
+func due(r *ledger.Record, nowMS int64) bool {
+	switch r.Status {
+	case ledger.Pending, ledger.Failed:
+		return ms(r.NextAttempt) <= nowMS
+	case ledger.Claimed:
+		return ms(r.LeaseUntil) < nowMS
+	}
+	return false
+}
+
+// images returns the rows of next as l.args, in key order.
+func (l *Backend) images(next map[rowID]*row) [][]any {
+	ids := make([]rowID, 0, len(next))
+	for id := range next {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, compareID)
+	batch := make([][]any, len(ids))
+	for i, id := range ids {
+		batch[i] = l.args(id.ident, next[id].rec, next[id].rev)
+	}
+	return batch
+}
+
+// finishLogged is one guarded change of a claim's row (Complete, Renew, Fail,
+// Release) with the intake log: the row is read through the cache, checked
+// as finishSQL's guard checks it, changed by apply and appended as an image.
+func (l *Backend) finishLogged(ctx context.Context, tx *sql.Tx, now time.Time, op string, c ledger.Claim, apply func(r *ledger.Record)) error {
+	id := rowID{c.Bucket, c.Ident}
+	cur, err := l.loadCached(ctx, tx, []rowID{id})
+	if err != nil {
+		return l.wrap(op, err)
+	}
+	r := cur[id]
+	if err := checkClaim(op, c, r.rec, now); err != nil {
+		return err
+	}
+	n := *r.rec
+	apply(&n)
+	n.Updated = now
+	next := map[rowID]*row{id: {&n, r.rev + 1}}
+	if _, err := l.write(ctx, tx, l.images(next), next); err != nil {
+		return l.wrap(op, err)
+	}
+	return nil
+}
+
+// completeLogged is CompleteBatch with the intake log: each claim is checked
+// and completed in Go (finishLogged's rules, in key order, so a claim listed
+// twice is refused the second time) and the images appended in one row.
+func (l *Backend) completeLogged(ctx context.Context, tx *sql.Tx, now time.Time, cs []ledger.Claim, results []string, order []int) ([]error, error) {
+	ids := make([]rowID, 0, len(cs))
+	for _, i := range order {
+		ids = append(ids, rowID{cs[i].Bucket, cs[i].Ident})
+	}
+	cur, err := l.loadCached(ctx, tx, slices.Compact(ids))
+	if err != nil {
+		return nil, l.wrap("complete", err)
+	}
+	errs := make([]error, len(cs))
+	next := map[rowID]*row{}
+	for _, i := range order {
+		c := cs[i]
+		id := rowID{c.Bucket, c.Ident}
+		r, ok := next[id]
+		if !ok {
+			x := cur[id]
+			r = &x
+		}
+		if errs[i] = checkClaim("complete", c, r.rec, now); errs[i] != nil {
+			continue
+		}
+		n := *r.rec
+		completeRecord(&n, results[i], now)
+		n.Updated = now
+		next[id] = &row{&n, r.rev + 1}
+	}
+	if _, err := l.write(ctx, tx, l.images(next), next); err != nil {
+		return nil, l.wrap("complete", err)
+	}
+	return errs, nil
 }

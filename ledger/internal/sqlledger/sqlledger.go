@@ -143,7 +143,9 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts *ledger.Options) (*Bac
 		}
 	}
 	if d.IntakeLog {
-		l.log = &intakeLog{maxRows: cmp.Or(d.LogLimits.Rows, 1<<18), maxBytes: cmp.Or(d.LogLimits.Bytes, 256<<20)}
+		g := &intakeLog{maxRows: cmp.Or(d.LogLimits.Rows, 1<<18), maxBytes: cmp.Or(d.LogLimits.Bytes, 256<<20)}
+		g.maxShadow, g.maxWorkScan = min(maxShadow, g.maxRows/4), min(maxWorkScan, g.maxRows/4)
+		l.log = g
 	}
 	return l, nil
 }
@@ -222,9 +224,16 @@ func (l *Backend) tryTx(ctx context.Context, op string, fn func(tx *sql.Tx, now 
 	return l.wrap(op, tx.Commit())
 }
 
-// opRecord is the op of Record's transactions, the only ones that may leave
-// the intake log unfolded.
-const opRecord = "record"
+// The ops of the transactions that may leave the intake log unfolded (see
+// logged).
+const (
+	opRecord   = "record"
+	opClaim    = "claim"
+	opComplete = "complete"
+	opRenew    = "renew"
+	opFail     = "fail"
+	opRelease  = "release"
+)
 
 // tryLogTx is tryTx with the intake log: the transaction runs on the pool's
 // one connection, whose data_version tells whether the cache is current, and
@@ -517,8 +526,7 @@ func (l *Backend) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs [
 			if !ok || r.Status != ledger.Pending || r == cur[id].rec {
 				continue
 			}
-			c := *r
-			c.Status, c.Token, c.LeaseUntil, c.Attempts, c.RunGen, c.Updated = ledger.Claimed, c.Token+1, now.Add(lease), c.Attempts+1, c.Gen, now
+			c := claimed(r, now, lease)
 			next[id] = &c
 			claims = append(claims, ledger.Claim{Record: c, Ident: id.ident})
 		}
@@ -565,14 +573,14 @@ func (l *Backend) write(ctx context.Context, tx *sql.Tx, batch [][]any, changed 
 	}
 	if !ok {
 		// The rows' guard compares with the table's revision: fold first.
-		if err := l.foldDirty(ctx, tx); err != nil {
+		if err := l.foldAll(ctx, tx); err != nil {
 			return nil, err
 		}
 		if _, err := l.upsert(ctx, tx, batch); err != nil {
 			return nil, err
 		}
 		for id, r := range changed {
-			l.log.staged[id] = cached{row: *r}
+			l.log.put(id, cached{row: *r})
 		}
 	}
 	written := make(map[rowID]bool, len(changed))
@@ -582,9 +590,10 @@ func (l *Backend) write(ctx context.Context, tx *sql.Tx, batch [][]any, changed 
 	return written, nil
 }
 
-// loadCached is load, answered from the intake log's cache where it can be.
+// loadCached is load, answered from the intake log's cache where it can be;
+// the rows it reads from the table (or finds missing) enter the cache.
 func (l *Backend) loadCached(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]row, error) {
-	if l.log == nil || len(l.log.cache) == 0 {
+	if l.log == nil {
 		return l.load(ctx, tx, ids)
 	}
 	var miss []rowID
@@ -604,6 +613,9 @@ func (l *Backend) loadCached(ctx context.Context, tx *sql.Tx, ids []rowID) (map[
 	cur, err := l.load(ctx, tx, miss)
 	if err != nil {
 		return nil, err
+	}
+	for _, id := range miss {
+		l.log.put(id, cached{row: cur[id]})
 	}
 	for id, r := range hits {
 		cur[id] = r
@@ -732,9 +744,13 @@ func (l *Backend) load(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]
 // other version of the key is claimed or waiting with an older sequencer.
 func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
 	var out []ledger.Claim
-	err := l.inTx(ctx, "claim", func(tx *sql.Tx, now time.Time) error {
+	err := l.inTx(ctx, opClaim, func(tx *sql.Tx, now time.Time) error {
 		var err error
-		out, err = l.claimTx(ctx, tx, now, n, lease)
+		if l.log != nil {
+			out, err = l.claimLogged(ctx, tx, now, n, lease)
+		} else {
+			out, err = l.claimTx(ctx, tx, now, n, lease)
+		}
 		return err
 	})
 	if err != nil {
@@ -742,6 +758,13 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 	}
 	slices.SortFunc(out, func(a, b ledger.Claim) int { return a.NextAttempt.Compare(b.NextAttempt) })
 	return out, nil
+}
+
+// claimed is r claimed at now: Claim's statement in Go.
+func claimed(r *ledger.Record, now time.Time, lease time.Duration) ledger.Record {
+	c := *r
+	c.Status, c.Token, c.LeaseUntil, c.Attempts, c.RunGen, c.Updated = ledger.Claimed, c.Token+1, now.Add(lease), c.Attempts+1, c.Gen, now
+	return c
 }
 
 // claimTx is one run of Claim's transaction. The candidates are locked FOR
@@ -816,9 +839,13 @@ RETURNING ` + cols
 	return out, nil
 }
 
-// finish runs a guarded update of a claim in its own transaction.
-func (l *Backend) finish(ctx context.Context, op string, c ledger.Claim, set string, setArgs ...any) error {
+// finish runs a guarded update of a claim in its own transaction: set (with
+// setArgs) in SQL, or apply, the same change in Go, with the intake log.
+func (l *Backend) finish(ctx context.Context, op string, c ledger.Claim, apply func(r *ledger.Record, now time.Time), set string, setArgs ...any) error {
 	return l.inTx(ctx, op, func(tx *sql.Tx, now time.Time) error {
+		if l.log != nil {
+			return l.finishLogged(ctx, tx, now, op, c, func(r *ledger.Record) { apply(r, now) })
+		}
 		return l.finishTx(ctx, tx, now, op, c, set, setArgs...)
 	})
 }
@@ -861,14 +888,32 @@ func (l *Backend) refusal(ctx context.Context, tx *sql.Tx, op string, c ledger.C
 	err := tx.QueryRowContext(ctx, l.q(`SELECT token, status FROM cairn_ledger WHERE bucket = ? AND ident = ?`), c.Bucket, c.Ident).Scan(&token, &status)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("%s %s/%s: %w", op, c.Bucket, c.Key, ledger.ErrNotFound)
+		return refuse(op, c, nil)
 	case err != nil:
 		return l.wrap(op, err)
-	case token != c.Token:
-		return fmt.Errorf("%s %s/%s with token %d (current %d): %w", op, c.Bucket, c.Key, c.Token, token, ledger.ErrSuperseded)
+	}
+	return refuse(op, c, &ledger.Record{Token: token})
+}
+
+// refuse is the refusal of a guarded change of c whose row is r (nil: none).
+func refuse(op string, c ledger.Claim, r *ledger.Record) error {
+	switch {
+	case r == nil:
+		return fmt.Errorf("%s %s/%s: %w", op, c.Bucket, c.Key, ledger.ErrNotFound)
+	case r.Token != c.Token:
+		return fmt.Errorf("%s %s/%s with token %d (current %d): %w", op, c.Bucket, c.Key, c.Token, r.Token, ledger.ErrSuperseded)
 	default:
 		return fmt.Errorf("%s %s/%s with token %d: %w", op, c.Bucket, c.Key, c.Token, ledger.ErrLeaseLost)
 	}
+}
+
+// checkClaim is finishSQL's guard in Go: nil if r (nil: no row) is still
+// claimed by c, with its lease running at now, else the refusal.
+func checkClaim(op string, c ledger.Claim, r *ledger.Record, now time.Time) error {
+	if r != nil && r.Token == c.Token && r.Status == ledger.Claimed && ms(r.LeaseUntil) >= ms(now) {
+		return nil
+	}
+	return refuse(op, c, r)
 }
 
 // nowPlus marks an argument as "the transaction's now + this many ms".
@@ -876,7 +921,8 @@ type nowPlus int64
 
 // Renew extends the claim's lease.
 func (l *Backend) Renew(ctx context.Context, c ledger.Claim, lease time.Duration) (ledger.Claim, error) {
-	err := l.finish(ctx, "renew", c, `lease_until = ?`, nowPlus(lease.Milliseconds()))
+	err := l.finish(ctx, opRenew, c, func(r *ledger.Record, now time.Time) { r.LeaseUntil = now.Add(lease) },
+		`lease_until = ?`, nowPlus(lease.Milliseconds()))
 	if err == nil {
 		c.LeaseUntil = time.Now().Add(lease) // approximate, for the caller's information
 	}
@@ -891,7 +937,18 @@ attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = ?, last_er
 // Complete records the claim's work as processed (or, if newer work arrived
 // while it ran, makes the record pending again).
 func (l *Backend) Complete(ctx context.Context, c ledger.Claim, result string) error {
-	return l.finish(ctx, "complete", c, completeSet, result, nowPlus(0))
+	return l.finish(ctx, opComplete, c, func(r *ledger.Record, now time.Time) { completeRecord(r, result, now) },
+		completeSet, result, nowPlus(0))
+}
+
+// completeRecord is completeSet in Go.
+func completeRecord(r *ledger.Record, result string, now time.Time) {
+	if r.Gen == r.RunGen {
+		r.Status = ledger.Processed
+	} else {
+		r.Status, r.Attempts = ledger.Pending, 0 // newer work arrived while it ran
+	}
+	r.Result, r.LastError, r.LeaseUntil, r.NextAttempt = result, "", time.Time{}, now
 }
 
 // CompleteBatch completes claims in one transaction (one commit, one fsync):
@@ -909,9 +966,13 @@ func (l *Backend) CompleteBatch(ctx context.Context, cs []ledger.Claim, results 
 		return compareID(rowID{cs[a].Bucket, cs[a].Ident}, rowID{cs[b].Bucket, cs[b].Ident})
 	})
 	var errs []error
-	err := l.inTx(ctx, "complete", func(tx *sql.Tx, now time.Time) error {
+	err := l.inTx(ctx, opComplete, func(tx *sql.Tx, now time.Time) error {
 		var err error
-		errs, err = l.completeBatchTx(ctx, tx, now, cs, results, order)
+		if l.log != nil {
+			errs, err = l.completeLogged(ctx, tx, now, cs, results, order)
+		} else {
+			errs, err = l.completeBatchTx(ctx, tx, now, cs, results, order)
+		}
 		return err
 	})
 	if err != nil {
@@ -1155,7 +1216,20 @@ func (l *Backend) Ping(ctx context.Context) error { return l.wrap("ping", l.db.P
 
 // Release gives the claim's work back without counting the attempt.
 func (l *Backend) Release(ctx context.Context, c ledger.Claim) error {
-	return l.finish(ctx, "release", c, `status = CASE WHEN attempts > 1 AND gen = run_gen THEN 'failed' ELSE 'pending' END,
+	return l.finish(ctx, opRelease, c, func(r *ledger.Record, now time.Time) {
+		counted := r.Gen == r.RunGen
+		if r.Attempts > 1 && counted {
+			r.Status = ledger.Failed
+		} else {
+			r.Status = ledger.Pending
+		}
+		if r.Attempts > 0 && counted {
+			r.Attempts--
+		} else {
+			r.Attempts = 0
+		}
+		r.LeaseUntil, r.NextAttempt = time.Time{}, now
+	}, `status = CASE WHEN attempts > 1 AND gen = run_gen THEN 'failed' ELSE 'pending' END,
 attempts = CASE WHEN attempts > 0 AND gen = run_gen THEN attempts - 1 ELSE 0 END, lease_until = 0, next_at = ?`, nowPlus(0))
 }
 
@@ -1167,10 +1241,18 @@ func (l *Backend) Fail(ctx context.Context, c ledger.Claim, cause string, retrya
 	if retryable && c.Attempts < l.opts.MaxAttempts {
 		status = ledger.Failed
 	}
-	return l.finish(ctx, "fail", c, `status = CASE WHEN gen <> run_gen THEN 'pending' ELSE CAST(? AS TEXT) END,
+	retryIn := driver.Backoff(l.opts, c.Attempts)
+	return l.finish(ctx, opFail, c, func(r *ledger.Record, now time.Time) {
+		if r.Gen != r.RunGen {
+			r.Status, r.Attempts, r.NextAttempt = ledger.Pending, 0, now // newer work arrived meanwhile
+		} else {
+			r.Status, r.NextAttempt = status, now.Add(retryIn)
+		}
+		r.LastError, r.LeaseUntil = cause, time.Time{}
+	}, `status = CASE WHEN gen <> run_gen THEN 'pending' ELSE CAST(? AS TEXT) END,
 attempts = CASE WHEN gen <> run_gen THEN 0 ELSE attempts END,
 next_at = CASE WHEN gen <> run_gen THEN CAST(? AS BIGINT) ELSE CAST(? AS BIGINT) END, last_error = ?, lease_until = 0`,
-		string(status), nowPlus(0), nowPlus(driver.Backoff(l.opts, c.Attempts).Milliseconds()), cause)
+		string(status), nowPlus(0), nowPlus(retryIn.Milliseconds()), cause)
 }
 
 // Lookup returns the newest record of each key (by sequencer, with
