@@ -423,10 +423,11 @@ func appendJSONString(buf []byte, s string) []byte {
 
 // claimScanSQL reads Claim's candidates off the work index, each state's
 // oldest first, at most ? of each: cairn_ledger's rows only, some of them
-// stale under dirty cache entries (claimLogged reads that many more).
-const claimScanSQL = `SELECT * FROM (SELECT ` + cols + `, rev FROM cairn_ledger WHERE status = 'pending' AND next_at <= ? ORDER BY next_at LIMIT ?)
-UNION ALL SELECT * FROM (SELECT ` + cols + `, rev FROM cairn_ledger WHERE status = 'failed' AND next_at <= ? ORDER BY next_at LIMIT ?)
-UNION ALL SELECT * FROM (SELECT ` + cols + `, rev FROM cairn_ledger WHERE status = 'claimed' AND lease_until < ? LIMIT ?)`
+// stale under dirty cache entries (claimLogged reads that many more). The
+// index holds the key: the first two arms read nothing else.
+const claimScanSQL = `SELECT * FROM (SELECT bucket, ident, next_at FROM cairn_ledger WHERE status = 'pending' AND next_at <= ?1 ORDER BY next_at LIMIT ?2)
+UNION ALL SELECT * FROM (SELECT bucket, ident, next_at FROM cairn_ledger WHERE status = 'failed' AND next_at <= ?1 ORDER BY next_at LIMIT ?2)
+UNION ALL SELECT * FROM (SELECT bucket, ident, next_at FROM cairn_ledger WHERE status = 'claimed' AND lease_until < ?1 LIMIT ?2)`
 
 // claimLogged is Claim with the intake log: the candidates are the due rows
 // of cairn_ledger that no dirty entry hides, and the dirty entries that are
@@ -451,29 +452,24 @@ func (l *Backend) claimLogged(ctx context.Context, tx *sql.Tx, now time.Time, n 
 	}
 	nowMS := ms(now)
 	type cand struct {
-		id rowID
-		row
+		id     rowID
+		nextAt int64
 	}
 	var cands []cand
-	k := n + g.shadow
-	res, err := tx.QueryContext(ctx, claimScanSQL, nowMS, k, nowMS, k, nowMS, k)
+	res, err := tx.StmtContext(ctx, l.claimScan).QueryContext(ctx, nowMS, n+g.shadow)
 	if err != nil {
 		return nil, l.wrap("claim", err)
 	}
 	for res.Next() {
-		var rev int64
-		c, err := scanRecord(res, &rev)
-		if err != nil {
+		var c cand
+		if err := res.Scan(&c.id.bucket, &c.id.ident, &c.nextAt); err != nil {
 			res.Close()
 			return nil, l.wrap("claim", err)
 		}
-		id := rowID{c.Bucket, c.Ident}
-		if e, ok := g.cache[id]; ok && e.dirty {
+		if e, ok := g.cache[c.id]; ok && e.dirty {
 			continue // stale: the entry is the row
 		}
-		r := row{&c.Record, rev}
-		g.put(id, cached{row: r})
-		cands = append(cands, cand{id, r})
+		cands = append(cands, c)
 	}
 	res.Close()
 	if err := res.Err(); err != nil {
@@ -481,19 +477,28 @@ func (l *Backend) claimLogged(ctx context.Context, tx *sql.Tx, now time.Time, n 
 	}
 	for id := range g.work {
 		if e := g.cache[id]; due(e.rec, nowMS) {
-			cands = append(cands, cand{id, e.row})
+			cands = append(cands, cand{id, ms(e.rec.NextAttempt)})
 		}
 	}
-	slices.SortFunc(cands, func(a, b cand) int {
-		return cmp.Or(cmp.Compare(ms(a.rec.NextAttempt), ms(b.rec.NextAttempt)), compareID(a.id, b.id))
-	})
-	cands = cands[:min(n, len(cands))]
-	next := make(map[rowID]*row, len(cands))
-	out := make([]ledger.Claim, 0, len(cands))
-	for _, x := range cands {
-		c := claimed(x.rec, now, lease)
-		next[x.id] = &row{&c, x.rev + 1}
-		out = append(out, ledger.Claim{Record: c, Ident: x.id.ident})
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Or(cmp.Compare(a.nextAt, b.nextAt), compareID(a.id, b.id)) })
+	ids := make([]rowID, min(n, len(cands)))
+	for i := range ids {
+		ids[i] = cands[i].id
+	}
+	cur, err := l.loadCached(ctx, tx, ids)
+	if err != nil {
+		return nil, l.wrap("claim", err)
+	}
+	next := make(map[rowID]*row, len(ids))
+	out := make([]ledger.Claim, 0, len(ids))
+	for _, id := range ids {
+		r, ok := cur[id]
+		if !ok || !due(r.rec, nowMS) {
+			return nil, l.wrap("claim", fmt.Errorf("candidate %s/%s is not due work (%v): the cache is not current", id.bucket, id.ident, r.status()))
+		}
+		c := claimed(r.rec, now, lease)
+		next[id] = &row{&c, r.rev + 1}
+		out = append(out, ledger.Claim{Record: c, Ident: id.ident})
 	}
 	if _, err := l.write(ctx, tx, l.images(next), next); err != nil {
 		return nil, l.wrap("claim", err)

@@ -110,6 +110,8 @@ type Backend struct {
 	// only); log is the intake log's state (nil without Dialect.IntakeLog).
 	folds map[int]*sql.Stmt
 	log   *intakeLog
+	// claimScan is claimScanSQL, prepared (with the intake log).
+	claimScan *sql.Stmt
 }
 
 var _ ledger.Backend = (*Backend)(nil)
@@ -143,6 +145,12 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts *ledger.Options) (*Bac
 		}
 	}
 	if d.IntakeLog {
+		st, err := db.PrepareContext(ctx, claimScanSQL)
+		if err != nil {
+			l.closeStmts()
+			return nil, fmt.Errorf("ledger: preparing statements: %w", err)
+		}
+		l.claimScan = st
 		g := &intakeLog{maxRows: cmp.Or(d.LogLimits.Rows, 1<<18), maxBytes: cmp.Or(d.LogLimits.Bytes, 256<<20)}
 		g.maxShadow, g.maxWorkScan = min(maxShadow, g.maxRows/4), min(maxWorkScan, g.maxRows/4)
 		l.log = g
@@ -155,6 +163,9 @@ func (l *Backend) closeStmts() {
 		for _, st := range m {
 			st.Close()
 		}
+	}
+	if l.claimScan != nil {
+		l.claimScan.Close()
 	}
 }
 
