@@ -84,7 +84,12 @@ const (
 // outcome is unknown) drops the whole cache, which is then rebuilt from the
 // table and the log.
 type intakeLog struct {
-	mu sync.Mutex
+	// qmu guards the group-commit queue (group.go): queue0, the calls
+	// waiting, and leading, whether one of them leads.
+	qmu     sync.Mutex
+	queue0  []*logCall
+	leading bool
+	mu      sync.Mutex
 	// conn is the driver connection the cache belongs to, and dataVersion its
 	// data_version when the cache was last known to be current.
 	conn        any
@@ -188,6 +193,15 @@ func logged(op string) bool {
 	return false
 }
 
+// The intake log's statements (prepared once: Backend.prepared).
+const (
+	sqlDataVersion = `PRAGMA data_version`
+	sqlAppendLog   = `INSERT INTO cairn_intake_log (images) VALUES (?)`
+	sqlTrimLog     = `DELETE FROM cairn_intake_log WHERE id <= ?`
+)
+
+var logStatements = []string{sqlDataVersion, sqlAppendLog, sqlTrimLog, claimScanSQL}
+
 // LogMigration creates the intake log's table: a migration of the SQLite
 // schema (package ledger/sqlite), which also makes cairn versions that do
 // not know the log refuse the file.
@@ -205,7 +219,17 @@ func (l *Backend) beginLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, op s
 		return err
 	}
 	var dv int64
-	if err := tx.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&dv); err != nil {
+	res, err := l.query(ctx, tx, sqlDataVersion)
+	if err != nil {
+		return err
+	}
+	if !res.Next() {
+		res.Close()
+		return fmt.Errorf("no data_version: %w", cmp.Or(res.Err(), sql.ErrNoRows))
+	}
+	err = res.Scan(&dv)
+	res.Close()
+	if err != nil {
 		return err
 	}
 	if !g.valid || dc != g.conn || dv != g.dataVersion {
@@ -217,7 +241,6 @@ func (l *Backend) beginLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, op s
 			return fmt.Errorf("folding the intake log: %w", err)
 		}
 	}
-	var err error
 	if !logged(op) {
 		err = l.foldAll(ctx, tx)
 	} else {
@@ -328,7 +351,7 @@ func (l *Backend) foldWhile(ctx context.Context, tx *sql.Tx, more func() bool) e
 		g.reset() // the entries above were marked clean: the cache is not current
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM cairn_intake_log WHERE id <= ?`, cut); err != nil {
+	if _, err := l.exec(ctx, tx, sqlTrimLog, cut); err != nil {
 		g.reset()
 		return err
 	}
@@ -369,7 +392,7 @@ func (l *Backend) appendLog(ctx context.Context, tx *sql.Tx, batch [][]any, next
 		buf = append(buf, ']')
 	}
 	buf = append(buf, ']')
-	res, err := tx.ExecContext(ctx, `INSERT INTO cairn_intake_log (images) VALUES (?)`, string(buf))
+	res, err := l.exec(ctx, tx, sqlAppendLog, string(buf))
 	if err != nil {
 		return false, err
 	}
@@ -456,7 +479,7 @@ func (l *Backend) claimLogged(ctx context.Context, tx *sql.Tx, now time.Time, n 
 		nextAt int64
 	}
 	var cands []cand
-	res, err := tx.StmtContext(ctx, l.claimScan).QueryContext(ctx, nowMS, n+g.shadow)
+	res, err := l.query(ctx, tx, claimScanSQL, nowMS, n+g.shadow)
 	if err != nil {
 		return nil, l.wrap("claim", err)
 	}

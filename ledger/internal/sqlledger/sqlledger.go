@@ -110,8 +110,10 @@ type Backend struct {
 	// only); log is the intake log's state (nil without Dialect.IntakeLog).
 	folds map[int]*sql.Stmt
 	log   *intakeLog
-	// claimScan is claimScanSQL, prepared (with the intake log).
-	claimScan *sql.Stmt
+	// prepared are statements of the intake log's transactions, prepared
+	// once by their text (preparing costs SQLite as much as a small
+	// transaction's work); see query and exec.
+	prepared map[string]*sql.Stmt
 }
 
 var _ ledger.Backend = (*Backend)(nil)
@@ -145,12 +147,16 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts *ledger.Options) (*Bac
 		}
 	}
 	if d.IntakeLog {
-		st, err := db.PrepareContext(ctx, claimScanSQL)
-		if err != nil {
-			l.closeStmts()
-			return nil, fmt.Errorf("ledger: preparing statements: %w", err)
+		loadFrom, _ := d.Rows(nil, []string{"text", "text"})
+		l.prepared = map[string]*sql.Stmt{}
+		for _, q := range append(logStatements, l.q(`SELECT `+cols+`, rev FROM cairn_ledger WHERE (bucket, ident) IN (SELECT c1, c2 FROM `+loadFrom+`)`)) {
+			st, err := db.PrepareContext(ctx, q)
+			if err != nil {
+				l.closeStmts()
+				return nil, fmt.Errorf("ledger: preparing statements: %w", err)
+			}
+			l.prepared[q] = st
 		}
-		l.claimScan = st
 		g := &intakeLog{maxRows: cmp.Or(d.LogLimits.Rows, 1<<18), maxBytes: cmp.Or(d.LogLimits.Bytes, 256<<20)}
 		g.maxShadow, g.maxWorkScan = min(maxShadow, g.maxRows/4), min(maxWorkScan, g.maxRows/4)
 		l.log = g
@@ -164,9 +170,25 @@ func (l *Backend) closeStmts() {
 			st.Close()
 		}
 	}
-	if l.claimScan != nil {
-		l.claimScan.Close()
+	for _, st := range l.prepared {
+		st.Close()
 	}
+}
+
+// query runs q in tx, prepared once if it is one of l.prepared.
+func (l *Backend) query(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
+	if st, ok := l.prepared[q]; ok {
+		return tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	}
+	return tx.QueryContext(ctx, q, args...)
+}
+
+// exec is query for statements that return no rows.
+func (l *Backend) exec(ctx context.Context, tx *sql.Tx, q string, args ...any) (sql.Result, error) {
+	if st, ok := l.prepared[q]; ok {
+		return tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	}
+	return tx.ExecContext(ctx, q, args...)
 }
 
 // DB returns the underlying database handle.
@@ -246,13 +268,11 @@ const (
 	opRelease  = "release"
 )
 
-// tryLogTx is tryTx with the intake log: the transaction runs on the pool's
-// one connection, whose data_version tells whether the cache is current, and
-// under the log's mutex; every op but Record first folds the log.
-func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) (err error) {
-	g := l.log
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// runLogTx is tryTx with the intake log, for tryLogTx's leader, which holds
+// the log's mutex: the transaction runs on the pool's one connection, whose
+// data_version tells whether the cache is current; an op that is not logged
+// first folds the log.
+func (l *Backend) runLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) (err error) {
 	conn, err := l.db.Conn(ctx)
 	if err != nil {
 		return l.wrap(op, err)
@@ -733,7 +753,7 @@ func (l *Backend) load(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]
 	}
 	from, a := l.d.Rows(rows, []string{"text", "text"})
 	q := `SELECT ` + cols + `, rev FROM cairn_ledger WHERE (bucket, ident) IN (SELECT c1, c2 FROM ` + from + `)`
-	res, err := tx.QueryContext(ctx, l.q(q), a...)
+	res, err := l.query(ctx, tx, l.q(q), a...)
 	if err != nil {
 		return nil, err
 	}

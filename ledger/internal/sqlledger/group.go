@@ -1,0 +1,160 @@
+package sqlledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"time"
+)
+
+// # Group commit of the writer's transactions (SQLite)
+//
+// With the intake log, every writing transaction runs on one connection, one
+// at a time, and much of its cost does not depend on its size: BEGIN, the
+// data_version check, the log row, the commit's WAL write and fsync. A
+// pipeline runs Record, Claim and CompleteBatch from different goroutines at
+// once, so tryLogTx group-commits them: a caller queues its transaction; the
+// first caller to find no leader leads, and runs every queued logged
+// transaction (up to maxGroup) as one transaction, each call's function in
+// queue order, each seeing the ones before, with one commit. Then it hands the
+// lead to the next queued caller, if any, and returns.
+//
+// A group is all or nothing, like each of its calls alone: if one call's
+// function fails, the group is rolled back and every call runs again alone
+// (tryTx's functions keep no state between runs), so no call sees another's
+// error. A group whose BEGIN or COMMIT fails gives every call that error (the
+// commit's outcome may be unknown, as for a call alone). Calls whose context
+// ends while they wait in the queue leave it; a call the leader took runs.
+
+// maxGroup caps the calls one transaction runs.
+const maxGroup = 64
+
+// logCall is a transaction waiting in the group-commit queue.
+type logCall struct {
+	ctx  context.Context
+	op   string
+	fn   func(tx *sql.Tx, now time.Time) error
+	done chan error // its outcome, or errLead
+}
+
+// errLead tells a queued call that it leads now.
+var errLead = errors.New("lead")
+
+// tryLogTx runs fn in a transaction of the intake log, grouped with others
+// (see above).
+func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
+	g := l.log
+	c := &logCall{ctx: ctx, op: op, fn: fn, done: make(chan error, 1)}
+	g.qmu.Lock()
+	g.queue0 = append(g.queue0, c)
+	lead := !g.leading
+	g.leading = true
+	g.qmu.Unlock()
+	if !lead {
+		select {
+		case err := <-c.done:
+			if err != errLead {
+				return err
+			}
+		case <-ctx.Done():
+			if g.leave(c) {
+				return l.wrap(op, context.Cause(ctx))
+			}
+			if err := <-c.done; err != errLead {
+				return err
+			}
+		}
+	}
+	// Lead: run groups until this call's own has run, then hand over.
+	for {
+		g.qmu.Lock()
+		group := g.takeGroup()
+		g.qmu.Unlock()
+		g.mu.Lock()
+		l.runGroup(group)
+		g.mu.Unlock()
+		for _, q := range group {
+			if q == c {
+				g.qmu.Lock()
+				g.handOff()
+				g.qmu.Unlock()
+				return <-c.done
+			}
+		}
+	}
+}
+
+// leave takes c out of the queue and reports true, unless a leader took it
+// already (then c runs, and its outcome comes). A lead handed to c meanwhile
+// passes on.
+func (g *intakeLog) leave(c *logCall) bool {
+	g.qmu.Lock()
+	defer g.qmu.Unlock()
+	i := slices.Index(g.queue0, c)
+	if i < 0 {
+		return false
+	}
+	g.queue0 = slices.Delete(g.queue0, i, i+1)
+	select {
+	case <-c.done: // errLead: nothing else is sent to a queued call
+		g.handOff()
+	default:
+	}
+	return true
+}
+
+// handOff gives the lead to the first queued call, if any (g.qmu held).
+func (g *intakeLog) handOff() {
+	if len(g.queue0) > 0 {
+		g.queue0[0].done <- errLead
+	} else {
+		g.leading = false
+	}
+}
+
+// takeGroup takes the next group off the queue (g.qmu held): the first call,
+// and with it the logged calls after it, up to maxGroup; a call that is not
+// logged runs alone.
+func (g *intakeLog) takeGroup() []*logCall {
+	n := 1
+	if logged(g.queue0[0].op) {
+		for n < len(g.queue0) && n < maxGroup && logged(g.queue0[n].op) {
+			n++
+		}
+	}
+	group := append([]*logCall(nil), g.queue0[:n]...)
+	g.queue0 = append(g.queue0[:0], g.queue0[n:]...)
+	return group
+}
+
+// runGroup runs the calls of group in one transaction and answers each
+// (g.mu held).
+func (l *Backend) runGroup(group []*logCall) {
+	if len(group) == 1 {
+		c := group[0]
+		c.done <- l.runLogTx(c.ctx, c.op, c.fn)
+		return
+	}
+	var failed bool
+	err := l.runLogTx(group[0].ctx, group[0].op, func(tx *sql.Tx, now time.Time) error {
+		for _, c := range group {
+			if err := c.fn(tx, now); err != nil {
+				failed = true
+				return err
+			}
+		}
+		return nil
+	})
+	for _, c := range group {
+		switch {
+		case err == nil:
+			c.done <- nil
+		case failed:
+			// One call failed the group: each runs again alone.
+			c.done <- l.runLogTx(c.ctx, c.op, c.fn)
+		default:
+			c.done <- err
+		}
+	}
+}
