@@ -91,3 +91,79 @@ func TestGroupCommitSurvivesCancelledWaiters(t *testing.T) {
 		t.Fatal("a Record after cancelled waiters never returned: the writer's lead was lost")
 	}
 }
+
+// EveryVersion claims in SQL (one version of a key at a time), behind the
+// writer's cache: a Record grouped after such a Claim must not decide from
+// the rows the Claim changed. Events without version ids (ident = key) are
+// recorded newer and newer while others claim and complete; at the end every
+// key's record holds its newest event, handled.
+func TestGroupCommitEveryVersionClaimThenRecord(t *testing.T) {
+	ctx := context.Background()
+	l, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), &ledger.Options{EveryVersion: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const keys, rounds = 8, 150
+	stop := make(chan struct{})
+	var wg, workers sync.WaitGroup
+	errs := make(chan error, 100)
+	for range 3 {
+		workers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cs, err := l.Claim(ctx, 4, time.Minute)
+				if err == nil && len(cs) > 0 {
+					var cerrs []error
+					cerrs, err = l.CompleteBatch(ctx, cs, make([]string, len(cs)))
+					err = errors.Join(append(cerrs, err)...)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	for k := range keys {
+		wg.Go(func() {
+			for i := 1; i <= rounds; i++ {
+				ev := event.Event{Bucket: "b", Key: fmt.Sprintf("k%d", k), Sequencer: fmt.Sprintf("%04d", i), Kind: event.Created, Name: "ObjectCreated:Put"}
+				if _, err := l.Record(ctx, "test", []event.Event{ev}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	workers.Wait()
+	for {
+		cs, err := l.Claim(ctx, 100, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cs) == 0 {
+			break
+		}
+		if _, err := l.CompleteBatch(ctx, cs, make([]string, len(cs))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%04d", rounds)
+	for k := range keys {
+		rs, err := l.Get(ctx, "b", fmt.Sprintf("k%d", k))
+		if err != nil || len(rs) != 1 || rs[0].Seq != want || rs[0].Status != ledger.Processed {
+			t.Fatalf("k%d: %+v %v, want sequencer %s, processed", k, rs, err, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/internal/testmain"
@@ -85,4 +86,37 @@ func TestInvalidUTF8BypassesTheLog(t *testing.T) {
 		}
 	}
 	record(other, ledger.Duplicate, ev("logged", "03", "e3"), ev("odd", "02", "\xc3bad"))
+}
+
+// A key whose ident is not valid UTF-8 (an EveryVersion ident carries the
+// version id, which events do not restrict) is found by a handle that did not
+// record it: claimed, completed, and decided a duplicate when it comes again.
+func TestInvalidUTF8Ident(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	opts := &ledger.Options{EveryVersion: true}
+	l, err := sqlite.Open(ctx, path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ev := event.Event{Bucket: "b", Key: "k", VersionID: "v\xff", Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"}
+	if _, err := l.Record(ctx, "s", []event.Event{ev}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := sqlite.Open(ctx, path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	cs, err := other.Claim(ctx, 10, time.Minute)
+	if err != nil || len(cs) != 1 || cs[0].VersionID != ev.VersionID {
+		t.Fatalf("claim: %+v %v", cs, err)
+	}
+	if err := other.Complete(ctx, cs[0], "done"); err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := l.Record(ctx, "s", []event.Event{ev}); err != nil || ds[0].Outcome != ledger.Duplicate {
+		t.Fatalf("the same event again: %+v %v, want duplicate", ds, err)
+	}
 }

@@ -23,9 +23,12 @@ import (
 // A group is all or nothing, like each of its calls alone: if one call's
 // function fails, the group is rolled back and every call runs again alone
 // (tryTx's functions keep no state between runs), so no call sees another's
-// error. A group whose BEGIN or COMMIT fails gives every call that error (the
-// commit's outcome may be unknown, as for a call alone). Calls whose context
-// ends while they wait in the queue leave it; a call the leader took runs.
+// error. A refusal (lease lost, superseded, not found) is not a failure: it is
+// decided before its call writes anything, so the others commit. A group whose
+// BEGIN or COMMIT fails gives every call that error (the commit's outcome may
+// be unknown, as for a call alone). Calls whose context ends while they wait
+// in the queue leave it; a call the leader took runs, under its own context,
+// while the group's BEGIN and COMMIT run under none.
 
 // maxGroup caps the calls one transaction runs.
 const maxGroup = 64
@@ -137,19 +140,25 @@ func (l *Backend) runGroup(group []*logCall) {
 		return
 	}
 	var failed bool
-	err := l.runLogTx(group[0].ctx, group[0].op, func(tx *sql.Tx, now time.Time) error {
-		for _, c := range group {
-			if err := c.fn(tx, now); err != nil {
+	refusals := make([]error, len(group))
+	// The group's own statements (BEGIN, the fold, COMMIT) run for every
+	// call: no one caller's context may cancel them (each call's statements
+	// run under its own).
+	err := l.runLogTx(context.WithoutCancel(group[0].ctx), group[0].op, func(tx *sql.Tx, now time.Time) error {
+		for i, c := range group {
+			if err := c.fn(tx, now); refused(err) {
+				refusals[i] = err // decided before the call wrote anything
+			} else if err != nil {
 				failed = true
 				return err
 			}
 		}
 		return nil
 	})
-	for _, c := range group {
+	for i, c := range group {
 		switch {
 		case err == nil:
-			c.done <- nil
+			c.done <- refusals[i]
 		case failed:
 			// One call failed the group: each runs again alone.
 			c.done <- l.runLogTx(c.ctx, c.op, c.fn)

@@ -464,8 +464,12 @@ func (l *Backend) claimLogged(ctx context.Context, tx *sql.Tx, now time.Time, n 
 		if err := l.foldAll(ctx, tx); err != nil {
 			return nil, l.wrap("claim", err)
 		}
-		g.dropAll = true
-		return l.claimTx(ctx, tx, now, n, lease)
+		cs, err := l.claimTx(ctx, tx, now, n, lease)
+		// The statement changed rows behind the cache, whose entries are all
+		// clean after the fold: drop them now, before a later call of the same
+		// group reads one.
+		clear(g.cache)
+		return cs, err
 	}
 	if g.shadow > g.maxShadow || len(g.work) > g.maxWorkScan {
 		err := l.foldWhile(ctx, tx, func() bool { return g.shadow > g.maxShadow/2 || len(g.work) > g.maxWorkScan/2 })

@@ -50,6 +50,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/internal/backoff"
@@ -296,14 +297,18 @@ func (l *Backend) runLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, n
 	if err != nil {
 		return l.wrap(op, err)
 	}
-	if err := fn(tx, now); err != nil {
-		return err
+	ferr := fn(tx, now)
+	if ferr != nil && !refused(ferr) {
+		return ferr
 	}
+	// A refusal (lease lost, superseded, not found) is decided before its
+	// call writes anything: what the transaction did before it (a fold)
+	// commits, and the cache stays.
 	if err := tx.Commit(); err != nil {
 		return l.wrap(op, err)
 	}
 	committed = true
-	return nil
+	return ferr
 }
 
 // settle folds the intake log before a read, so that reads see every
@@ -747,9 +752,25 @@ func valuesFrom(rows [][]any, cols int) (string, []any) {
 // locking them (Record's upsert checks the revisions).
 func (l *Backend) load(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]row, error) {
 	cur := make(map[rowID]row, len(ids))
-	rows := make([][]any, len(ids))
-	for i, id := range ids {
-		rows[i] = []any{id.bucket, id.ident}
+	rows := make([][]any, 0, len(ids))
+	for _, id := range ids {
+		if utf8.ValidString(id.bucket) && utf8.ValidString(id.ident) {
+			rows = append(rows, []any{id.bucket, id.ident})
+			continue
+		}
+		// A JSON row source (SQLite's Dialect.Rows) cannot carry invalid
+		// UTF-8 exactly: such a key is looked up on its own.
+		res, err := l.query(ctx, tx, l.q(`SELECT `+cols+`, rev FROM cairn_ledger WHERE bucket = ? AND ident = ?`), id.bucket, id.ident)
+		if err != nil {
+			return nil, err
+		}
+		err = scanRows(res, cur)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(rows) == 0 {
+		return cur, nil
 	}
 	from, a := l.d.Rows(rows, []string{"text", "text"})
 	q := `SELECT ` + cols + `, rev FROM cairn_ledger WHERE (bucket, ident) IN (SELECT c1, c2 FROM ` + from + `)`
@@ -757,17 +778,22 @@ func (l *Backend) load(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]
 	if err != nil {
 		return nil, err
 	}
+	return cur, scanRows(res, cur)
+}
+
+// scanRows scans rows of cols and rev into cur, and closes them.
+func scanRows(res *sql.Rows, cur map[rowID]row) error {
 	defer res.Close()
 	for res.Next() {
 		var rev int64
 		c, err := scanRecord(res, &rev)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		r := c.Record
 		cur[rowID{c.Bucket, c.Ident}] = row{&r, rev}
 	}
-	return cur, res.Err()
+	return res.Err()
 }
 
 // Claim leases up to n records of work: pending or failed records whose retry
