@@ -19,11 +19,7 @@ import (
 // must not fail the others: each is run again alone, and every Record lands.
 func TestGroupCommitIsolatesAFailingCall(t *testing.T) {
 	ctx := context.Background()
-	l, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := openTemp(t, nil)
 	bogus := ledger.Claim{Record: ledger.Record{Bucket: "b", Key: "nothing", Token: 7}, Ident: "nothing"}
 	const writers, batches = 8, 40
 	var wg sync.WaitGroup
@@ -60,11 +56,7 @@ func TestGroupCommitIsolatesAFailingCall(t *testing.T) {
 // keeps answering.
 func TestGroupCommitSurvivesCancelledWaiters(t *testing.T) {
 	ctx := context.Background()
-	l, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := openTemp(t, nil)
 	var wg sync.WaitGroup
 	for w := range 16 {
 		wg.Go(func() {
@@ -99,11 +91,7 @@ func TestGroupCommitSurvivesCancelledWaiters(t *testing.T) {
 // key's record holds its newest event, handled.
 func TestGroupCommitEveryVersionClaimThenRecord(t *testing.T) {
 	ctx := context.Background()
-	l, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), &ledger.Options{EveryVersion: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := openTemp(t, &ledger.Options{EveryVersion: true})
 	const keys, rounds = 8, 150
 	stop := make(chan struct{})
 	var wg, workers sync.WaitGroup
@@ -166,4 +154,15 @@ func TestGroupCommitEveryVersionClaimThenRecord(t *testing.T) {
 			t.Fatalf("k%d: %+v %v, want sequencer %s, processed", k, rs, err, want)
 		}
 	}
+}
+
+// openTemp opens a ledger in a file of the test's own, closed when it ends.
+func openTemp(t *testing.T, opts *ledger.Options) *ledger.Ledger {
+	t.Helper()
+	l, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
 }

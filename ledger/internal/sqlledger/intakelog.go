@@ -287,14 +287,35 @@ func (l *Backend) foldTable(ctx context.Context, tx *sql.Tx) error {
 	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM cairn_intake_log)`).Scan(&any); err != nil || !any {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, foldLogSQL); err != nil {
+	// One log row at a time: a statement over the whole log (up to
+	// LogLimits.Bytes of JSON) held ~150 MB at its peak.
+	res, err := tx.QueryContext(ctx, `SELECT id FROM cairn_intake_log ORDER BY id`)
+	if err != nil {
 		return err
 	}
-	_, err := tx.ExecContext(ctx, `DELETE FROM cairn_intake_log`)
+	var ids []int64
+	for res.Next() {
+		var id int64
+		if err := res.Scan(&id); err != nil {
+			res.Close()
+			return err
+		}
+		ids = append(ids, id)
+	}
+	res.Close()
+	if err := res.Err(); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if _, err := tx.ExecContext(ctx, foldLogSQL, id); err != nil {
+			return err
+		}
+	}
+	_, err = tx.ExecContext(ctx, `DELETE FROM cairn_intake_log`)
 	return err
 }
 
-// foldLogSQL upserts every image of the log over an older revision only (so
+// foldLogSQL upserts every image of one log row over an older revision only (so
 // where the log holds several images of a row, the newest wins whatever the
 // order).
 var foldLogSQL = func() string {
@@ -305,7 +326,7 @@ var foldLogSQL = func() string {
 		}
 		sel += "j.value->>" + strconv.Itoa(i)
 	}
-	sel += " FROM cairn_intake_log g, jsonb_each(jsonb(g.images)) j WHERE true"
+	sel += " FROM cairn_intake_log g, jsonb_each(jsonb(g.images)) j WHERE g.id = ?"
 	return `INSERT INTO cairn_ledger (` + cols + `, rev) ` + sel + foldConflict
 }()
 

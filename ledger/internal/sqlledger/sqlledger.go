@@ -197,9 +197,20 @@ func (l *Backend) DB() *sql.DB { return l.db }
 
 // Close closes the database.
 func (l *Backend) Close() error {
+	if l.log != nil {
+		// Leave the log folded, so that the next process to open the file
+		// does not fold it all in SQL. Best effort: whoever writes or reads
+		// next folds what is left.
+		ctx, cancel := context.WithTimeout(context.Background(), closeFoldTimeout)
+		_ = l.settle(ctx)
+		cancel()
+	}
 	l.closeStmts()
 	return l.db.Close()
 }
+
+// closeFoldTimeout bounds the fold at Close.
+const closeFoldTimeout = 30 * time.Second
 
 func (l *Backend) q(s string) string { return l.d.Rebind(s) }
 
