@@ -50,7 +50,7 @@ func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, n
 	g := l.log
 	c := &logCall{ctx: ctx, op: op, fn: fn, done: make(chan error, 1)}
 	g.qmu.Lock()
-	g.queue0 = append(g.queue0, c)
+	g.calls = append(g.calls, c)
 	lead := !g.leading
 	g.leading = true
 	g.qmu.Unlock()
@@ -94,11 +94,11 @@ func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, n
 func (g *intakeLog) leave(c *logCall) bool {
 	g.qmu.Lock()
 	defer g.qmu.Unlock()
-	i := slices.Index(g.queue0, c)
+	i := slices.Index(g.calls, c)
 	if i < 0 {
 		return false
 	}
-	g.queue0 = slices.Delete(g.queue0, i, i+1)
+	g.calls = slices.Delete(g.calls, i, i+1)
 	select {
 	case <-c.done: // errLead: nothing else is sent to a queued call
 		g.handOff()
@@ -109,8 +109,8 @@ func (g *intakeLog) leave(c *logCall) bool {
 
 // handOff gives the lead to the first queued call, if any (g.qmu held).
 func (g *intakeLog) handOff() {
-	if len(g.queue0) > 0 {
-		g.queue0[0].done <- errLead
+	if len(g.calls) > 0 {
+		g.calls[0].done <- errLead
 	} else {
 		g.leading = false
 	}
@@ -121,13 +121,13 @@ func (g *intakeLog) handOff() {
 // logged runs alone.
 func (g *intakeLog) takeGroup() []*logCall {
 	n := 1
-	if logged(g.queue0[0].op) {
-		for n < len(g.queue0) && n < maxGroup && logged(g.queue0[n].op) {
+	if logged(g.calls[0].op) {
+		for n < len(g.calls) && n < maxGroup && logged(g.calls[n].op) {
 			n++
 		}
 	}
-	group := append([]*logCall(nil), g.queue0[:n]...)
-	g.queue0 = append(g.queue0[:0], g.queue0[n:]...)
+	group := append([]*logCall(nil), g.calls[:n]...)
+	g.calls = append(g.calls[:0], g.calls[n:]...)
 	return group
 }
 

@@ -8,7 +8,7 @@ func TestLeavePassesTheLeadOn(t *testing.T) {
 	call := func() *logCall { return &logCall{op: opRecord, done: make(chan error, 1)} }
 	g := &intakeLog{}
 	a, b := call(), call()
-	g.queue0, g.leading = []*logCall{a, b}, true
+	g.calls, g.leading = []*logCall{a, b}, true
 	g.handOff() // the leader is done: a leads
 	if !g.leave(a) {
 		t.Fatal("a queued call could not leave")
@@ -21,12 +21,12 @@ func TestLeavePassesTheLeadOn(t *testing.T) {
 	default:
 		t.Fatal("the lead a was handed was lost")
 	}
-	if !g.leading || len(g.queue0) != 1 || g.queue0[0] != b {
-		t.Fatalf("leading %v, queue %v: want b queued, leading", g.leading, g.queue0)
+	if !g.leading || len(g.calls) != 1 || g.calls[0] != b {
+		t.Fatalf("leading %v, queue %v: want b queued, leading", g.leading, g.calls)
 	}
 	b.done <- errLead // b is handed the lead again, and leaves too
-	if !g.leave(b) || g.leading || len(g.queue0) != 0 {
-		t.Fatalf("after the last call left: leading %v, queue %v; want no leader", g.leading, g.queue0)
+	if !g.leave(b) || g.leading || len(g.calls) != 0 {
+		t.Fatalf("after the last call left: leading %v, queue %v; want no leader", g.leading, g.calls)
 	}
 	// A call a leader took already cannot leave: its outcome comes.
 	c := call()

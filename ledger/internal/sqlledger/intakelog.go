@@ -84,10 +84,10 @@ const (
 // outcome is unknown) drops the whole cache, which is then rebuilt from the
 // table and the log.
 type intakeLog struct {
-	// qmu guards the group-commit queue (group.go): queue0, the calls
+	// qmu guards the group-commit queue (group.go): calls, the transactions
 	// waiting, and leading, whether one of them leads.
 	qmu     sync.Mutex
-	queue0  []*logCall
+	calls  []*logCall
 	leading bool
 	mu      sync.Mutex
 	// conn is the driver connection the cache belongs to, and dataVersion its
