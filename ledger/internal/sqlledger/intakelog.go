@@ -87,7 +87,7 @@ type intakeLog struct {
 	// qmu guards the group-commit queue (group.go): calls, the transactions
 	// waiting, and leading, whether one of them leads.
 	qmu     sync.Mutex
-	calls  []*logCall
+	calls   []*logCall
 	leading bool
 	mu      sync.Mutex
 	// conn is the driver connection the cache belongs to, and dataVersion its
