@@ -250,6 +250,17 @@ func (h *head) minDue() (int64, bool) {
 	return m, ok
 }
 
+// dueBy counts the work entries due at now.
+func (h *head) dueBy(now int64) int {
+	n := 0
+	for _, d := range h.Work {
+		if d <= now {
+			n++
+		}
+	}
+	return n
+}
+
 // index is the work index document.
 type index struct {
 	Due  map[string]int64  `json:"due"`            // shard → lower bound of its earliest due work

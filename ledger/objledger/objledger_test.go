@@ -290,6 +290,9 @@ func TestWorkIndexNotLost(t *testing.T) {
 		}
 		wg.Wait()
 		close(errs)
+		// A Record lowers its index entries after it returned: Close
+		// waits for that, so the claimer's empty Claim below means done.
+		_ = writer.Close()
 		done <- <-errs
 	}()
 	got := map[string]bool{}
@@ -320,6 +323,79 @@ func TestWorkIndexNotLost(t *testing.T) {
 	}
 	if len(got) != n {
 		t.Fatalf("claimed %d of %d records through the index: work was lost from it", len(got), n)
+	}
+}
+
+// A Claim returns due work the index points at even when this process's
+// cached heads say the shard is empty: here every shard's entry is low (a
+// Complete never raises one), the claimer saw every shard empty, and another
+// process recorded one event. The claim used to budget by the stale caches
+// and return nothing (31 times in 32), leaving the record to a later poll.
+func TestClaimFindsWorkItsCachesMissed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock, advance := testClock()
+	s := objstore.New(mem.NewBackend(""), nil)
+	cfg := &objledger.Options{Shards: 32, SweepEvery: time.Hour}
+	opts := &ledger.Options{Now: clock}
+	record := func(keys ...string) {
+		t.Helper()
+		w, err := objledger.Open(ctx, s, opts, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var evs []event.Event
+		for _, k := range keys {
+			evs = append(evs, ev(k, "01"))
+		}
+		if _, err := w.Record(ctx, "w", evs); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil { // its index entries are lowered by now
+			t.Fatal(err)
+		}
+	}
+	claimer, err := objledger.Open(ctx, s, opts, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer claimer.Close()
+	var keys []string
+	for i := range 400 { // every shard gets work (w.h.p. by far)
+		keys = append(keys, fmt.Sprintf("k/%d", i))
+	}
+	record(keys...)
+	for drained := 0; drained < len(keys); {
+		cs, err := claimer.Claim(ctx, 100, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cs) == 0 {
+			t.Fatalf("drained %d of %d, then Claim found nothing", drained, len(keys))
+		}
+		for _, c := range cs {
+			if err := claimer.Complete(ctx, c, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		drained += len(cs)
+	}
+	// The entries point at the leases' ends, now past: every shard is a
+	// candidate, and the claimer's heads show nothing due in any.
+	advance(time.Minute)
+	for i := range 20 {
+		k := fmt.Sprintf("late/%d", i)
+		record(k)
+		cs, err := claimer.Claim(ctx, 1, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cs) != 1 || cs[0].Key != k {
+			t.Fatalf("round %d: Claim(1) = %d claims, want %s, which is due", i, len(cs), k)
+		}
+		if err := claimer.Complete(ctx, cs[0], ""); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -260,16 +260,17 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 		visited bool
 		due     int64
 		work    bool
+		ready   int // due records in the head as last read
 		err     error
 	}
 	vs := make([]visit, l.shards)
 	var cands []int
 	// Budgets: n in all, spread by what this process last saw of each shard
-	// (its cached head), evenly where it saw nothing; a shard that used its
-	// whole budget is visited again with what the others left. Shards the
-	// claim may leave with nothing due (as far as this process knows) are
-	// marked in the same index write; the others are not, and an index that
-	// needs no mark is only read.
+	// (its cached head), evenly where it saw nothing; rounds after the first
+	// (below) budget by the heads read. Shards the claim may leave with
+	// nothing due (as far as this process knows) are marked in the same
+	// index write; the others are not, and an index that needs no mark is
+	// only read.
 	err := l.updateIndex(ctx, func(x *index) bool {
 		now := l.now()
 		cands = cands[:0]
@@ -325,37 +326,60 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 				return nil
 			}
 			v.claims = append(v.claims, got...)
-			v.budget -= len(got)
 			v.visited = true
 			v.due, v.work = h.minDue()
+			v.ready = h.dueBy(l.now())
 			return nil
 		})
 	}
-	var visit1 []int
+	// Rounds: the first visits the shards the estimates give a budget (every
+	// candidate on a sweep). While the claim is short, the next visits the
+	// shards whose heads, as just read, still hold due work (budgets by those
+	// counts) and the candidates not visited yet (the rest spread evenly,
+	// zero budgets included: the visit reads the head, so the round after
+	// knows its count). An estimate is this process's cached head, which
+	// misses other processes' writes: by the third round every budget comes
+	// from a head read during this claim, so a claim is short only of work
+	// that is not there (or that a concurrent claimer took).
+	var next []int
 	for _, s := range cands {
 		if sweep || vs[s].budget > 0 {
-			visit1 = append(visit1, s)
+			next = append(next, s)
 		}
 	}
-	visitAll(visit1)
-	total := 0
-	for _, s := range visit1 {
-		total += len(vs[s].claims)
-	}
-	if left := n - total; left > 0 {
-		// Shards that used their whole budget may hold more; so may the
-		// candidates not visited.
-		var again []int
+	for round := 0; ; round++ {
+		if len(next) > 0 { // (eachShard takes nil for every shard)
+			visitAll(next)
+		}
+		total := 0
 		for _, s := range cands {
-			if v := &vs[s]; v.err == nil && (!v.visited || (v.budget == 0 && len(v.claims) > 0)) {
-				again = append(again, s)
+			total += len(vs[s].claims)
+		}
+		left := n - total
+		if left <= 0 || round == maxClaimRounds-1 {
+			break
+		}
+		next = next[:0]
+		var unknown []int
+		for _, s := range cands {
+			switch v := &vs[s]; {
+			case v.err != nil:
+			case !v.visited:
+				unknown = append(unknown, s)
+			case v.ready > 0 && left > 0:
+				v.budget = min(v.ready, left)
+				left -= v.budget
+				next = append(next, s)
 			}
 		}
-		for i, s := range again {
-			vs[s].budget = (left + len(again) - 1 - i) / (len(again) - i)
+		for i, s := range unknown {
+			vs[s].budget = (left + len(unknown) - 1 - i) / (len(unknown) - i)
 			left -= vs[s].budget
 		}
-		visitAll(again)
+		next = append(next, unknown...)
+		if len(next) == 0 {
+			break
+		}
 	}
 	var out []ledger.Claim
 	var claimErr error
@@ -416,14 +440,11 @@ func (l *Backend) dueEstimate(s int) (int, bool) {
 	if h == nil {
 		return 0, false
 	}
-	now, n := l.now(), 0
-	for _, d := range h.Work {
-		if d <= now {
-			n++
-		}
-	}
-	return n, true
+	return h.dueBy(l.now()), true
 }
+
+// maxClaimRounds bounds the rounds of shard visits in one Claim (see there).
+const maxClaimRounds = 3
 
 // raise sets the index entries of shards to their true earliest due time,
 // safely against concurrent writers: it marks the shards, reads them, and
