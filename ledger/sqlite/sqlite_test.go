@@ -2,7 +2,9 @@ package sqlite_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -118,5 +120,47 @@ func TestInvalidUTF8Ident(t *testing.T) {
 	}
 	if ds, err := l.Record(ctx, "s", []event.Event{ev}); err != nil || ds[0].Outcome != ledger.Duplicate {
 		t.Fatalf("the same event again: %+v %v, want duplicate", ds, err)
+	}
+}
+
+// A closed handle keeps none of its writer's cache: a process may hold a
+// closed *Ledger (a deferred Close, say) while it opens the file again, and
+// the cache of a busy handle is up to ~100 MB. The audit bench's peak heap
+// went from 14 to 157 MiB that way. Not parallel: it measures the live heap.
+func TestClosedHandleReleasesItsCache(t *testing.T) {
+	ctx := context.Background()
+	live := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	l, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := make([]event.Event, 20000)
+	for i := range evs {
+		evs[i] = event.Event{Bucket: "b", Key: fmt.Sprintf("some/longish/key/%08d", i), ETag: "e", Sequencer: "01", Kind: event.Created}
+	}
+	if _, err := l.Record(ctx, "t", evs); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := l.Claim(ctx, len(evs), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.CompleteBatch(ctx, cs, make([]string, len(cs))); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	keep := []*ledger.Ledger{l}
+	held := live()
+	keep[0] = nil
+	gone := live()
+	if held > gone+4<<20 {
+		t.Fatalf("a closed handle of 20,000 records holds %.1f MiB", float64(held-gone)/(1<<20))
 	}
 }

@@ -204,6 +204,11 @@ func (l *Backend) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), closeFoldTimeout)
 		_ = l.settle(ctx)
 		cancel()
+		// A closed handle may stay reachable (a deferred Close while the
+		// file is opened again): it keeps none of its cache.
+		l.log.mu.Lock()
+		l.log.reset()
+		l.log.mu.Unlock()
 	}
 	l.closeStmts()
 	return l.db.Close()
