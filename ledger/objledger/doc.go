@@ -14,9 +14,10 @@
 //	work.json                  the work index: per shard, a lower bound of when
 //	                           its earliest work is due
 //	shards/NNN/head.json       a shard's head: the records changed since its
-//	                           segments, the shard's active work (id → due
-//	                           time), tombstones of purged records, and the
-//	                           keys of its segments
+//	                           segments, tombstones of purged records, and
+//	                           the keys of its segments (the shard's active
+//	                           work, id → due time, is derived from the
+//	                           records when a head is read: format 3)
 //	shards/NNN/base-….json     an immutable segment: the oldest (the base)
 //	                           holds every record of the shard as of a
 //	                           compaction, newer ones the records changed
@@ -89,11 +90,12 @@
 //     events.
 //   - Bytes: a record is about 250–350 bytes of JSON (its key, ETag, sequencer,
 //     result and error dominate). A head write rewrites the head: up to
-//     CompactAt records plus the shard's active work entries (~40 bytes each).
+//     CompactAt records, whatever the shard's backlog.
 //     Compaction writes each record into a segment about log2(records /
 //     CompactAt) times in all.
-//   - Memory: each process holds the decoded segments of the shards it touched:
-//     roughly 500 bytes per record. Millions of keys want PostgreSQL.
+//   - Memory: each process holds the decoded segments of the shards it touched,
+//     and their active work (~60 bytes per pending record): roughly 500 bytes
+//     per record. Millions of keys want PostgreSQL.
 //   - AWS S3 limits request rates per prefix (3,500 writes and 5,500 reads per
 //     second, per partitioned prefix). Every write of one shard goes to one key,
 //     and S3 also serialises conditional writes of one key: throughput scales

@@ -115,10 +115,15 @@ type head struct {
 	// Segs are newer immutable segments, oldest first: each holds the rows
 	// (and tombstones) a compaction moved out of the head, newer than Base
 	// and than the segments before it.
-	Segs  []string         `json:"segs,omitempty"`
-	Seq   int64            `json:"seq"`  // change counter
-	Rows  map[string]*row  `json:"rows"` // id → row changed since the segments (or tombstone)
-	Work  map[string]int64 `json:"work"` // id → due (ms) of every pending, failed or claimed row
+	Segs []string        `json:"segs,omitempty"`
+	Seq  int64           `json:"seq"`  // change counter
+	Rows map[string]*row `json:"rows"` // id → row changed since the segments (or tombstone)
+	// Work is every pending, failed or claimed row's due time (ms), by id.
+	// Not stored (format 3): it is derived from the rows when a head is
+	// decoded and kept in step by put and remove, so a head write carries
+	// the rows changed since its segments, not the shard's whole backlog.
+	// (Format 1 and 2 heads stored it as "work"; it is ignored on read.)
+	Work  map[string]int64 `json:"-"`
 	Trash []trash          `json:"trash,omitempty"`
 
 	base *segment   // the decoded base (not stored)
@@ -261,6 +266,39 @@ func (h *head) dueBy(now int64) int {
 	return n
 }
 
+// deriveWork sets h.Work from its rows over segWork, the work of its
+// segments (see segmentWork).
+func (h *head) deriveWork(segWork map[string]int64) {
+	h.Work = maps.Clone(segWork)
+	if h.Work == nil {
+		h.Work = map[string]int64{}
+	}
+	for id, r := range h.Rows {
+		if d, ok := r.due(); ok && !r.Deleted {
+			h.Work[id] = d
+		} else {
+			delete(h.Work, id)
+		}
+	}
+}
+
+// segmentWork is the work of a head's segments, oldest first: each row's due
+// time unless a newer segment changed or deleted it. Segments are immutable,
+// so it is computed once per set of segments (Backend.segWork).
+func segmentWork(layers []*segment) map[string]int64 {
+	w := map[string]int64{}
+	for _, seg := range layers {
+		for id, r := range seg.Rows {
+			if d, ok := r.due(); ok && !r.Deleted {
+				w[id] = d
+			} else {
+				delete(w, id)
+			}
+		}
+	}
+	return w
+}
+
 // index is the work index document.
 type index struct {
 	Due  map[string]int64  `json:"due"`            // shard → lower bound of its earliest due work
@@ -277,9 +315,13 @@ type meta struct {
 // formatVersion is the layout this cairn writes. 2: heads may name
 // immutable segments besides the base (a cairn that reads only format 1
 // would drop them when it rewrote a head, losing their records, so it must
-// refuse the ledger). A format-1 ledger is upgraded when opened: its heads
-// are valid format 2.
-const formatVersion = 2
+// refuse the ledger). 3: heads no longer store the work map (id → due time
+// of every active row): readers derive it from the rows, so a head write no
+// longer grows with the shard's backlog (a cairn that reads format 2 would
+// see no work in the segments, so it must refuse the ledger). An older
+// ledger is upgraded when opened: its heads are valid format 3 (the stored
+// work map is ignored).
+const formatVersion = 3
 
 func shardName(s int) string { return fmt.Sprintf("%03d", s) }
 

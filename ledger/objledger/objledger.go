@@ -97,6 +97,7 @@ type Backend struct {
 
 	mu         sync.Mutex
 	heads      []cachedHead
+	segWork    map[int]segWork // shard → the work of its last decoded segments
 	bases      map[string]*segment
 	compacting []bool
 	// unsure are, per shard, new bases whose put or swap failed ambiguously:
@@ -120,6 +121,12 @@ type hint struct {
 }
 
 // cachedHead is a decoded head and the hash of the bytes it was decoded from.
+// segWork is the work of one set of a shard's segments (keys joined).
+type segWork struct {
+	key  string
+	work map[string]int64 // never changed once cached: readers clone it
+}
+
 type cachedHead struct {
 	sum uint64
 	n   int
@@ -475,9 +482,6 @@ func (l *Backend) decodeHead(ctx context.Context, s int, data []byte) (*head, er
 	if h.Rows == nil {
 		h.Rows = map[string]*row{}
 	}
-	if h.Work == nil {
-		h.Work = map[string]int64{}
-	}
 	if err := validRows(h.Rows, headKey(s)); err != nil {
 		return nil, err
 	}
@@ -504,8 +508,30 @@ func (l *Backend) decodeHead(ctx context.Context, s int, data []byte) (*head, er
 		}
 		h.segs[i] = seg
 	}
+	h.deriveWork(l.segmentWork(s, h))
 	l.keep(s, sum, len(data), h)
 	return h.clone(), nil
+}
+
+// segmentWork is the work of h's segments (segmentWork), from the cache of
+// shard s's last set of segments when it is the same.
+func (l *Backend) segmentWork(s int, h *head) map[string]int64 {
+	keys, layers := h.layers()
+	key := strings.Join(keys, "\n")
+	l.mu.Lock()
+	c, ok := l.segWork[s]
+	l.mu.Unlock()
+	if ok && c.key == key {
+		return c.work
+	}
+	w := segmentWork(layers)
+	l.mu.Lock()
+	if l.segWork == nil {
+		l.segWork = map[int]segWork{}
+	}
+	l.segWork[s] = segWork{key: key, work: w}
+	l.mu.Unlock()
+	return w
 }
 
 func (l *Backend) keep(s int, sum uint64, n int, h *head) {

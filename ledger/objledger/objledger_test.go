@@ -479,30 +479,90 @@ func TestCorruptHead(t *testing.T) {
 // backendOf is the object-store backend under l, for its own methods.
 func backendOf(l *ledger.Ledger) *objledger.Backend { return l.Backend().(*objledger.Backend) }
 
-// A format-1 ledger (written by a cairn that knows no segments) is upgraded
-// when opened, so that such a cairn refuses it from then on (it would drop
-// the segments a head names when rewriting it); a newer format is refused.
+// Older ledgers are upgraded when opened, so that older cairn versions refuse
+// them from then on: a format-1 cairn would drop the segments a head names
+// when rewriting it, a format-2 one would see no work in heads that no longer
+// store it. A format-2 head's stored work map is ignored: the work is what
+// its rows say. A newer format is refused.
 func TestFormatUpgrade(t *testing.T) {
 	ctx := context.Background()
-	s := mem.New()
 	const key = "cairn-ledger.json"
-	if _, err := s.PutBytes(ctx, key, []byte(`{"cairn_ledger":1,"shards":4,"created":1}`), nil); err != nil {
-		t.Fatal(err)
+	for _, old := range []int{1, 2} {
+		s := mem.New()
+		if _, err := s.PutBytes(ctx, key, fmt.Appendf(nil, `{"cairn_ledger":%d,"shards":1,"created":1}`, old), nil); err != nil {
+			t.Fatal(err)
+		}
+		// A head as format 2 wrote it: its work map names a row that is
+		// not there and misses the one pending row.
+		r := `{"b":"b","i":"k","k":"k","e":"e","q":"01","kd":"created","n":"ObjectCreated:Put","st":"pending","nx":1,"f":1,"u":1,"sn":1,"g":1,"ch":1}`
+		if _, err := s.PutBytes(ctx, "shards/000/head.json", []byte(`{"seq":1,"rows":{"b/k":`+r+`},"work":{"b/ghost":1}}`), nil); err != nil {
+			t.Fatal(err)
+		}
+		l, err := objledger.Open(ctx, s, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := l.Claim(ctx, 10, time.Minute)
+		l.Close()
+		if err != nil || len(cs) != 1 || cs[0].Key != "k" {
+			t.Fatalf("format %d: claims %v, %v; want the pending row's", old, cs, err)
+		}
+		data, _, err := s.GetBytes(ctx, key)
+		if err != nil || !strings.Contains(string(data), `"cairn_ledger":3`) || !strings.Contains(string(data), `"shards":1`) {
+			t.Fatalf("descriptor after opening a format-%d ledger: %s %v", old, data, err)
+		}
+		if data, _, err = s.GetBytes(ctx, "shards/000/head.json"); err != nil || strings.Contains(string(data), `"work"`) {
+			t.Fatalf("head after a claim: %s %v; want no stored work", data, err)
+		}
 	}
-	l, err := objledger.Open(ctx, s, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
-	data, _, err := s.GetBytes(ctx, key)
-	if err != nil || !strings.Contains(string(data), `"cairn_ledger":2`) || !strings.Contains(string(data), `"shards":4`) {
-		t.Fatalf("descriptor after opening a format-1 ledger: %s %v", data, err)
-	}
-	if _, err := s.PutBytes(ctx, key, []byte(`{"cairn_ledger":3,"shards":4,"created":1}`), nil); err != nil {
+	s := mem.New()
+	if _, err := s.PutBytes(ctx, key, []byte(`{"cairn_ledger":4,"shards":4,"created":1}`), nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := objledger.Open(ctx, s, nil, nil); err == nil || !strings.Contains(err.Error(), "upgrade cairn") {
-		t.Fatalf("opening a format-3 ledger: %v", err)
+		t.Fatalf("opening a format-4 ledger: %v", err)
+	}
+}
+
+// A head write carries the rows changed since the shard's segments, not its
+// backlog: with 5,000 records pending in one shard, a head stays within
+// about CompactAt rows (format 2 stored a work entry per pending record in
+// every head: 5,000 of them here).
+func TestHeadDoesNotGrowWithBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := mem.New()
+	l, err := objledger.Open(ctx, s, nil, &objledger.Options{Shards: 1, CompactAt: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for b := range 50 {
+		var evs []event.Event
+		for i := range 100 {
+			evs = append(evs, ev(fmt.Sprintf("backlog/%d/%d", b, i), "01"))
+		}
+		if _, err := l.Record(ctx, "t", evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := backendOf(l).Compact(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := l.Claim(ctx, 10, time.Minute) // one more head write
+	if err != nil || len(cs) != 10 {
+		t.Fatalf("claims %d, %v", len(cs), err)
+	}
+	data, _, err := s.GetBytes(ctx, "shards/000/head.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > 64*400 {
+		t.Fatalf("head of a shard with 4,990 pending records is %d bytes", len(data))
+	}
+	n, err := l.Counts(ctx)
+	if err != nil || n[ledger.Pending] != 4990 || n[ledger.Claimed] != 10 {
+		t.Fatalf("counts %v, %v", n, err)
 	}
 }
 

@@ -2,6 +2,7 @@ package objledger
 
 import (
 	"cmp"
+	"container/heap"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -161,25 +162,11 @@ func claimable(w *row, now int64) bool {
 	return false
 }
 
-// claimIn claims up to n due records of h, earliest due first.
+// claimIn claims up to n due records of h, earliest due first (then by id).
 func (l *Backend) claimIn(h *head, now int64, n int, lease time.Duration) []ledger.Claim {
 	if n <= 0 {
 		return nil
 	}
-	type cand struct {
-		id  string
-		due int64
-	}
-	var cs []cand
-	for rid, d := range h.Work {
-		if d <= now {
-			cs = append(cs, cand{rid, d})
-		}
-	}
-	if len(cs) == 0 {
-		return nil
-	}
-	slices.SortFunc(cs, func(a, b cand) int { return cmp.Or(cmp.Compare(a.due, b.due), strings.Compare(a.id, b.id)) })
 	var byKey map[string][]*row
 	if l.opts.EveryVersion {
 		byKey = map[string][]*row{}
@@ -190,34 +177,98 @@ func (l *Backend) claimIn(h *head, now int64, n int, lease time.Duration) []ledg
 		}
 	}
 	var out []ledger.Claim
-	for _, c := range cs {
-		w := h.get(c.id)
-		if w == nil {
-			delete(h.Work, c.id) // no record behind the entry: drop it
-			continue
-		}
-		if !claimable(w, now) {
-			continue
-		}
-		if l.opts.EveryVersion && blocked(w, byKey[w.Bucket+"/"+w.Key], now) {
-			continue
-		}
-		nw := claimRow(w, now, lease)
-		h.put(c.id, nw)
-		if byKey != nil {
-			k := byKey[w.Bucket+"/"+w.Key]
-			for i := range k {
-				if k[i] == w {
-					k[i] = nw
+	// A shard's backlog can be large and only n are wanted: the first pass
+	// takes the earliest 2n+8 due (some may not be claimable: blocked
+	// versions); only if that falls short while more were due does a second
+	// pass go through all of them.
+	for _, k := range []int{2*n + 8, -1} {
+		cs, more := earliestDue(h.Work, now, k)
+		for _, c := range cs {
+			w := h.get(c.id)
+			if w == nil {
+				delete(h.Work, c.id) // no record behind the entry: drop it
+				continue
+			}
+			if !claimable(w, now) {
+				continue
+			}
+			if l.opts.EveryVersion && blocked(w, byKey[w.Bucket+"/"+w.Key], now) {
+				continue
+			}
+			nw := claimRow(w, now, lease)
+			h.put(c.id, nw)
+			if byKey != nil {
+				k := byKey[w.Bucket+"/"+w.Key]
+				for i := range k {
+					if k[i] == w {
+						k[i] = nw
+					}
 				}
 			}
+			out = append(out, nw.claim())
+			if len(out) >= n {
+				return out
+			}
 		}
-		out = append(out, nw.claim())
-		if len(out) >= n {
+		if !more {
 			break
 		}
 	}
 	return out
+}
+
+// cand is a work entry: a row's id and due time.
+type cand struct {
+	id  string
+	due int64
+}
+
+func (a cand) cmp(b cand) int { return cmp.Or(cmp.Compare(a.due, b.due), strings.Compare(a.id, b.id)) }
+
+// candHeap is a max-heap of cands (the latest on top).
+type candHeap []cand
+
+func (h candHeap) Len() int           { return len(h) }
+func (h candHeap) Less(i, j int) bool { return h[i].cmp(h[j]) > 0 }
+func (h candHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *candHeap) Push(x any)        { *h = append(*h, x.(cand)) }
+func (h *candHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// earliestDue returns the k earliest work entries due at now, sorted (all of
+// them if k < 0), and whether more were due.
+func earliestDue(work map[string]int64, now int64, k int) (cs []cand, more bool) {
+	if k < 0 {
+		for id, d := range work {
+			if d <= now {
+				cs = append(cs, cand{id, d})
+			}
+		}
+	} else {
+		h := make(candHeap, 0, k)
+		for id, d := range work {
+			if d > now {
+				continue
+			}
+			switch c := (cand{id, d}); {
+			case len(h) < k:
+				heap.Push(&h, c)
+			case c.cmp(h[0]) < 0:
+				h[0] = c
+				heap.Fix(&h, 0)
+				more = true
+			default:
+				more = true
+			}
+		}
+		cs = h
+	}
+	slices.SortFunc(cs, cand.cmp)
+	return cs, more
 }
 
 // blocked: another version of w's key is claimed with a live lease, or waits
