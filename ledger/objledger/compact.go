@@ -126,7 +126,14 @@ func (l *Backend) compact(ctx context.Context, s int) error {
 			}
 		}
 		for rid, w0 := range h0.Rows {
-			if w, ok := h.Rows[rid]; ok && w.Change == w0.Change {
+			w, ok := h.Rows[rid]
+			switch {
+			case !ok && !w0.Deleted:
+				// Purged since h0 (no segment held it, so no tombstone was
+				// left), but the new segment holds it: bury it there.
+				h.Seq++
+				h.Rows[rid] = &row{Deleted: true, Change: h.Seq}
+			case ok && w.Change == w0.Change:
 				delete(h.Rows, rid)
 			}
 		}

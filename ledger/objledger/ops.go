@@ -380,6 +380,9 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 			v.visited = true
 			v.due, v.work = h.minDue()
 			v.ready = h.dueBy(l.now())
+			if len(got) < v.budget {
+				v.ready = 0 // it claimed all it could: the rest due are blocked versions
+			}
 			return nil
 		})
 	}
