@@ -273,13 +273,7 @@ func (h *head) deriveWork(segWork map[string]int64) {
 	if h.Work == nil {
 		h.Work = map[string]int64{}
 	}
-	for id, r := range h.Rows {
-		if d, ok := r.due(); ok && !r.Deleted {
-			h.Work[id] = d
-		} else {
-			delete(h.Work, id)
-		}
-	}
+	layerWork(h.Work, h.Rows)
 }
 
 // segmentWork is the work of a head's segments, oldest first: each row's due
@@ -288,15 +282,21 @@ func (h *head) deriveWork(segWork map[string]int64) {
 func segmentWork(layers []*segment) map[string]int64 {
 	w := map[string]int64{}
 	for _, seg := range layers {
-		for id, r := range seg.Rows {
-			if d, ok := r.due(); ok && !r.Deleted {
-				w[id] = d
-			} else {
-				delete(w, id)
-			}
-		}
+		layerWork(w, seg.Rows)
 	}
 	return w
+}
+
+// layerWork lays rows over the work w of older layers: a row's due time, or
+// none if it is done or a tombstone.
+func layerWork(w map[string]int64, rows map[string]*row) {
+	for id, r := range rows {
+		if d, ok := r.due(); ok && !r.Deleted {
+			w[id] = d
+		} else {
+			delete(w, id)
+		}
+	}
 }
 
 // index is the work index document.

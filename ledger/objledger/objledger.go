@@ -120,13 +120,13 @@ type hint struct {
 	gen uint64
 }
 
-// cachedHead is a decoded head and the hash of the bytes it was decoded from.
 // segWork is the work of one set of a shard's segments (keys joined).
 type segWork struct {
 	key  string
 	work map[string]int64 // never changed once cached: readers clone it
 }
 
+// cachedHead is a decoded head and the hash of the bytes it was decoded from.
 type cachedHead struct {
 	sum uint64
 	n   int
