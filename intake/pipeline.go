@@ -104,9 +104,6 @@ type Pipeline struct {
 	wake      chan struct{}
 	slotFreed chan struct{}
 	running   atomic.Int64 // handler slots taken (reserved or running)
-	// idle: the last Claim found less work than it asked for, so new work can
-	// be claimed as it is recorded (RecordAndClaim) without jumping a queue.
-	idle atomic.Bool
 
 	act activity
 
@@ -306,8 +303,10 @@ func (p *Pipeline) failPending() {
 }
 
 // record commits one batch, grouped by source, and answers each submission.
-// When workers are idle, it claims the new work in the same transaction and
-// starts handlers at once.
+// When handler slots are free, it claims work in the same transaction
+// (RecordAndClaim: the earliest due first, so never ahead of older work) and
+// starts handlers at once: new work on an unloaded pipeline starts as soon as
+// it is durable, with no separate claim.
 func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 	bySource := map[string][]*submission{}
 	var order []string
@@ -329,7 +328,7 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 		var ds []ledger.Decision
 		var cs []ledger.Claim
 		var err error
-		if n := p.reserveIfIdle(len(evs)); n > 0 {
+		if n := p.reserve(len(evs)); n > 0 {
 			// The claims' leases run from (no earlier than) the call's start.
 			ds, cs, err = p.l.RecordAndClaim(rctx, src, evs, n, p.o.Lease)
 			p.unreserve(n - len(cs))
@@ -411,15 +410,6 @@ func (p *Pipeline) reserve(n int) int {
 	}
 }
 
-// reserveIfIdle reserves slots for claiming while recording, only when the
-// dispatcher found no queue of older work.
-func (p *Pipeline) reserveIfIdle(n int) int {
-	if !p.idle.Load() {
-		return 0
-	}
-	return p.reserve(n)
-}
-
 // unreserve gives back n reserved slots that were not used.
 func (p *Pipeline) unreserve(n int) {
 	if n <= 0 {
@@ -486,7 +476,6 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 		for _, c := range cs {
 			p.launch(c, claimedAt)
 		}
-		p.idle.Store(len(cs) < free)
 		if len(cs) < free {
 			t := time.NewTimer(p.o.Poll)
 			select {

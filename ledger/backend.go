@@ -25,8 +25,11 @@ import (
 // Methods are documented on Ledger; a Backend must be safe for concurrent use.
 type Backend interface {
 	// RecordAndClaim stores evs durably, decides each (same order as evs), and
-	// claims, in the same transaction, up to n of the records this batch made
-	// pending (it may claim fewer; none with Options.EveryVersion).
+	// claims, in the same transaction, up to n records as Claim would right
+	// after the record: the earliest due first, so work due before this batch
+	// comes before the batch's own (it may claim fewer, e.g. a backend with
+	// shards looks only at those the batch touched; none with
+	// Options.EveryVersion).
 	RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]Decision, []Claim, error)
 	Claim(ctx context.Context, n int, lease time.Duration) ([]Claim, error)
 	Renew(ctx context.Context, c Claim, lease time.Duration) (Claim, error)

@@ -73,9 +73,14 @@ func (l *Ledger) Record(ctx context.Context, source string, evs []event.Event) (
 }
 
 // RecordAndClaim is Record that also claims, in the same transaction, up to n
-// of the records this batch made pending (the fast path of a daemon with idle
-// workers: no separate claim transaction). It may claim fewer (none with
-// Options.EveryVersion); n ≤ 0 claims nothing, as Record.
+// records as Claim(n) would right after the record (the fast path of a daemon
+// with free workers: no separate claim transaction, and new work starts as
+// soon as it is durable). The earliest due work is claimed first, so work
+// that was waiting before this batch (older pending work, retries, expired
+// leases) comes before the batch's own: claiming while recording never jumps
+// the queue. It may claim fewer (the object-store ledger looks only at the
+// shards the batch touched; none with Options.EveryVersion); n ≤ 0 claims
+// nothing, as Record.
 func (l *Ledger) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]Decision, []Claim, error) {
 	if n <= 0 {
 		n, lease = 0, 0

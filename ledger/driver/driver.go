@@ -8,7 +8,7 @@
 // Decide holds the ledger's acceptance rules: a backend reads a key's row,
 // calls Decide inside its transaction and stores what Decide returns, so that
 // every backend decides alike. Ident and SortSeq are how rows are keyed and
-// ordered; UnixMilli and FromUnixMilli are how times are stored; Defaults and
+// ordered, SortClaims the order Claim returns its claims in; UnixMilli and FromUnixMilli are how times are stored; Defaults and
 // Backoff are how the shared ledger.Options are read.
 //
 // # Errors
@@ -19,6 +19,7 @@
 package driver
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -182,4 +183,11 @@ func Decide(row *ledger.Record, ev event.Event, source string, now time.Time) (l
 		r.Seq = ev.Sequencer
 		return accept(), &r
 	}
+}
+
+// SortClaims puts claims in the order Claim and RecordAndClaim return them:
+// earliest due (NextAttempt) first; claims due at the same time keep their
+// order.
+func SortClaims(cs []ledger.Claim) {
+	slices.SortStableFunc(cs, func(a, b ledger.Claim) int { return a.NextAttempt.Compare(b.NextAttempt) })
 }

@@ -54,6 +54,7 @@ func Run(t *testing.T, h Harness) {
 		{"CompleteBatchAndRelease", testBatchRelease},
 		{"CompleteBatchRules", testCompleteBatchRules},
 		{"RecordAndClaim", testRecordAndClaim},
+		{"RecordAndClaimOldestFirst", testRecordAndClaimOldestFirst},
 		{"EventRoundTrip", testEventRoundTrip},
 		{"Lookup", testLookup},
 		{"ReplayAndPurge", testReplayPurge},

@@ -257,23 +257,27 @@ func testRecordAndClaim(t *testing.T, h Harness) {
 	if got := outcomes(ds); !slices.Equal(got, []ledger.Outcome{ledger.New, ledger.Duplicate, ledger.New, ledger.New, ledger.New}) {
 		t.Fatalf("decisions %v", got)
 	}
-	// Two claims, of this batch's new work, in delivery order; never the row
-	// another holder has (old), never twice one key.
-	if len(cs) != 2 || cs[0].Key != "a" || cs[1].Key != "b" || cs[0].Token != 1 || cs[0].Attempts != 1 || cs[0].Status != ledger.Claimed {
+	// Two claims of this batch's new work (all due at once: which two is the
+	// backend's choice); never the row another holder has (old), never twice
+	// one key.
+	if len(cs) != 2 || cs[0].Key == cs[1].Key || cs[0].Token != 1 || cs[0].Attempts != 1 || cs[0].Status != ledger.Claimed {
 		t.Fatalf("claims %+v", cs)
 	}
 	rest := must(l.Claim(ctx, 10, time.Minute))(t)
-	if len(rest) != 1 || rest[0].Key != "c" {
-		t.Fatalf("after RecordAndClaim, Claim got %+v, want only c", rest)
+	if len(rest) != 1 || rest[0].Key == "old" || rest[0].Key == cs[0].Key || rest[0].Key == cs[1].Key {
+		t.Fatalf("after RecordAndClaim claimed %s and %s, Claim got %+v, want the third", cs[0].Key, cs[1].Key, rest)
 	}
-	// The claims are real: complete one, let the other expire and be taken over.
-	if err := l.Complete(ctx, cs[0], "done"); err != nil {
-		t.Fatal(err)
+	// The claims are real: complete one (and Claim's), let the other expire
+	// and be taken over.
+	for _, c := range []ledger.Claim{cs[0], rest[0]} {
+		if err := l.Complete(ctx, c, "done"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	clk.Add(11 * time.Second)
 	again := must(l.Claim(ctx, 10, time.Minute))(t)
-	if len(again) != 1 || again[0].Key != "b" || again[0].Token != 2 {
-		t.Fatalf("takeover of an expired RecordAndClaim claim: %+v", again)
+	if len(again) != 1 || again[0].Key != cs[1].Key || again[0].Token != 2 {
+		t.Fatalf("takeover of an expired RecordAndClaim claim of %s: %+v", cs[1].Key, again)
 	}
 	if err := l.Complete(ctx, cs[1], ""); !errors.Is(err, ledger.ErrSuperseded) {
 		t.Fatalf("superseded complete: %v", err)
@@ -289,6 +293,48 @@ func testRecordAndClaim(t *testing.T, h Harness) {
 	if _, cs, err := l.RecordAndClaim(ctx, "s", []event.Event{ev("d", "01")}, 0, time.Minute); err != nil || len(cs) != 0 {
 		t.Fatalf("n=0: %v %v", cs, err)
 	}
+}
+
+// testRecordAndClaimOldestFirst: claiming while recording never jumps the
+// queue: work that was due before the batch is claimed before the batch's
+// own.
+func testRecordAndClaimOldestFirst(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	clk := newClock()
+	l, _ := h.New(t, &ledger.Options{Now: clk.Now})
+	// Enough old work that every shard of a sharded backend holds more of
+	// it than the batch may claim there.
+	var old []event.Event
+	for i := range 64 {
+		old = append(old, ev(fmt.Sprintf("old-%02d", i), "01"))
+	}
+	must(l.Record(ctx, "s", old))(t)
+	clk.Add(time.Second)
+	fresh := []event.Event{ev("new-a", "01"), ev("new-b", "01"), ev("new-c", "01"), ev("new-d", "01")}
+	_, cs, err := l.RecordAndClaim(ctx, "s", fresh, 4, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) == 0 {
+		t.Fatal("RecordAndClaim claimed nothing")
+	}
+	for _, c := range cs {
+		if !strings.HasPrefix(c.Key, "old-") {
+			t.Fatalf("RecordAndClaim claimed the new %s while older work waited: claims %v", c.Key, keysOf(cs))
+		}
+	}
+	rest := must(l.Claim(ctx, 100, time.Minute))(t)
+	if len(cs)+len(rest) != 68 {
+		t.Fatalf("claimed %d while recording and %d after, want 68 in all", len(cs), len(rest))
+	}
+}
+
+func keysOf(cs []ledger.Claim) []string {
+	var ks []string
+	for _, c := range cs {
+		ks = append(ks, c.Key)
+	}
+	return ks
 }
 
 func testLookup(t *testing.T, h Harness) {

@@ -21,8 +21,12 @@ import (
 var _ ledger.Backend = (*Backend)(nil)
 
 // RecordAndClaim records evs, deciding each (see driver.Decide), and claims up
-// to n of the records they made pending, in the same shard writes (n = 0:
-// record only, what ledger.Ledger.Record is).
+// to n records in the same shard writes, as Claim would in those shards: the
+// earliest due first, so work that was due before this batch comes before
+// the batch's own (n = 0: record only, what ledger.Ledger.Record is). Each
+// shard the batch touches claims at most as many as the batch has distinct
+// records in it among its first n; shards it does not touch are left to
+// Claim.
 func (l *Backend) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
 	if l.opts.EveryVersion {
 		n = 0 // versions of a key must run oldest first: leave it to Claim
@@ -55,7 +59,6 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 	shards := slices.Collect(maps.Keys(byShard))
 	type shardResult struct {
 		claims []ledger.Claim
-		first  []int // index of the event each claim came from (delivery order)
 		due    int64
 		work   bool
 	}
@@ -63,10 +66,7 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 	err := l.eachShard(shards, func(s int) error {
 		idx := byShard[s]
 		h, err := l.update(ctx, s, func(h *head, now int64) error {
-			r := &res[s]
-			r.claims, r.first = r.claims[:0], r.first[:0]
 			nowT := time.UnixMilli(now)
-			changed := map[string]int{} // id → first event index that changed it
 			for _, i := range idx {
 				ev := evs[i]
 				rid := id(ev.Bucket, driver.Ident(ev, l.opts.EveryVersion))
@@ -79,30 +79,9 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 				out[i].Outcome = o
 				if next != nil {
 					h.put(rid, toRow(driver.Ident(ev, l.opts.EveryVersion), next))
-					if _, ok := changed[rid]; !ok {
-						changed[rid] = i
-					}
 				}
 			}
-			// Claim new work in delivery order, as Claim would have.
-			order := make([]string, 0, len(changed))
-			for rid := range changed {
-				order = append(order, rid)
-			}
-			slices.SortFunc(order, func(a, b string) int { return cmp.Compare(changed[a], changed[b]) })
-			for _, rid := range order {
-				if len(r.claims) >= budget[s] {
-					break
-				}
-				w := h.get(rid)
-				if w.Status != string(ledger.Pending) {
-					continue
-				}
-				nw := claimRow(w, now, lease)
-				h.put(rid, nw)
-				r.claims = append(r.claims, nw.claim())
-				r.first = append(r.first, changed[rid])
-			}
+			res[s].claims = l.claimIn(h, now, budget[s], lease)
 			return nil
 		})
 		if err != nil {
@@ -112,11 +91,9 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 		return nil
 	})
 	var claims []ledger.Claim
-	var first []int
 	due := map[int]int64{}
 	for _, s := range shards {
 		claims = append(claims, res[s].claims...)
-		first = append(first, res[s].first...)
 		if res[s].work {
 			due[s] = res[s].due
 		}
@@ -132,16 +109,8 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 		}
 		return nil, nil, l.wrap("record", err)
 	}
-	order := make([]int, len(claims))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(first[a], first[b]) })
-	sorted := make([]ledger.Claim, len(claims))
-	for i, j := range order {
-		sorted[i] = claims[j]
-	}
-	return out, sorted, nil
+	driver.SortClaims(claims)
+	return out, claims, nil
 }
 
 // claimRow is w claimed: a new token, a lease, one more attempt.
@@ -481,7 +450,7 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 	}
 	// Claims made are returned even if setting an entry failed (it stays
 	// low: only extra visits later).
-	slices.SortFunc(out, func(a, b ledger.Claim) int { return a.NextAttempt.Compare(b.NextAttempt) })
+	driver.SortClaims(out)
 	return out, nil
 }
 

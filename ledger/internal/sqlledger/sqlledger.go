@@ -29,6 +29,8 @@
 //     purgeBatch rows, each its own transaction.
 //   - Claim locks FOR UPDATE SKIP LOCKED: it never waits for a lock, so it is
 //     never part of a cycle. Complete, Fail, Release and Renew change one row.
+//   - RecordAndClaim runs Claim's statement after its upsert, never before:
+//     a transaction that holds rows locked out of key order never waits.
 //
 // # Transient conflicts
 //
@@ -483,9 +485,18 @@ format=excluded.format, region=excluded.region, request_id=excluded.request_id, 
 
 type rowID struct{ bucket, ident string }
 
-// RecordAndClaim records evs, deciding each (see driver.Decide), and claims up
-// to n of the records they made pending, in one transaction (n = 0: record
-// only, what ledger.Ledger.Record is).
+// RecordAndClaim records evs, deciding each (see driver.Decide), and then, in
+// the same transaction, claims up to n records as Claim would (n = 0: record
+// only, what ledger.Ledger.Record is). The claim runs after the record's
+// writes: on PostgreSQL every lock the record waits for is taken in key order
+// before the claim locks anything out of that order (SKIP LOCKED, never
+// waiting), so the two steps cannot deadlock with other transactions.
+//
+// Without the intake log (PostgreSQL), a claim statement after the upsert
+// would write each new row twice. So a probe first asks whether any work is
+// due at all; when none is, Claim right after the record would take the rows
+// this batch made pending, and the upsert writes them claimed (in delivery
+// order) at once.
 func (l *Backend) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
 	if l.opts.EveryVersion {
 		n = 0 // versions of a key must run oldest first: leave it to Claim
@@ -528,11 +539,30 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 	var claims []ledger.Claim
 	err := l.inTx(ctx, opRecord, func(tx *sql.Tx, now time.Time) error {
 		claims = nil
-		return l.recordTx(ctx, tx, now, evs, source, ids, byID, out, &claims, claimN, lease)
+		if claimN > 0 && l.log == nil {
+			older, err := l.workDue(ctx, tx, now)
+			if err != nil {
+				return err
+			}
+			if !older {
+				return l.recordTx(ctx, tx, now, evs, source, ids, byID, out, &claims, claimN, lease)
+			}
+		}
+		if err := l.recordTx(ctx, tx, now, evs, source, ids, byID, out, nil, 0, 0); err != nil || claimN <= 0 {
+			return err
+		}
+		var err error
+		if l.log != nil {
+			claims, err = l.claimLogged(ctx, tx, now, claimN, lease)
+		} else {
+			claims, err = l.claimTx(ctx, tx, now, claimN, lease)
+		}
+		return err
 	})
 	if err != nil {
 		return nil, nil, err
 	}
+	driver.SortClaims(claims)
 	return out, claims, nil
 }
 
@@ -540,7 +570,9 @@ func compareID(a, b rowID) int {
 	return cmp.Or(strings.Compare(a.bucket, b.bucket), strings.Compare(a.ident, b.ident))
 }
 
-// recordTx is one run of record's transaction: it decides out and the claims.
+// recordTx is one run of record's writes: it decides out, and writes up to
+// claimN of the rows the batch made pending claimed, in delivery order (into
+// *claimsOut).
 func (l *Backend) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs []event.Event, source string, ids []rowID,
 	byID map[rowID][]int, out []ledger.Decision, claimsOut *[]ledger.Claim, claimN int, lease time.Duration) error {
 	var claims []ledger.Claim
@@ -565,7 +597,6 @@ func (l *Backend) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs [
 			}
 			next[id] = r
 		}
-		// Claim new work in delivery order, as Claim would have.
 		for _, ev := range evs {
 			if len(claims) >= claimN {
 				break
@@ -608,8 +639,26 @@ func (l *Backend) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs [
 		}
 		todo = again
 	}
-	*claimsOut = claims
+	if claimsOut != nil {
+		*claimsOut = claims
+	}
 	return nil
+}
+
+// workDueSQL tells whether any work is due (Claim's candidates, each state off
+// the work index).
+const workDueSQL = `SELECT EXISTS (SELECT 1 FROM cairn_ledger WHERE status = 'pending' AND next_at <= ?)
+OR EXISTS (SELECT 1 FROM cairn_ledger WHERE status = 'failed' AND next_at <= ?)
+OR EXISTS (SELECT 1 FROM cairn_ledger WHERE status = 'claimed' AND lease_until < ?)`
+
+// workDue tells whether a Claim at now would find work.
+func (l *Backend) workDue(ctx context.Context, tx *sql.Tx, now time.Time) (bool, error) {
+	nowMS := ms(now)
+	var due bool
+	if err := tx.QueryRowContext(ctx, l.q(workDueSQL), nowMS, nowMS, nowMS).Scan(&due); err != nil {
+		return false, l.wrap("record", err)
+	}
+	return due, nil
 }
 
 // write writes a Record's changed rows (batch: l.args of changed, in key
@@ -829,7 +878,7 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b ledger.Claim) int { return a.NextAttempt.Compare(b.NextAttempt) })
+	driver.SortClaims(out)
 	return out, nil
 }
 
