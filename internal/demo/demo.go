@@ -102,9 +102,13 @@ type Side struct {
 	// them); for cairn, after its audit, always 0.
 	AwaitingAudit int `json:"awaiting_audit"`
 	// FoundByAudit: changes cairn's audit found and resubmitted.
-	FoundByAudit int      `json:"found_by_audit,omitempty"`
-	WrongKeys    []string `json:"wrong_keys,omitempty"`
-	Seconds      float64  `json:"seconds"`
+	FoundByAudit int `json:"found_by_audit,omitempty"`
+	// Retried: cairn's handler runs that were not their work's first
+	// attempt. The demo's handler never fails, so each is a claim whose lease
+	// ran out before its outcome was recorded: 0 unless Options.Crash.
+	Retried   int      `json:"retried,omitempty"`
+	WrongKeys []string `json:"wrong_keys,omitempty"`
+	Seconds   float64  `json:"seconds"`
 }
 
 // Report is a run's outcome.
@@ -281,6 +285,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return rep, err
 	}
 	rep.Cairn.FoundByAudit = found
+	cairn.mu.Lock()
+	rep.Cairn.Retried = cairn.retried
+	cairn.mu.Unlock()
 	rep.Cairn.Seconds = time.Since(start).Seconds()
 
 	// 5. Judge both tables against the bucket.
@@ -524,6 +531,9 @@ func runCairn(ctx context.Context, o Options, order []event.Event, delivered map
 	defer releaseOnce()
 	h := intake.HandlerFunc(func(hctx context.Context, w intake.Work) (string, error) {
 		t.enter(w.Event)
+		if w.Attempt > 1 {
+			t.retry()
+		}
 		ev := w.Event
 		if o.Crash && !event.IsAudit(ev.Name) && event.CompareSequencer(ev.Sequencer, delivered[ev.Key].Sequencer) < 0 && stuck.CompareAndSwap(false, true) {
 			stuckWork = w
@@ -847,6 +857,8 @@ type tracker struct {
 	runs   map[string]int    // key + sequencer + state → runs
 	newest map[string]string // key → newest sequencer applied
 	stale  int
+	// retried: runs that were not their work's first attempt.
+	retried int
 }
 
 func newTracker() *tracker { return &tracker{runs: map[string]int{}, newest: map[string]string{}} }
@@ -868,6 +880,12 @@ func (t *tracker) enter(ev event.Event) {
 		return
 	}
 	t.newest[ev.Key] = ev.Sequencer
+}
+
+func (t *tracker) retry() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.retried++
 }
 
 func (t *tracker) counts() (runs, double, stale int) {

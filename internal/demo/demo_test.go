@@ -118,6 +118,11 @@ func TestCrashEffectsExactlyOnce(t *testing.T) {
 	if !rep.InvariantOK || x.Double != 0 || x.Wrong != 0 || x.StaleRefused < 1 || x.ExactlyOnce < 1 {
 		t.Fatalf("effects %+v (invariants hold: %v, broken: %q): want every effect once, none wrong, the late write refused", x, rep.InvariantOK, rep.Broken())
 	}
+	// The successor took the stuck work over when its lease ran out: a
+	// second attempt, which the report counts.
+	if rep.Cairn.Retried < 1 {
+		t.Fatalf("retried %d: the takeover of the stuck work was not counted", rep.Cairn.Retried)
+	}
 	// Read the sink back here too, against the bucket: each key's effect
 	// is its final state, written once, under the highest token.
 	once := 0
