@@ -316,7 +316,7 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 		}
 		bySource[s.source] = append(bySource[s.source], s)
 	}
-	unclaimed := 0 // new work left for the dispatcher
+	wake := false // new work left for the dispatcher
 	for _, src := range order {
 		subs := bySource[src]
 		var evs []event.Event
@@ -328,7 +328,7 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 		var ds []ledger.Decision
 		var cs []ledger.Claim
 		var err error
-		if n := p.reserve(len(evs)); n > 0 {
+		if n := p.reserveForRecord(len(evs)); n > 0 {
 			// The claims' leases run from (no earlier than) the call's start.
 			ds, cs, err = p.l.RecordAndClaim(rctx, src, evs, n, p.o.Lease)
 			p.unreserve(n - len(cs))
@@ -347,7 +347,6 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 		for _, c := range cs {
 			p.launch(c, start)
 		}
-		unclaimed -= len(cs)
 		if err != nil && len(subs) > 1 {
 			// One submission's data may have failed the whole batch: each is
 			// recorded again on its own, so the others never see its error.
@@ -360,7 +359,9 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 				if s.err == nil && len(s.ds) != len(s.evs) {
 					s.ds, s.err = nil, fmt.Errorf("intake: ledger returned %d decisions for %d events", len(s.ds), len(s.evs))
 				}
-				unclaimed += p.decided(s.ds)
+				if p.decided(s.ds) > 0 {
+					wake = true
+				}
 				close(s.done)
 			}
 			continue
@@ -371,18 +372,37 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) {
 				s.err = err
 			} else {
 				s.ds = ds[off : off+len(s.evs)]
-				unclaimed += p.decided(s.ds)
+				p.decided(s.ds)
 			}
 			off += len(s.evs)
 			close(s.done)
 		}
+		if err == nil && !claimedOwn(ds, cs) {
+			wake = true
+		}
 	}
-	if unclaimed > 0 {
+	if wake {
 		select {
 		case p.wake <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// claimedOwn tells whether cs holds all the work ds made (its new and
+// coalesced records). The claims may also be older work (RecordAndClaim
+// takes the earliest due first), so counting them is not enough.
+func claimedOwn(ds []ledger.Decision, cs []ledger.Claim) bool {
+	claimed := make(map[[2]string]bool, len(cs))
+	for _, c := range cs {
+		claimed[[2]string{c.Bucket, c.Key}] = true
+	}
+	for _, d := range ds {
+		if (d.Outcome == ledger.New || d.Outcome == ledger.Coalesced) && !claimed[[2]string{d.Bucket, d.Key}] {
+			return false
+		}
+	}
+	return true
 }
 
 // decided counts decisions in the metrics and returns how many made new work.
@@ -408,6 +428,22 @@ func (p *Pipeline) reserve(n int) int {
 			return int(k)
 		}
 	}
+}
+
+// reserveForRecord reserves up to n slots for the claims of a Record: none
+// while draining (they would be released at once) or with EveryVersion
+// (RecordAndClaim claims nothing then).
+func (p *Pipeline) reserveForRecord(n int) int {
+	if p.o.EveryVersion {
+		return 0
+	}
+	p.mu.Lock()
+	draining := p.draining
+	p.mu.Unlock()
+	if draining {
+		return 0
+	}
+	return p.reserve(n)
 }
 
 // unreserve gives back n reserved slots that were not used.

@@ -508,3 +508,72 @@ func TestEveryVersionWarnsUnversioned(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// TestOwnWorkNotLeftToPoll: a Submit whose record claims older work instead
+// of its own (RecordAndClaim takes the earliest due first) must wake the
+// dispatcher for what it left, not leave it to the next poll. The older work
+// here comes from another writer of the ledger, which wakes nobody; the poll
+// is an hour, so without the wake the submitted work never runs.
+func TestOwnWorkNotLeftToPoll(t *testing.T) {
+	t.Parallel()
+	var offset atomic.Int64
+	l := newLedger(t, &ledger.Options{Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }})
+	var mu sync.Mutex
+	ran := map[string]bool{}
+	p, err := intake.New(l, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+		mu.Lock()
+		ran[w.Event.Key] = true
+		mu.Unlock()
+		return "ok", nil
+	}), &intake.Options{Concurrency: 4, Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, p)
+	ctx := t.Context()
+	// A first event, run: by then the dispatcher's Claims found nothing more
+	// and it sleeps its poll.
+	if _, err := p.Submit(ctx, "test", []event.Event{ev("warm-up", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		mu.Lock()
+		done := ran["warm-up"]
+		mu.Unlock()
+		if done {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	var other, mine []event.Event
+	for i := range 4 {
+		other = append(other, ev(fmt.Sprintf("other-%d", i), 1))
+		mine = append(mine, ev(fmt.Sprintf("mine-%d", i), 1))
+	}
+	if _, err := l.Record(ctx, "elsewhere", other); err != nil {
+		t.Fatal(err)
+	}
+	offset.Store(int64(time.Second)) // the other writer's work is older
+	if _, err := p.Submit(ctx, "test", mine); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second) // a bound on "never", not a latency
+	for {
+		mu.Lock()
+		n := 0
+		for _, e := range mine {
+			if ran[e.Key] {
+				n++
+			}
+		}
+		mu.Unlock()
+		if n == len(mine) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the submitted %d records ran with free slots; the rest wait for a poll an hour away", n, len(mine))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -166,3 +166,68 @@ func TestCommittedRunsResults(t *testing.T) {
 		t.Fatalf("completing the claim Claim returned: %v", err)
 	}
 }
+
+// A RecordAndClaim whose shard write failed must not release the claims it
+// computed in that write: they were never written, and claims of the same
+// rows by another process carry the same tokens (a row's next token), so
+// releasing them released the other holder's live claim. Here the write is
+// lost while another handle claims the due record; the failed call then
+// released it, and the holder's Complete failed with its lease lost.
+func TestFailedRecordDoesNotReleaseAnotherHoldersClaim(t *testing.T) {
+	ctx := context.Background()
+	quiet := slog.New(slog.DiscardHandler)
+	// One clock for both handles, moved on after the old record: it is due
+	// before the new one, so the new one's claim (n = 1) takes it.
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	inner := mem.NewBackend("")
+	b, err := objledger.Open(ctx, objstore.New(inner, nil), &ledger.Options{Now: now}, &objledger.Options{Shards: 1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var armed atomic.Bool
+	var bClaim ledger.Claim
+	var bErr error
+	actx, cancelA := context.WithCancel(ctx)
+	defer cancelA()
+	fb := faulty.New(inner, &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+		if op == faulty.OpPut && strings.HasSuffix(key, "/head.json") && armed.CompareAndSwap(true, false) {
+			// B claims the due record while A's write is lost; then A gives up.
+			var cs []ledger.Claim
+			cs, bErr = b.Claim(ctx, 1, time.Minute)
+			if bErr == nil && len(cs) == 1 {
+				bClaim = cs[0]
+			}
+			cancelA()
+			return faulty.LostRequest, 0
+		}
+		return faulty.None, 0
+	}})
+	a, err := objledger.Open(ctx, objstore.New(fb, nil), &ledger.Options{Now: now}, &objledger.Options{Shards: 1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := b.Record(ctx, "s", []event.Event{ev("old", "01")}); err != nil {
+		t.Fatal(err)
+	}
+	offset.Store(int64(time.Second))
+	armed.Store(true)
+	if _, cs, err := a.RecordAndClaim(actx, "s", []event.Event{ev("new", "01")}, 1, time.Minute); err == nil {
+		t.Fatalf("A's RecordAndClaim succeeded (%v): the fault did not fire", cs)
+	}
+	if bErr != nil || bClaim.Key != "old" {
+		t.Fatalf("B's claim: %+v %v", bClaim, bErr)
+	}
+	rs, err := b.Get(ctx, "b", "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[0].Status != ledger.Claimed || rs[0].Token != bClaim.Token {
+		t.Errorf("old is %s with token %d: B's live claim (token %d) was released by A's failed RecordAndClaim", rs[0].Status, rs[0].Token, bClaim.Token)
+	}
+	if err := b.Complete(ctx, bClaim, "done"); err != nil {
+		t.Errorf("B completes its own live claim: %v", err)
+	}
+}

@@ -85,6 +85,11 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 			return nil
 		})
 		if err != nil {
+			// Not written (or it may land late): its claims carry the tokens
+			// another claimer of the same rows may hold now, so they are
+			// neither returned nor released (a late write's wait out their
+			// lease, as Claim's do).
+			res[s].claims = nil
 			return err
 		}
 		res[s].due, res[s].work = h.minDue()
@@ -103,7 +108,7 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 	l.hintLater(due)
 	if err != nil {
 		// Claims made by the shards that committed would otherwise wait out
-		// their lease: give them back.
+		// their lease: give them back (the others' are gone: see above).
 		for _, c := range claims {
 			_ = l.Release(context.WithoutCancel(ctx), c)
 		}

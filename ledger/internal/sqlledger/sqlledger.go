@@ -645,11 +645,13 @@ func (l *Backend) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs [
 	return nil
 }
 
-// workDueSQL tells whether any work is due (Claim's candidates, each state off
-// the work index).
+// workDueSQL tells whether any work is due: Claim's candidates, each state off
+// the work index (status, next_at). Expired leases are looked for as Claim
+// does, in next_at order (an EXISTS may be planned as a scan of the table
+// when claimed rows are many).
 const workDueSQL = `SELECT EXISTS (SELECT 1 FROM cairn_ledger WHERE status = 'pending' AND next_at <= ?)
 OR EXISTS (SELECT 1 FROM cairn_ledger WHERE status = 'failed' AND next_at <= ?)
-OR EXISTS (SELECT 1 FROM cairn_ledger WHERE status = 'claimed' AND lease_until < ?)`
+OR (SELECT 1 FROM cairn_ledger WHERE status = 'claimed' AND lease_until < ? ORDER BY next_at LIMIT 1) IS NOT NULL`
 
 // workDue tells whether a Claim at now would find work.
 func (l *Backend) workDue(ctx context.Context, tx *sql.Tx, now time.Time) (bool, error) {
