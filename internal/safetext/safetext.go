@@ -33,6 +33,10 @@ const Mask = "xxxxx"
 // parameters and keywords whose names contain password, secret or token.
 // Strings without any of these come back unchanged.
 func Redact(s string) string {
+	// First the values pgx itself would read as secrets, token by token as
+	// it splits a keyword/value string; then the greedy passes below, which
+	// also cover strings pgx would refuse or read as URLs.
+	s = redactPGXKeywords(s)
 	// Keywords first: a keyword value is hidden whole, whatever it holds
 	// (even "://").
 	s = redactKeywords(s)
@@ -193,6 +197,11 @@ func queryStart(p string) int {
 			if end < 0 {
 				return strings.IndexByte(p, '?')
 			}
+			if q := strings.IndexByte(p[i:i+end], '?'); q >= 0 {
+				// Go's url.Parse (and so pgx) splits the query off at the
+				// first '?', brackets or not: "h[?password=x]".
+				return i + q
+			}
 			i += end + 1
 		case '?':
 			return i
@@ -318,3 +327,67 @@ func safe(s string) bool {
 
 // URL is a URL or connection string as it may be shown: Redact, then Escape.
 func URL(s string) string { return Escape(Redact(s)) }
+
+// redactPGXKeywords hides the values of sensitive keys in s read as pgx
+// reads a keyword/value connection string (its parseKeywordValueSettings):
+// the key is everything before the next '=', trimmed; the value is a quoted
+// string (backslash escapes) or runs to the next white space (backslash
+// escapes). The greedy redactKeywords splits differently where the two
+// readings disagree ("&=&= password=x", "0==' password=x'"); this pass
+// agrees with pgx by construction. A string pgx would read as a URL, or
+// refuse, is left to the other passes.
+func redactPGXKeywords(s string) string {
+	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") || !strings.Contains(s, "=") {
+		return s
+	}
+	var b strings.Builder
+	rest := s
+	for len(rest) > 0 {
+		eq := strings.IndexByte(rest, '=')
+		if eq < 0 {
+			break
+		}
+		key := strings.Trim(rest[:eq], spaces)
+		b.WriteString(rest[:eq+1])
+		rest = rest[eq+1:]
+		v := len(rest) - len(strings.TrimLeft(rest, spaces))
+		b.WriteString(rest[:v])
+		rest = rest[v:]
+		end, next := 0, 0
+		if strings.HasPrefix(rest, "'") {
+			end = 1
+			for end < len(rest) && rest[end] != '\'' {
+				if rest[end] == '\\' {
+					end++
+				}
+				end++
+			}
+			if end >= len(rest) {
+				return s // unterminated: pgx refuses the string
+			}
+			end++ // the closing quote
+			next = end
+		} else {
+			for end < len(rest) && !strings.ContainsRune(spaces, rune(rest[end])) {
+				if rest[end] == '\\' {
+					end++
+				}
+				end++
+			}
+			end = min(end, len(rest))
+			next = min(end+1, len(rest)) // pgx drops the one space after
+		}
+		// pgx takes its secrets from single-word keys; a key holding "://"
+		// is a URL's text (the other passes judge it), and judging it here
+		// would make the output depend on a secret inside it.
+		if sensitive(key) && !strings.ContainsAny(key, spaces) && !strings.Contains(key, "://") && end > 0 {
+			b.WriteString(Mask)
+		} else {
+			b.WriteString(rest[:end])
+		}
+		b.WriteString(rest[end:next])
+		rest = rest[next:]
+	}
+	b.WriteString(rest)
+	return b.String()
+}
