@@ -552,11 +552,7 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 			return err
 		}
 		var err error
-		if l.log != nil {
-			claims, err = l.claimLogged(ctx, tx, now, claimN, lease)
-		} else {
-			claims, err = l.claimTx(ctx, tx, now, claimN, lease)
-		}
+		claims, err = l.claimIn(ctx, tx, now, claimN, lease)
 		return err
 	})
 	if err != nil {
@@ -870,11 +866,7 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 	var out []ledger.Claim
 	err := l.inTx(ctx, opClaim, func(tx *sql.Tx, now time.Time) error {
 		var err error
-		if l.log != nil {
-			out, err = l.claimLogged(ctx, tx, now, n, lease)
-		} else {
-			out, err = l.claimTx(ctx, tx, now, n, lease)
-		}
+		out, err = l.claimIn(ctx, tx, now, n, lease)
 		return err
 	})
 	if err != nil {
@@ -882,6 +874,14 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 	}
 	driver.SortClaims(out)
 	return out, nil
+}
+
+// claimIn is Claim's work inside tx: with the intake log, or in SQL.
+func (l *Backend) claimIn(ctx context.Context, tx *sql.Tx, now time.Time, n int, lease time.Duration) ([]ledger.Claim, error) {
+	if l.log != nil {
+		return l.claimLogged(ctx, tx, now, n, lease)
+	}
+	return l.claimTx(ctx, tx, now, n, lease)
 }
 
 // claimed is r claimed at now: Claim's statement in Go.
