@@ -66,7 +66,7 @@ func stalledHolder(t *testing.T, leaseURL string, at func(key string) string, en
 	handler := func(who string) string {
 		return `trap '' TERM
 echo "$CAIRN_FENCING_TOKEN" > "$D/tok` + who + `.tmp" && mv "$D/tok` + who + `.tmp" "$D/tok` + who + `"
-echo $$ > "$D/pid` + who + `"
+echo $$ > "$D/pid` + who + `.tmp" && mv "$D/pid` + who + `.tmp" "$D/pid` + who + `"
 while [ ! -e "$D/go` + who + `" ]; do sleep 0.05; done
 "$BIN" put "$D/` + strings.ToLower(who) + `.txt" "$OUT" --fence-token "$CAIRN_FENCING_TOKEN" 2> "$D/err` + who + `-put"; echo $? > "$D/rc` + who + `-put"
 "$BIN" doc update "$DOC" --create --set by=` + who + ` --fence-token "$CAIRN_FENCING_TOKEN" 2> "$D/err` + who + `-doc"; echo $? > "$D/rc` + who + `-doc.tmp"; mv "$D/rc` + who + `-doc.tmp" "$D/rc` + who + `-doc"
