@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 	"testing"
@@ -72,4 +73,78 @@ func keysOf(cs []ledger.Claim) []string {
 		out[i] = c.Key
 	}
 	return out
+}
+
+// TestClaimDoesNotReadLiveClaims: looking for expired leases must not read
+// every live claim. Off the work index (status, next_at), Claim's
+// expired-lease arm (and RecordAndClaim's probe) returned every claimed
+// row's entry and fetched its heap tuple to test lease_until, on every call:
+// O(live claims) per claim, which made eight concurrent claimers slower than
+// two. The count of entries the work and lease indexes return during one
+// call comes from PostgreSQL's own statistics, flushed on the ledger's one
+// connection.
+func TestClaimDoesNotReadLiveClaims(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, err := postgres.Open(ctx, testenv.PostgresSchema(t, testenv.PGExec), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	db := l.Backend().(interface{ DB() *sql.DB }).DB()
+	db.SetMaxOpenConns(1) // the statistics read below are the ledger's connection's own
+	evs := func(prefix string, n int) []event.Event {
+		out := make([]event.Event, n)
+		for i := range out {
+			out[i] = event.Event{Bucket: "b", Key: fmt.Sprintf("%s%05d", prefix, i), ETag: "e", Size: 1, Sequencer: "0001",
+				Kind: event.Created, Name: "ObjectCreated:Put"}
+		}
+		return out
+	}
+	const live = 2000
+	if _, err := l.Record(ctx, "test", evs("live", live)); err != nil {
+		t.Fatal(err)
+	}
+	if cs, err := l.Claim(ctx, live, time.Hour); err != nil || len(cs) != live {
+		t.Fatalf("claimed %d of %d: %v", len(cs), live, err)
+	}
+	read := func() int64 {
+		t.Helper()
+		if _, err := db.ExecContext(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		err := db.QueryRowContext(ctx, `SELECT COALESCE(sum(idx_tup_read), 0)::bigint FROM pg_stat_user_indexes
+WHERE schemaname = current_schema() AND indexrelname IN ('cairn_ledger_work', 'cairn_ledger_lease')`).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if _, err := l.Record(ctx, "test", evs("new", 10)); err != nil {
+		t.Fatal(err)
+	}
+	// The claims left the pending rows' old versions behind: dead entries
+	// at the head of the work index, which any scan of it reads until they
+	// are cleaned up. Vacuum, so that only the live claims remain to read.
+	if _, err := db.ExecContext(ctx, `VACUUM cairn_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	before := read()
+	cs, err := l.Claim(ctx, 5, time.Minute)
+	if err != nil || len(cs) != 5 {
+		t.Fatalf("claimed %d of 5: %v", len(cs), err)
+	}
+	// A Claim of 5 with 10 pending reads about 5 pending entries.
+	if n := read() - before; n > live/10 {
+		t.Errorf("one Claim(5) read %d index entries with %d live claims: it reads the live claims", n, live)
+	}
+	before = read()
+	// Work is due (5 pending): RecordAndClaim probes, records, then claims.
+	if _, cs, err := l.RecordAndClaim(ctx, "test", evs("more", 1), 5, time.Minute); err != nil || len(cs) != 5 {
+		t.Fatalf("RecordAndClaim claimed %d of 5: %v", len(cs), err)
+	}
+	if n := read() - before; n > live/10 {
+		t.Errorf("one RecordAndClaim read %d index entries with %d live claims: it reads the live claims", n, live)
+	}
 }

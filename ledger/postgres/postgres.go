@@ -60,6 +60,11 @@ var migrations = []string{`CREATE TABLE cairn_ledger (
 	// row).
 	`ALTER TABLE cairn_ledger ADD COLUMN format TEXT NOT NULL DEFAULT '', ADD COLUMN region TEXT NOT NULL DEFAULT '',
  ADD COLUMN request_id TEXT NOT NULL DEFAULT '', ADD COLUMN host_id TEXT NOT NULL DEFAULT ''`,
+	// Claim's expired-lease arm: the claimed rows whose lease ran out, oldest
+	// expiry first. Off the work index it read every claimed row (and its heap
+	// tuple, for lease_until) on every claim, so a claim cost O(live claims).
+	// Partial: only claimed rows are in it (a few per handler slot).
+	`CREATE INDEX cairn_ledger_lease ON cairn_ledger (lease_until) WHERE status = 'claimed'`,
 }
 
 func rebind(q string) string {

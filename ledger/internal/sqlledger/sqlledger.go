@@ -641,13 +641,13 @@ func (l *Backend) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs [
 	return nil
 }
 
-// workDueSQL tells whether any work is due: Claim's candidates, each state off
-// the work index (status, next_at). Expired leases are looked for as Claim
-// does, in next_at order (an EXISTS may be planned as a scan of the table
-// when claimed rows are many).
+// workDueSQL tells whether any work is due: Claim's candidates, pending and
+// failed work off the work index (status, next_at), expired leases off the
+// lease index (lease_until, claimed rows only), as Claim looks for them (an
+// EXISTS may be planned as a scan of the table when claimed rows are many).
 const workDueSQL = `SELECT EXISTS (SELECT 1 FROM cairn_ledger WHERE status = 'pending' AND next_at <= ?)
 OR EXISTS (SELECT 1 FROM cairn_ledger WHERE status = 'failed' AND next_at <= ?)
-OR (SELECT 1 FROM cairn_ledger WHERE status = 'claimed' AND lease_until < ? ORDER BY next_at LIMIT 1) IS NOT NULL`
+OR (SELECT 1 FROM cairn_ledger WHERE status = 'claimed' AND lease_until < ? ORDER BY lease_until LIMIT 1) IS NOT NULL`
 
 // workDue tells whether a Claim at now would find work.
 func (l *Backend) workDue(ctx context.Context, tx *sql.Tx, now time.Time) (bool, error) {
@@ -919,19 +919,22 @@ RETURNING ` + cols
 		// PostgreSQL plans the OR above as a bitmap scan: it reads every
 		// candidate (and every dead index entry: bitmap scans never mark them
 		// dead) and returns them in heap order, not FIFO. One ordered index scan
-		// per state instead, each stopping after n locked rows; the n oldest of
-		// those are claimed (the others' locks end at commit). They are found
+		// per state instead, each stopping after n locked rows: pending and
+		// failed work in next_at order off the work index, expired leases in
+		// expiry order off the lease index (the work index would read every
+		// live claim, on every claim). The n earliest due of those are claimed
+		// (the others' locks end at commit). They are found
 		// by bucket, key and ident, so that either index finds each at once: on
 		// a table whose statistics are stale (a young ledger) the planner may
 		// look (bucket, ident) up through the (bucket, key) index, reading the
 		// whole bucket for each row.
-		arm := func(where string) string {
+		arm := func(where, order string) string {
 			return `SELECT l.bucket, l.key, l.ident, l.next_at FROM cairn_ledger l WHERE ` + where + ` ` + perKey + `
-  ORDER BY l.next_at LIMIT ? ` + l.d.SkipLocked
+  ORDER BY ` + order + ` LIMIT ? ` + l.d.SkipLocked
 		}
-		q = `WITH p AS (` + arm(`l.status = 'pending' AND l.next_at <= ?`) + `),
-f AS (` + arm(`l.status = 'failed' AND l.next_at <= ?`) + `),
-x AS (` + arm(`l.status = 'claimed' AND l.lease_until < ?`) + `)
+		q = `WITH p AS (` + arm(`l.status = 'pending' AND l.next_at <= ?`, `l.next_at`) + `),
+f AS (` + arm(`l.status = 'failed' AND l.next_at <= ?`, `l.next_at`) + `),
+x AS (` + arm(`l.status = 'claimed' AND l.lease_until < ?`, `l.lease_until`) + `)
 UPDATE cairn_ledger SET status = 'claimed', token = token + 1, lease_until = ?, attempts = attempts + 1,
 run_gen = gen, updated = ?, rev = rev + 1
 WHERE (bucket, key, ident) IN (SELECT c.bucket, c.key, c.ident FROM (SELECT * FROM p UNION ALL SELECT * FROM f UNION ALL SELECT * FROM x) c
