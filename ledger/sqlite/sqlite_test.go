@@ -2,9 +2,11 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -162,5 +164,84 @@ func TestClosedHandleReleasesItsCache(t *testing.T) {
 	gone := live()
 	if held > gone+4<<20 {
 		t.Fatalf("a closed handle of 20,000 records holds %.1f MiB", float64(held-gone)/(1<<20))
+	}
+}
+
+// TestClaimDoesNotFoldTheBacklog: a Claim's cost does not grow with the work
+// waiting in the intake log. Claim used to look at every dirty entry of work
+// on every call, and so folded whenever more than 4,096 were waiting: under a
+// backlog each small Claim wrote thousands of rows into the table (and
+// claimed them back from it, as rows a dirty entry hides), and cairn serve's
+// throughput fell as its senders grew. The entries are kept in order now, and
+// a Claim takes the earliest due of them: expired leases and pending work
+// alike, oldest first, with nothing written to the table.
+func TestClaimDoesNotFoldTheBacklog(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	l, err := sqlite.Open(ctx, path, &ledger.Options{Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const batches, per = 10, 1000
+	for b := range batches {
+		evs := make([]event.Event, per)
+		for i := range evs {
+			evs[i] = event.Event{Bucket: "b", Key: fmt.Sprintf("k%02d-%04d", b, i), ETag: "e", Size: 1, Sequencer: "01",
+				Kind: event.Created, Name: "ObjectCreated:Put"}
+		}
+		if _, err := l.Record(ctx, "s", evs); err != nil {
+			t.Fatal(err)
+		}
+		advance(time.Second)
+	}
+	claim := func(n int, lease time.Duration) []ledger.Claim {
+		t.Helper()
+		cs, err := l.Claim(ctx, n, lease)
+		if err != nil || len(cs) != n {
+			t.Fatalf("claimed %d of %d: %v", len(cs), n, err)
+		}
+		return cs
+	}
+	// Five leases that run out, then the backlog in order: the expired
+	// leases first (their work is the oldest), then the oldest pending.
+	expiring := claim(5, time.Second)
+	advance(time.Minute)
+	var got []string
+	for range 20 {
+		cs := claim(10, time.Hour)
+		for _, c := range cs {
+			got = append(got, c.Key)
+		}
+		if _, err := l.CompleteBatch(ctx, cs, make([]string, len(cs))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range expiring {
+		if got[i] != c.Key {
+			t.Fatalf("claim %d is %s, want the expired lease of %s first; got %v", i, got[i], c.Key, got[:10])
+		}
+	}
+	for i, k := range got[5:] {
+		if want := fmt.Sprintf("k00-%04d", i+5); k != want {
+			t.Fatalf("claim %d is %s, want %s (oldest first)", i+5, k, want)
+		}
+	}
+	// Nothing was folded: the table is as empty as before the first Claim.
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var rows int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM cairn_ledger`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Fatalf("20 claims of 10 folded %d rows of a %d-event backlog into the table", rows, batches*per)
 	}
 }

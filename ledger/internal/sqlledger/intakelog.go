@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/btree"
+
 	"github.com/cairn-s3/cairn/ledger"
 )
 
@@ -36,7 +38,9 @@ import (
 //     is idempotent and images may be folded in any order.
 //   - Claim reads its candidates from cairn_ledger's work index (skipping
 //     rows a dirty entry hides, and reading that many more) and from the dirty
-//     entries that are work, and claims the oldest.
+//     entries that are work, which the cache keeps ordered by when a claim may
+//     take them (B-trees), and claims the oldest: a claim costs O(n log W)
+//     with W dirty entries of work, however large the backlog.
 //
 // The invariant: a row's current state is its cache entry if the process
 // holds one marked dirty, else its cairn_ledger row; every dirty entry's
@@ -66,17 +70,11 @@ type LogLimits struct {
 	Bytes int64
 }
 
-// Claim's bounds in log mode (see claimLogged), at most a quarter of
-// LogLimits.Rows: past either, Claim folds the oldest images until it is back
-// under half of it.
-const (
-	// maxShadow bounds the dirty entries whose table row is work (the claim's
-	// table scan reads past them: it asks for n + shadow rows).
-	maxShadow = 256
-	// maxWorkScan bounds the dirty entries in a work state (Claim looks at
-	// each).
-	maxWorkScan = 4096
-)
+// maxShadow bounds the dirty entries whose table row is work (the claim's
+// table scan reads past them: it asks for n + shadow rows), at most a quarter
+// of LogLimits.Rows: past it, Claim folds the oldest images until it is back
+// under half of it (see claimLogged).
+const maxShadow = 256
 
 // intakeLog is the writer-side state of the intake log. mu is held for the
 // whole of every transaction in log mode, and the transaction changes the
@@ -100,16 +98,21 @@ type intakeLog struct {
 	// shadow counts the dirty entries whose row in cairn_ledger is work
 	// (pending, failed, claimed): stale rows a claim's table scan may meet.
 	shadow int
-	// work holds the dirty entries that are themselves work.
-	work map[rowID]struct{}
+	// work holds the dirty entries that are themselves work, each with its
+	// key in one of two ordered sets: pending and failed entries by
+	// NextAttempt (workDue), claimed ones by LeaseUntil (workLeased), which
+	// is when a claim may take each.
+	work       map[rowID]workEntry
+	workDue    *btree.BTreeG[workKey]
+	workLeased *btree.BTreeG[workKey]
 	// queue is the log's rows (batches of images), oldest first; bytes their
 	// size.
 	queue    []logBatch
 	bytes    int64
 	maxRows  int
 	maxBytes int64
-	// maxShadow and maxWorkScan: the consts, or less for a small cache.
-	maxShadow, maxWorkScan int
+	// maxShadow: the const, or less for a small cache.
+	maxShadow int
 	// dropAll: the running transaction changed rows behind the cache (in
 	// SQL); it folded first, so dropping every entry at commit loses nothing.
 	dropAll bool
@@ -134,6 +137,25 @@ type logBatch struct {
 	bytes int64
 }
 
+// workKey orders dirty entries of work: at (ms) is when a claim may take it.
+type workKey struct {
+	at int64
+	id rowID
+}
+
+// workEntry is a dirty entry's key and its set (leased: workLeased).
+type workEntry struct {
+	workKey
+	leased bool
+}
+
+func lessWork(a, b workKey) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return compareID(a.id, b.id) < 0
+}
+
 // isWork tells the statuses a claim may take (when due).
 func isWork(s ledger.Status) bool {
 	return s == ledger.Pending || s == ledger.Failed || s == ledger.Claimed
@@ -147,7 +169,8 @@ func (r row) status() ledger.Status {
 	return r.rec.Status
 }
 
-// put sets the cache entry of id, keeping the counts.
+// put sets the cache entry of id, keeping the counts and the ordered sets of
+// work.
 func (g *intakeLog) put(id rowID, c cached) {
 	if g.cache == nil {
 		g.cache = map[rowID]cached{}
@@ -157,18 +180,41 @@ func (g *intakeLog) put(id rowID, c cached) {
 		if isWork(old.table) {
 			g.shadow--
 		}
-		delete(g.work, id)
 	}
+	var k workKey
+	var set *btree.BTreeG[workKey]
 	if c.dirty {
 		g.dirty++
 		if isWork(c.table) {
 			g.shadow++
 		}
-		if isWork(c.status()) {
+		if st := c.status(); isWork(st) {
 			if g.work == nil {
-				g.work = map[rowID]struct{}{}
+				g.work = map[rowID]workEntry{}
+				g.workDue, g.workLeased = btree.NewG(16, lessWork), btree.NewG(16, lessWork)
 			}
-			g.work[id] = struct{}{}
+			k, set = workKey{ms(c.rec.NextAttempt), id}, g.workDue
+			if st == ledger.Claimed {
+				k.at, set = ms(c.rec.LeaseUntil), g.workLeased
+			}
+		}
+	}
+	old, had := g.work[id]
+	switch {
+	case had && set != nil && old.workKey == k && old.leased == (set == g.workLeased):
+		// Unchanged (a pending key coalesced keeps its place): most Records.
+	default:
+		if had {
+			delete(g.work, id)
+			if old.leased {
+				g.workLeased.Delete(old.workKey)
+			} else {
+				g.workDue.Delete(old.workKey)
+			}
+		}
+		if set != nil {
+			g.work[id] = workEntry{k, set == g.workLeased}
+			set.ReplaceOrInsert(k)
 		}
 	}
 	g.cache[id] = c
@@ -176,7 +222,8 @@ func (g *intakeLog) put(id rowID, c cached) {
 
 // reset forgets everything: the table and the log are the truth.
 func (g *intakeLog) reset() {
-	g.valid, g.cache, g.dirty, g.shadow, g.work, g.queue, g.bytes = false, nil, 0, 0, nil, nil, 0
+	g.valid, g.cache, g.dirty, g.shadow, g.queue, g.bytes = false, nil, 0, 0, nil, 0
+	g.work, g.workDue, g.workLeased = nil, nil, nil
 }
 
 // opFold is the op of settle's transaction, which only folds.
@@ -492,8 +539,8 @@ func (l *Backend) claimLogged(ctx context.Context, tx *sql.Tx, now time.Time, n 
 		clear(g.cache)
 		return cs, err
 	}
-	if g.shadow > g.maxShadow || len(g.work) > g.maxWorkScan {
-		err := l.foldWhile(ctx, tx, func() bool { return g.shadow > g.maxShadow/2 || len(g.work) > g.maxWorkScan/2 })
+	if g.shadow > g.maxShadow {
+		err := l.foldWhile(ctx, tx, func() bool { return g.shadow > g.maxShadow/2 })
 		if err != nil {
 			return nil, l.wrap("claim", err)
 		}
@@ -523,10 +570,24 @@ func (l *Backend) claimLogged(ctx context.Context, tx *sql.Tx, now time.Time, n 
 	if err := res.Err(); err != nil {
 		return nil, l.wrap("claim", err)
 	}
-	for id := range g.work {
-		if e := g.cache[id]; due(e.rec, nowMS) {
-			cands = append(cands, cand{id, ms(e.rec.NextAttempt)})
-		}
+	// The dirty entries due: the n earliest of each set are enough, as only
+	// the n earliest of all candidates are claimed.
+	take := func(set *btree.BTreeG[workKey], last int64) {
+		k := 0
+		set.Ascend(func(w workKey) bool {
+			if w.at > last || k == n {
+				return false
+			}
+			if e := g.cache[w.id]; due(e.rec, nowMS) {
+				cands = append(cands, cand{w.id, ms(e.rec.NextAttempt)})
+				k++
+			}
+			return true
+		})
+	}
+	if g.work != nil {
+		take(g.workDue, nowMS)      // pending, failed: NextAttempt <= now
+		take(g.workLeased, nowMS-1) // claimed: LeaseUntil < now
 	}
 	slices.SortFunc(cands, func(a, b cand) int { return cmp.Or(cmp.Compare(a.nextAt, b.nextAt), compareID(a.id, b.id)) })
 	ids := make([]rowID, min(n, len(cands)))

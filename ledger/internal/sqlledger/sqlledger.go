@@ -161,7 +161,7 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts *ledger.Options) (*Bac
 			l.prepared[q] = st
 		}
 		g := &intakeLog{maxRows: cmp.Or(d.LogLimits.Rows, 1<<18), maxBytes: cmp.Or(d.LogLimits.Bytes, 256<<20)}
-		g.maxShadow, g.maxWorkScan = min(maxShadow, g.maxRows/4), min(maxWorkScan, g.maxRows/4)
+		g.maxShadow = min(maxShadow, g.maxRows/4)
 		l.log = g
 	}
 	return l, nil
