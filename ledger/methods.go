@@ -90,7 +90,10 @@ func (l *Ledger) RecordAndClaim(ctx context.Context, source string, evs []event.
 	return l.b.RecordAndClaim(ctx, source, evs, n, lease)
 }
 
-// Claim leases up to n records of work for lease (none if n ≤ 0).
+// Claim leases up to n records of work for lease (none if n ≤ 0): pending and
+// failed records whose time has come and claimed records whose lease ran out,
+// the earliest due (NextAttempt) first. When more than n leases ran out at
+// once, the candidates among them are those whose lease ran out first.
 func (l *Ledger) Claim(ctx context.Context, n int, lease time.Duration) ([]Claim, error) {
 	if n <= 0 {
 		return nil, nil

@@ -149,6 +149,8 @@ type workEntry struct {
 	leased bool
 }
 
+// lessWork orders workKeys by time, then by row (a total order: each row
+// has one key).
 func lessWork(a, b workKey) bool {
 	if a.at != b.at {
 		return a.at < b.at
@@ -175,9 +177,9 @@ func (g *intakeLog) put(id rowID, c cached) {
 	if g.cache == nil {
 		g.cache = map[rowID]cached{}
 	}
-	if old, ok := g.cache[id]; ok && old.dirty {
+	if prev, ok := g.cache[id]; ok && prev.dirty {
 		g.dirty--
-		if isWork(old.table) {
+		if isWork(prev.table) {
 			g.shadow--
 		}
 	}
@@ -199,25 +201,23 @@ func (g *intakeLog) put(id rowID, c cached) {
 			}
 		}
 	}
+	g.cache[id] = c
 	old, had := g.work[id]
-	switch {
-	case had && set != nil && old.workKey == k && old.leased == (set == g.workLeased):
-		// Unchanged (a pending key coalesced keeps its place): most Records.
-	default:
-		if had {
-			delete(g.work, id)
-			if old.leased {
-				g.workLeased.Delete(old.workKey)
-			} else {
-				g.workDue.Delete(old.workKey)
-			}
-		}
-		if set != nil {
-			g.work[id] = workEntry{k, set == g.workLeased}
-			set.ReplaceOrInsert(k)
+	if had && set != nil && old.workKey == k && old.leased == (set == g.workLeased) {
+		return // unchanged (a coalesced pending key keeps its place): most Records
+	}
+	if had {
+		delete(g.work, id)
+		if old.leased {
+			g.workLeased.Delete(old.workKey)
+		} else {
+			g.workDue.Delete(old.workKey)
 		}
 	}
-	g.cache[id] = c
+	if set != nil {
+		g.work[id] = workEntry{k, set == g.workLeased}
+		set.ReplaceOrInsert(k)
+	}
 }
 
 // reset forgets everything: the table and the log are the truth.
@@ -521,8 +521,10 @@ UNION ALL SELECT * FROM (SELECT bucket, ident, next_at FROM cairn_ledger WHERE s
 UNION ALL SELECT * FROM (SELECT bucket, ident, next_at FROM cairn_ledger WHERE status = 'claimed' AND lease_until < ?1 LIMIT ?2)`
 
 // claimLogged is Claim with the intake log: the candidates are the due rows
-// of cairn_ledger that no dirty entry hides, and the dirty entries that are
-// due work; the n oldest (by NextAttempt) are claimed by appending their
+// of cairn_ledger that no dirty entry hides, and the n earliest due dirty
+// entries of each ordered set (pending and failed work by NextAttempt; when
+// more than n leases ran out, the n that ran out first, as on PostgreSQL);
+// the n oldest candidates (by NextAttempt) are claimed by appending their
 // images, so a record claimed and completed between folds is written to the
 // table once. With EveryVersion (one version of a key at a time, decided in
 // SQL) it folds and runs the statement.
@@ -570,8 +572,7 @@ func (l *Backend) claimLogged(ctx context.Context, tx *sql.Tx, now time.Time, n 
 	if err := res.Err(); err != nil {
 		return nil, l.wrap("claim", err)
 	}
-	// The dirty entries due: the n earliest of each set are enough, as only
-	// the n earliest of all candidates are claimed.
+	// The dirty entries due, at most n of each set: only n are claimed.
 	take := func(set *btree.BTreeG[workKey], last int64) {
 		k := 0
 		set.Ascend(func(w workKey) bool {

@@ -922,7 +922,9 @@ RETURNING ` + cols
 		// per state instead, each stopping after n locked rows: pending and
 		// failed work in next_at order off the work index, expired leases in
 		// expiry order off the lease index (the work index would read every
-		// live claim, on every claim). The n earliest due of those are claimed
+		// live claim, on every claim): when more than n leases ran out, the n
+		// that ran out first are the candidates. The n earliest (next_at) of
+		// all candidates are claimed
 		// (the others' locks end at commit). They are found
 		// by bucket, key and ident, so that either index finds each at once: on
 		// a table whose statistics are stale (a young ledger) the planner may
