@@ -183,41 +183,50 @@ func (g *intakeLog) put(id rowID, c cached) {
 			g.shadow--
 		}
 	}
-	var k workKey
-	var set *btree.BTreeG[workKey]
 	if c.dirty {
 		g.dirty++
 		if isWork(c.table) {
 			g.shadow++
 		}
-		if st := c.status(); isWork(st) {
-			if g.work == nil {
-				g.work = map[rowID]workEntry{}
-				g.workDue, g.workLeased = btree.NewG(16, lessWork), btree.NewG(16, lessWork)
-			}
-			k, set = workKey{ms(c.rec.NextAttempt), id}, g.workDue
-			if st == ledger.Claimed {
-				k.at, set = ms(c.rec.LeaseUntil), g.workLeased
-			}
-		}
 	}
 	g.cache[id] = c
+	e, isW := workOf(id, c)
 	old, had := g.work[id]
-	if had && set != nil && old.workKey == k && old.leased == (set == g.workLeased) {
+	if had && isW && old == e {
 		return // unchanged (a coalesced pending key keeps its place): most Records
 	}
 	if had {
 		delete(g.work, id)
-		if old.leased {
-			g.workLeased.Delete(old.workKey)
-		} else {
-			g.workDue.Delete(old.workKey)
+		g.workSet(old.leased).Delete(old.workKey)
+	}
+	if isW {
+		if g.work == nil {
+			g.work = map[rowID]workEntry{}
+			g.workDue, g.workLeased = btree.NewG(16, lessWork), btree.NewG(16, lessWork)
 		}
+		g.work[id] = e
+		g.workSet(e.leased).ReplaceOrInsert(e.workKey)
 	}
-	if set != nil {
-		g.work[id] = workEntry{k, set == g.workLeased}
-		set.ReplaceOrInsert(k)
+}
+
+// workOf is the key of c in the ordered sets, if c is a dirty entry of work.
+func workOf(id rowID, c cached) (workEntry, bool) {
+	switch st := c.status(); {
+	case !c.dirty || !isWork(st):
+		return workEntry{}, false
+	case st == ledger.Claimed:
+		return workEntry{workKey{ms(c.rec.LeaseUntil), id}, true}, true
+	default:
+		return workEntry{workKey{ms(c.rec.NextAttempt), id}, false}, true
 	}
+}
+
+// workSet is the ordered set of claimed entries (leased) or of the others.
+func (g *intakeLog) workSet(leased bool) *btree.BTreeG[workKey] {
+	if leased {
+		return g.workLeased
+	}
+	return g.workDue
 }
 
 // reset forgets everything: the table and the log are the truth.
