@@ -436,37 +436,21 @@ func (l *Backend) foldWhile(ctx context.Context, tx *sql.Tx, more func() bool) e
 	return nil
 }
 
-// appendLog appends the images of batch (l.args rows of next) to the log as
-// one row, and makes them the rows' dirty cache entries. ok is false, with nothing written, if an image
-// holds a string that is not valid UTF-8 (JSON cannot carry it exactly): the
-// caller writes those rows directly.
-func (l *Backend) appendLog(ctx context.Context, tx *sql.Tx, batch [][]any, next map[rowID]*row) (ok bool, err error) {
-	buf := make([]byte, 0, len(batch)*256)
+// appendLog appends the images of changed (in key order) to the log as one
+// row, and makes them the rows' dirty cache entries. ok is false, with
+// nothing written, if an image holds a string that is not valid UTF-8 (JSON
+// cannot carry it exactly): the caller writes those rows directly.
+func (l *Backend) appendLog(ctx context.Context, tx *sql.Tx, changed map[rowID]*row) (ok bool, err error) {
+	ids := sortedIDs(changed)
+	buf := make([]byte, 0, len(ids)*320)
 	buf = append(buf, '[')
-	for i, r := range batch {
+	for i, id := range ids {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		buf = append(buf, '[')
-		for j, v := range r {
-			if j > 0 {
-				buf = append(buf, ',')
-			}
-			switch v := v.(type) {
-			case string:
-				if !utf8.ValidString(v) {
-					return false, nil
-				}
-				buf = appendJSONString(buf, v)
-			case int64:
-				buf = strconv.AppendInt(buf, v, 10)
-			case int:
-				buf = strconv.AppendInt(buf, int64(v), 10)
-			default:
-				return false, fmt.Errorf("intake log: column %d has type %T", j, v)
-			}
+		if buf, ok = l.appendImage(buf, id.ident, changed[id]); !ok {
+			return false, nil
 		}
-		buf = append(buf, ']')
 	}
 	buf = append(buf, ']')
 	res, err := l.exec(ctx, tx, sqlAppendLog, string(buf))
@@ -478,9 +462,9 @@ func (l *Backend) appendLog(ctx context.Context, tx *sql.Tx, batch [][]any, next
 		return false, err
 	}
 	g := l.log
-	b := logBatch{id: logID, ids: make([]rowID, 0, len(next)), bytes: int64(len(buf))}
-	for id, r := range next {
-		c := cached{row: *r, dirty: true, logID: logID}
+	b := logBatch{id: logID, ids: ids, bytes: int64(len(buf))}
+	for _, id := range ids {
+		c := cached{row: *changed[id], dirty: true, logID: logID}
 		switch old, ok := g.cache[id]; {
 		case ok && old.dirty:
 			c.table = old.table
@@ -491,11 +475,31 @@ func (l *Backend) appendLog(ctx context.Context, tx *sql.Tx, batch [][]any, next
 			c.table = ledger.Claimed
 		}
 		g.put(id, c)
-		b.ids = append(b.ids, id)
 	}
 	g.queue = append(g.queue, b)
 	g.bytes += b.bytes
 	return true, nil
+}
+
+// appendImage appends r's image, its columns (l.columns) as a JSON array, to
+// buf; ok is false if a string is not valid UTF-8.
+func (l *Backend) appendImage(buf []byte, ident string, r *row) (_ []byte, ok bool) {
+	ok = true
+	buf = append(buf, '[')
+	sep := func() {
+		if buf[len(buf)-1] != '[' {
+			buf = append(buf, ',')
+		}
+	}
+	l.columns(ident, r.rec, r.rev, func(s string) {
+		sep()
+		ok = ok && utf8.ValidString(s)
+		buf = appendJSONString(buf, s)
+	}, func(v int64) {
+		sep()
+		buf = strconv.AppendInt(buf, v, 10)
+	})
+	return append(buf, ']'), ok
 }
 
 // appendJSONString appends s (valid UTF-8) as a JSON string.
@@ -619,7 +623,7 @@ func (l *Backend) claimLogged(ctx context.Context, tx *sql.Tx, now time.Time, n 
 		next[id] = &row{&c, r.rev + 1}
 		out = append(out, ledger.Claim{Record: c, Ident: id.ident})
 	}
-	if _, err := l.write(ctx, tx, l.images(next), next); err != nil {
+	if _, err := l.write(ctx, tx, next); err != nil {
 		return nil, l.wrap("claim", err)
 	}
 	return out, nil
@@ -638,16 +642,22 @@ func due(r *ledger.Record, nowMS int64) bool {
 
 // images returns the rows of next as l.args, in key order.
 func (l *Backend) images(next map[rowID]*row) [][]any {
-	ids := make([]rowID, 0, len(next))
-	for id := range next {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, compareID)
+	ids := sortedIDs(next)
 	batch := make([][]any, len(ids))
 	for i, id := range ids {
 		batch[i] = l.args(id.ident, next[id].rec, next[id].rev)
 	}
 	return batch
+}
+
+// sortedIDs returns the keys of rows in key order.
+func sortedIDs(rows map[rowID]*row) []rowID {
+	ids := make([]rowID, 0, len(rows))
+	for id := range rows {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, compareID)
+	return ids
 }
 
 // finishLogged is one guarded change of a claim's row (Complete, Renew, Fail,
@@ -667,7 +677,7 @@ func (l *Backend) finishLogged(ctx context.Context, tx *sql.Tx, now time.Time, o
 	apply(&n)
 	n.Updated = now
 	next := map[rowID]*row{id: {&n, r.rev + 1}}
-	if _, err := l.write(ctx, tx, l.images(next), next); err != nil {
+	if _, err := l.write(ctx, tx, next); err != nil {
 		return l.wrap(op, err)
 	}
 	return nil
@@ -703,7 +713,7 @@ func (l *Backend) completeLogged(ctx context.Context, tx *sql.Tx, now time.Time,
 		n.Updated = now
 		next[id] = &row{&n, r.rev + 1}
 	}
-	if _, err := l.write(ctx, tx, l.images(next), next); err != nil {
+	if _, err := l.write(ctx, tx, next); err != nil {
 		return nil, l.wrap("complete", err)
 	}
 	return errs, nil

@@ -445,14 +445,52 @@ func scanRecord(s scanner, extra ...any) (ledger.Claim, error) {
 	return c, err
 }
 
+// args returns a row's columns (cols, then rev) as a statement's arguments.
 func (l *Backend) args(ident string, r *ledger.Record, rev int64) []any {
+	a := make([]any, 0, len(colTypes))
+	l.columns(ident, r, rev, func(s string) { a = append(a, s) }, func(v int64) { a = append(a, v) })
+	return a
+}
+
+// columns passes each column of a row (cols, then rev; colTypes gives their
+// types) to text or num, in order: the one list of a row's values, for the
+// statements' arguments (args) and the intake log's images (appendImage).
+func (l *Backend) columns(ident string, r *ledger.Record, rev int64, text func(string), num func(int64)) {
 	sortSeq := "" // only every-version claims compare sequencers in SQL
 	if l.opts.EveryVersion {
 		sortSeq = driver.SortSeq(r.Seq)
 	}
-	return []any{r.Bucket, ident, r.Key, r.VersionID, r.ETag, r.Size, string(r.Kind), r.Name, ms(r.EventTime), r.Seq, sortSeq,
-		string(r.Status), r.Attempts, r.Token, ms(r.LeaseUntil), ms(r.NextAttempt), ms(r.FirstSeen), ms(r.Updated), r.Seen, r.Stale,
-		r.LastError, r.Result, r.Source, r.Gen, r.RunGen, r.Replays, string(r.Format), r.Region, r.RequestID, r.HostID, rev}
+	text(r.Bucket)
+	text(ident)
+	text(r.Key)
+	text(r.VersionID)
+	text(r.ETag)
+	num(r.Size)
+	text(string(r.Kind))
+	text(r.Name)
+	num(ms(r.EventTime))
+	text(r.Seq)
+	text(sortSeq)
+	text(string(r.Status))
+	num(int64(r.Attempts))
+	num(r.Token)
+	num(ms(r.LeaseUntil))
+	num(ms(r.NextAttempt))
+	num(ms(r.FirstSeen))
+	num(ms(r.Updated))
+	num(int64(r.Seen))
+	num(int64(r.Stale))
+	text(r.LastError)
+	text(r.Result)
+	text(r.Source)
+	num(r.Gen)
+	num(r.RunGen)
+	num(int64(r.Replays))
+	text(string(r.Format))
+	text(r.Region)
+	text(r.RequestID)
+	text(r.HostID)
+	num(rev)
 }
 
 // colTypes are the SQL types of cols and rev, for Dialect.Rows.
@@ -609,15 +647,13 @@ func (l *Backend) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs [
 			next[id] = &c
 			claims = append(claims, ledger.Claim{Record: c, Ident: id.ident})
 		}
-		batch := make([][]any, 0, len(todo))
 		changed := make(map[rowID]*row, len(todo))
 		for _, id := range todo {
 			if next[id] != cur[id].rec {
-				batch = append(batch, l.args(id.ident, next[id], cur[id].rev+1))
 				changed[id] = &row{next[id], cur[id].rev + 1}
 			}
 		}
-		written, err := l.write(ctx, tx, batch, changed)
+		written, err := l.write(ctx, tx, changed)
 		if err != nil {
 			return l.wrap("record", err)
 		}
@@ -659,14 +695,14 @@ func (l *Backend) workDue(ctx context.Context, tx *sql.Tx, now time.Time) (bool,
 	return due, nil
 }
 
-// write writes a Record's changed rows (batch: l.args of changed, in key
-// order) and returns those written: into the intake log where there is one,
-// else (or where the log cannot carry them) into cairn_ledger with upsert.
-func (l *Backend) write(ctx context.Context, tx *sql.Tx, batch [][]any, changed map[rowID]*row) (map[rowID]bool, error) {
-	if l.log == nil || len(batch) == 0 {
-		return l.upsert(ctx, tx, batch)
+// write writes changed rows (in key order) and returns those written: into
+// the intake log where there is one, else (or where the log cannot carry
+// them) into cairn_ledger with upsert.
+func (l *Backend) write(ctx context.Context, tx *sql.Tx, changed map[rowID]*row) (map[rowID]bool, error) {
+	if l.log == nil || len(changed) == 0 {
+		return l.upsert(ctx, tx, l.images(changed))
 	}
-	ok, err := l.appendLog(ctx, tx, batch, changed)
+	ok, err := l.appendLog(ctx, tx, changed)
 	if err != nil {
 		return nil, err
 	}
@@ -675,7 +711,7 @@ func (l *Backend) write(ctx context.Context, tx *sql.Tx, batch [][]any, changed 
 		if err := l.foldAll(ctx, tx); err != nil {
 			return nil, err
 		}
-		if _, err := l.upsert(ctx, tx, batch); err != nil {
+		if _, err := l.upsert(ctx, tx, l.images(changed)); err != nil {
 			return nil, err
 		}
 		for id, r := range changed {
