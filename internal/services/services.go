@@ -260,8 +260,14 @@ func StartMinIO(ctx context.Context, bin string, o Options) (*Server, error) {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	cmd := exec.Command(bin, "server", "--quiet", "--address", addr, "--console-address", fmt.Sprintf("127.0.0.1:%d", cport), filepath.Join(o.DataDir, "data"))
+	// MINIO_SYNC_BOOT: MinIO otherwise answers S3 requests while it still
+	// registers the notification targets its environment configures (in a
+	// goroutine after it starts serving), so a bucket notification set up
+	// right away can be refused on a loaded machine with "A specified
+	// destination ARN does not exist" (CI saw it for the NATS target). With it
+	// on, requests wait until that start-up work is done.
 	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER=cairnadmin", "MINIO_ROOT_PASSWORD=cairnadmin-secret",
-		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI=on")
+		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI=on", "MINIO_SYNC_BOOT=on")
 	cmd.Env = append(cmd.Env, o.Env...)
 	s, err := start(cmd, o)
 	if err != nil {
