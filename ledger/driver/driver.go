@@ -8,8 +8,9 @@
 // Decide holds the ledger's acceptance rules: a backend reads a key's row,
 // calls Decide inside its transaction and stores what Decide returns, so that
 // every backend decides alike. Ident and SortSeq are how rows are keyed and
-// ordered, SortClaims the order Claim returns its claims in; UnixMilli and FromUnixMilli are how times are stored; Defaults and
-// Backoff are how the shared ledger.Options are read.
+// ordered, SortClaims the order Claim returns its claims in; UnixMilli and
+// FromUnixMilli are how times are stored; Defaults and Backoff are how the
+// shared ledger.Options are read.
 //
 // # Errors
 //
