@@ -440,7 +440,18 @@ func testServeKilledHandlerDies(t *testing.T, iter int, killWatchdog bool) {
 		t.Fatal(err)
 	}
 	args := []string{"--ledger", filepath.Join(dir, "ledger.db"), "--handler-exec", script, "--lease", "1s", "--concurrency", "2"}
-	env := []string{"MARKS=" + marks, "HOLD=4"}
+	// Token 1's work holds far longer than the test runs: whatever of it
+	// outlives the kill is then still alive when the checks look, and no
+	// fixed wait for it to end is needed. Survivors, if the reap fails, are
+	// killed at the end.
+	env := []string{"MARKS=" + marks, "HOLD=600"}
+	t.Cleanup(func() {
+		for _, k := range readMarks(t, marks) {
+			if k.tok == 1 && k.alive() {
+				_ = syscall.Kill(k.pid, syscall.SIGKILL)
+			}
+		}
+	})
 	p := startServe(t, port, env, args...)
 	body := fmt.Sprintf(`{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","eventName":"ObjectCreated:Put","eventTime":"2025-01-01T00:00:00Z",`+
 		`"s3":{"bucket":{"name":"b"},"object":{"key":"k%d","size":1,"eTag":"e1","sequencer":"0A"}}}]}`, iter)
@@ -460,16 +471,24 @@ func testServeKilledHandlerDies(t *testing.T, iter int, killWatchdog bool) {
 	if killWatchdog && len(victims) != 1 {
 		t.Fatalf("iteration %d: want cairn serve's one watchdog, found %v", iter, victims)
 	}
-	// The watchdog is frozen first: killed after the daemon, it could notice
-	// the daemon's death in between and kill the group itself (then nothing
-	// is left for the reap to test: a CI flake).
-	for _, pid := range victims {
-		_ = syscall.Kill(pid, syscall.SIGSTOP)
-	}
-	p.kill()
+	// The watchdog dies first, and is gone before the daemon is killed:
+	// killed after the daemon, it could notice the daemon's death in between
+	// and kill the group itself, and then nothing is left for the reap to
+	// test (a CI flake). Freezing it with SIGSTOP is not enough: the daemon's
+	// death orphans the watchdog's process group, and the kernel sends a
+	// group with a stopped member SIGHUP and SIGCONT (POSIX), which woke the
+	// watchdog to do its work on a loaded machine.
 	for _, pid := range victims {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
+		deadline := time.Now().Add(10 * time.Second)
+		for alive(pid) { // a zombie until the daemon, its parent, dies
+			if time.Now().After(deadline) {
+				t.Fatalf("iteration %d: the watchdog %d outlived SIGKILL by 10s", iter, pid)
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
+	p.kill()
 	var tok1 []mark
 	for _, k := range readMarks(t, marks) {
 		if k.tok == 1 && k.pid > 0 {
@@ -495,7 +514,6 @@ func testServeKilledHandlerDies(t *testing.T, iter int, killWatchdog bool) {
 	}
 	startServe(t, port, env, args...)
 	waitMarks(t, marks, func(m []mark) bool { return countMarks(m, "end", 2) == 1 })
-	time.Sleep(4500 * time.Millisecond) // token 1's work would have ended by now
 	for _, k := range readMarks(t, marks) {
 		switch {
 		case k.kind == "overlap":
