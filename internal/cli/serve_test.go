@@ -443,11 +443,15 @@ func testServeKilledHandlerDies(t *testing.T, iter int, killWatchdog bool) {
 	// Token 1's work holds far longer than the test runs: whatever of it
 	// outlives the kill is then still alive when the checks look, and no
 	// fixed wait for it to end is needed. Survivors, if the reap fails, are
-	// killed at the end.
+	// killed at the end, with their process group (the sleep in the
+	// backgrounded subshell has no mark).
 	env := []string{"MARKS=" + marks, "HOLD=600"}
 	t.Cleanup(func() {
 		for _, k := range readMarks(t, marks) {
 			if k.tok == 1 && k.alive() {
+				if pgid, err := syscall.Getpgid(k.pid); err == nil && pgid > 1 {
+					_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				}
 				_ = syscall.Kill(k.pid, syscall.SIGKILL)
 			}
 		}
