@@ -95,6 +95,8 @@ type Backend struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	rows rowCache // the JSON of the rows of the heads this process wrote last
+
 	mu         sync.Mutex
 	heads      []cachedHead
 	segWork    map[int]segWork // shard → the work of its last decoded segments
@@ -552,7 +554,7 @@ func (l *Backend) keep(s int, sum uint64, n int, h *head) {
 
 // encodeHead encodes h and caches it as the decoding of the bytes.
 func (l *Backend) encodeHead(s int, h *head) ([]byte, error) {
-	data, err := json.Marshal(h)
+	data, err := l.rows.encodeHead(s, h)
 	if err != nil {
 		return nil, err
 	}
