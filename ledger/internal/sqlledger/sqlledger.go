@@ -800,7 +800,7 @@ func (l *Backend) execChunks(ctx context.Context, tx *sql.Tx, stmts map[int]*sql
 	for rest := batch; len(rest) > 0; {
 		for _, n := range upsertSizes {
 			for len(rest) >= n {
-				var a []any
+				a := make([]any, 0, n*len(rest[0]))
 				for _, r := range rest[:n] {
 					a = append(a, r...)
 				}
