@@ -147,6 +147,9 @@ func (l *Backend) compact(ctx context.Context, s int) error {
 			keep = append(keep, trash{Key: m, Since: now})
 		}
 		h.Trash = keep
+		// The swap moves the change counter on: a head's Seq then orders its
+		// lists of segments (Backend.segmentWork relies on it).
+		h.Seq++
 		if full {
 			h.Base, h.base, h.Segs, h.segs = key, seg, nil, nil
 		} else {

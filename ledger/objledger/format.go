@@ -7,7 +7,6 @@ import (
 	"hash/fnv"
 	"hash/maphash"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -123,8 +122,8 @@ type head struct {
 	// decoded and kept in step by put and remove, so a head write carries
 	// the rows changed since its segments, not the shard's whole backlog.
 	// (Format 1 and 2 heads stored it as "work"; it is ignored on read.)
-	Work  map[string]int64 `json:"-"`
-	Trash []trash          `json:"trash,omitempty"`
+	Work  workSet `json:"-"`
+	Trash []trash `json:"trash,omitempty"`
 
 	base *segment   // the decoded base (not stored)
 	segs []*segment // the decoded Segs (not stored)
@@ -145,7 +144,7 @@ type segment struct {
 func (h *head) clone() *head {
 	c := *h
 	c.Rows = maps.Clone(h.Rows)
-	c.Work = maps.Clone(h.Work)
+	c.Work = h.Work.clone()
 	c.Trash = slices.Clone(h.Trash)
 	c.Segs = slices.Clone(h.Segs)
 	c.segs = slices.Clone(h.segs)
@@ -195,15 +194,15 @@ func (h *head) put(id string, r *row) {
 	r.Change = h.Seq
 	h.Rows[id] = r
 	if d, ok := r.due(); ok {
-		h.Work[id] = d
+		h.Work.set(id, d)
 	} else {
-		delete(h.Work, id)
+		h.Work.del(id)
 	}
 }
 
 // remove purges id: a tombstone if a segment holds it.
 func (h *head) remove(id string) {
-	delete(h.Work, id)
+	h.Work.del(id)
 	if h.stored(id, 0) != nil {
 		h.Seq++
 		h.Rows[id] = &row{Deleted: true, Change: h.Seq}
@@ -247,40 +246,26 @@ func (h *head) each(fn func(id string, r *row)) {
 }
 
 // minDue is the shard's earliest due work (ok false if none).
-func (h *head) minDue() (int64, bool) {
-	m, ok := int64(math.MaxInt64), false
-	for _, d := range h.Work {
-		m, ok = min(m, d), true
-	}
-	return m, ok
-}
+func (h *head) minDue() (int64, bool) { return h.Work.min() }
 
-// dueBy counts the work entries due at now.
-func (h *head) dueBy(now int64) int {
-	n := 0
-	for _, d := range h.Work {
-		if d <= now {
-			n++
-		}
-	}
-	return n
-}
+// dueBy counts the work entries due at now, up to limit.
+func (h *head) dueBy(now int64, limit int) int { return h.Work.dueBy(now, limit) }
 
 // deriveWork sets h.Work from its rows over segWork, the work of its
-// segments (see segmentWork).
-func (h *head) deriveWork(segWork map[string]int64) {
-	h.Work = maps.Clone(segWork)
-	if h.Work == nil {
-		h.Work = map[string]int64{}
+// segments (see segmentWork), which becomes h's: the caller's own copy.
+func (h *head) deriveWork(segWork workSet) {
+	if segWork.byID == nil {
+		segWork = newWorkSet()
 	}
+	h.Work = segWork
 	layerWork(h.Work, h.Rows)
 }
 
 // segmentWork is the work of a head's segments, oldest first: each row's due
 // time unless a newer segment changed or deleted it. Segments are immutable,
 // so it is computed once per set of segments (Backend.segWork).
-func segmentWork(layers []*segment) map[string]int64 {
-	w := map[string]int64{}
+func segmentWork(layers []*segment) workSet {
+	w := newWorkSet()
 	for _, seg := range layers {
 		layerWork(w, seg.Rows)
 	}
@@ -289,12 +274,12 @@ func segmentWork(layers []*segment) map[string]int64 {
 
 // layerWork lays rows over the work w of older layers: a row's due time, or
 // none if it is done or a tombstone.
-func layerWork(w map[string]int64, rows map[string]*row) {
+func layerWork(w workSet, rows map[string]*row) {
 	for id, r := range rows {
 		if d, ok := r.due(); ok && !r.Deleted {
-			w[id] = d
+			w.set(id, d)
 		} else {
-			delete(w, id)
+			w.del(id)
 		}
 	}
 }

@@ -30,7 +30,9 @@ func FuzzDocuments(f *testing.F) {
 			h.minDue()
 			h.each(func(string, *row) {})
 			l.claimIn(h, 1<<40, 10, 1)
-			for rid := range h.Work {
+			var ids []string
+			h.Work.ids(func(rid string) bool { ids = append(ids, rid); return true })
+			for _, rid := range ids {
 				h.remove(rid)
 			}
 			if _, err := l.encodeHead(0, h); err != nil {

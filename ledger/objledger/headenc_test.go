@@ -16,7 +16,7 @@ func TestEncodeHeadIsMarshal(t *testing.T) {
 	var c rowCache
 	rng := rand.New(rand.NewPCG(1, 2))
 	odd := []string{"plain", "a<b>&c", "\u2028\u2029", "ünï 日本", "100%/x%2Fy/../z", "q\"uote\\", "ctl\x01\x1f", "bad\xffutf8", "+ space"}
-	h := &head{Rows: map[string]*row{}, Work: map[string]int64{}}
+	h := &head{Rows: map[string]*row{}, Work: newWorkSet()}
 	check := func(step int) {
 		t.Helper()
 		got, err := c.encodeHead(0, h)
@@ -79,7 +79,7 @@ func TestEncodeHeadIsMarshal(t *testing.T) {
 // BenchmarkEncodeHead: a full head (CompactAt rows) after one row changed,
 // with json.Marshal (the baseline) and with the row cache.
 func BenchmarkEncodeHead(b *testing.B) {
-	h := &head{Rows: map[string]*row{}, Work: map[string]int64{}, Base: "shards/000/base-1.json"}
+	h := &head{Rows: map[string]*row{}, Work: newWorkSet(), Base: "shards/000/base-1.json"}
 	for i := range 128 {
 		h.put(fmt.Sprintf("bench\x00some/key/of/an/object-%06d", i), &row{Bucket: "bench", Key: fmt.Sprintf("some/key/of/an/object-%06d", i),
 			ETag: "0123456789abcdef0123456789abcdef", Seq: "0000000000000001", Status: "pending", NextAttempt: 1700000000000, FirstSeen: 1700000000000, Updated: 1700000000000, Source: "webhook", Format: "minio"})

@@ -122,10 +122,28 @@ type hint struct {
 	gen uint64
 }
 
-// segWork is the work of one set of a shard's segments (keys joined).
+// segWork is the work of one set of a shard's segments (keys joined), as
+// the head with change counter seq named them.
 type segWork struct {
 	key  string
-	work map[string]int64 // never changed once cached: readers clone it
+	keys []string
+	seq  int64
+	work workSet // never changed once cached: cloned under mu
+}
+
+// succeeds reports whether keys, the segments of a head with change counter
+// seq, are c's with their newest ones replaced by one segment, the last of
+// keys, that merged them (or with one segment added): the work of keys is then
+// c's with that segment's rows laid over it. The head is then later than c's
+// (a larger seq: every compaction's swap moves it on); between the two, the
+// segments after the common prefix were only merged (never dropped: a merge
+// keeps every row and tombstone unless it makes a new base, which would have
+// replaced the prefix too) and added to, so the last segment holds every row
+// of c's segments it replaced, newer. Without a common prefix (a new base),
+// nothing is known: tombstones may have been dropped.
+func (c segWork) succeeds(keys []string, seq int64) bool {
+	n := len(keys) - 1
+	return seq > c.seq && n >= 1 && len(c.keys) >= n && slices.Equal(keys[:n], c.keys[:n]) && !slices.Contains(c.keys, keys[n])
 }
 
 // cachedHead is a decoded head and the hash of the bytes it was decoded from.
@@ -468,15 +486,16 @@ func (l *Backend) forget(key string) {
 // to change.
 func (l *Backend) decodeHead(ctx context.Context, s int, data []byte) (*head, error) {
 	if len(data) == 0 {
-		return &head{Rows: map[string]*row{}, Work: map[string]int64{}}, nil
+		return &head{Rows: map[string]*row{}, Work: newWorkSet()}, nil
 	}
 	sum := maphash.Bytes(hashSeed, data)
 	l.mu.Lock()
-	c := l.heads[s]
-	l.mu.Unlock()
-	if c.h != nil && c.sum == sum && c.n == len(data) {
-		return c.h.clone(), nil
+	if c := l.heads[s]; c.h != nil && c.sum == sum && c.n == len(data) {
+		own := c.h.clone() // under mu: see workSet
+		l.mu.Unlock()
+		return own, nil
 	}
+	l.mu.Unlock()
 	h := &head{}
 	if err := decodeJSON(data, h, headKey(s)); err != nil {
 		return nil, fmt.Errorf("%w: %w", errCorrupt, err)
@@ -511,29 +530,43 @@ func (l *Backend) decodeHead(ctx context.Context, s int, data []byte) (*head, er
 		h.segs[i] = seg
 	}
 	h.deriveWork(l.segmentWork(s, h))
+	mine := h.clone() // before h is shared: see workSet
 	l.keep(s, sum, len(data), h)
-	return h.clone(), nil
+	return mine, nil
 }
 
-// segmentWork is the work of h's segments (segmentWork), from the cache of
-// shard s's last set of segments when it is the same.
-func (l *Backend) segmentWork(s int, h *head) map[string]int64 {
+// segmentWork is the work of h's segments (segmentWork), the caller's own
+// copy, from the cache of shard s's last set of segments: as it is when it is
+// the same set, with the newest segment laid over it when h's set succeeds it
+// (a compaction's: see segWork.succeeds), computed afresh otherwise.
+func (l *Backend) segmentWork(s int, h *head) workSet {
 	keys, layers := h.layers()
 	key := strings.Join(keys, "\n")
+	var w workSet
 	l.mu.Lock()
 	c, ok := l.segWork[s]
-	l.mu.Unlock()
 	if ok && c.key == key {
-		return c.work
+		w = c.work.clone()
+		l.mu.Unlock()
+		return w
 	}
-	w := segmentWork(layers)
+	if ok && c.succeeds(keys, h.Seq) {
+		w = c.work.clone()
+	}
+	l.mu.Unlock()
+	if w.byID != nil {
+		layerWork(w, layers[len(layers)-1].Rows)
+	} else {
+		w = segmentWork(layers)
+	}
 	l.mu.Lock()
 	if l.segWork == nil {
 		l.segWork = map[int]segWork{}
 	}
-	l.segWork[s] = segWork{key: key, work: w}
+	l.segWork[s] = segWork{key: key, keys: slices.Clone(keys), seq: h.Seq, work: w}
+	own := w.clone()
 	l.mu.Unlock()
-	return w
+	return own
 }
 
 func (l *Backend) keep(s int, sum uint64, n int, h *head) {

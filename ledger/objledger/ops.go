@@ -2,7 +2,6 @@ package objledger
 
 import (
 	"cmp"
-	"container/heap"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -144,11 +143,12 @@ func (l *Backend) claimIn(h *head, now int64, n int, lease time.Duration) []ledg
 	var byKey map[string][]*row
 	if l.opts.EveryVersion {
 		byKey = map[string][]*row{}
-		for rid := range h.Work {
+		h.Work.ids(func(rid string) bool {
 			if w := h.get(rid); w != nil {
 				byKey[w.Bucket+"/"+w.Key] = append(byKey[w.Bucket+"/"+w.Key], w)
 			}
-		}
+			return true
+		})
 	}
 	var out []ledger.Claim
 	// A shard's backlog can be large and only n are wanted: the first pass
@@ -156,11 +156,11 @@ func (l *Backend) claimIn(h *head, now int64, n int, lease time.Duration) []ledg
 	// versions); only if that falls short while more were due does a second
 	// pass go through all of them.
 	for _, k := range []int{2*n + 8, -1} {
-		cs, more := earliestDue(h.Work, now, k)
+		cs, more := h.Work.earliest(now, k)
 		for _, c := range cs {
 			w := h.get(c.id)
 			if w == nil {
-				delete(h.Work, c.id) // no record behind the entry: drop it
+				h.Work.del(c.id) // no record behind the entry: drop it
 				continue
 			}
 			if !claimable(w, now) {
@@ -195,54 +195,6 @@ func (l *Backend) claimIn(h *head, now int64, n int, lease time.Duration) []ledg
 type cand struct {
 	id  string
 	due int64
-}
-
-func (a cand) cmp(b cand) int { return cmp.Or(cmp.Compare(a.due, b.due), strings.Compare(a.id, b.id)) }
-
-// candHeap is a max-heap of cands (the latest on top).
-type candHeap []cand
-
-func (h candHeap) Len() int           { return len(h) }
-func (h candHeap) Less(i, j int) bool { return h[i].cmp(h[j]) > 0 }
-func (h candHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *candHeap) Push(x any)        { *h = append(*h, x.(cand)) }
-func (h *candHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
-// earliestDue returns the k earliest work entries due at now, sorted (all of
-// them if k < 0), and whether more were due.
-func earliestDue(work map[string]int64, now int64, k int) (cs []cand, more bool) {
-	if k < 0 {
-		for id, d := range work {
-			if d <= now {
-				cs = append(cs, cand{id, d})
-			}
-		}
-	} else {
-		h := make(candHeap, 0, k)
-		for id, d := range work {
-			if d > now {
-				continue
-			}
-			switch c := (cand{id, d}); {
-			case len(h) < k:
-				heap.Push(&h, c)
-			case c.cmp(h[0]) < 0:
-				h[0] = c
-				heap.Fix(&h, 0)
-				more = true
-			default:
-				more = true
-			}
-		}
-		cs = h
-	}
-	slices.SortFunc(cs, cand.cmp)
-	return cs, more
 }
 
 // blocked: another version of w's key is claimed with a live lease, or waits
@@ -310,7 +262,7 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 		left := n
 		var unknown []int
 		for _, s := range cands {
-			if e, ok := l.dueEstimate(s); ok {
+			if e, ok := l.dueEstimate(s, left+1); ok {
 				vs[s].budget = min(e, left)
 				vs[s].marked = sweep || e <= left
 				left -= vs[s].budget
@@ -353,7 +305,7 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 			v.claims = append(v.claims, got...)
 			v.visited = true
 			v.due, v.work = h.minDue()
-			v.ready = h.dueBy(l.now())
+			v.ready = h.dueBy(l.now(), n) // rounds budget at most n
 			if len(got) < v.budget {
 				v.ready = 0 // it claimed all it could: the rest due are blocked versions
 			}
@@ -459,16 +411,16 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 	return out, nil
 }
 
-// dueEstimate is how many records of shard s were due when this process last
-// read or wrote its head (ok false if it has not).
-func (l *Backend) dueEstimate(s int) (int, bool) {
+// dueEstimate is how many records of shard s (up to limit) were due when
+// this process last read or wrote its head (ok false if it has not).
+func (l *Backend) dueEstimate(s, limit int) (int, bool) {
 	l.mu.Lock()
 	h := l.heads[s].h
 	l.mu.Unlock()
 	if h == nil {
 		return 0, false
 	}
-	return h.dueBy(l.now()), true
+	return h.dueBy(l.now(), limit), true
 }
 
 // maxClaimRounds bounds the rounds of shard visits in one Claim (see there).
@@ -976,11 +928,12 @@ func (l *Backend) OldestPending(ctx context.Context) (time.Time, error) {
 	}
 	var oldest int64
 	for _, h := range hs {
-		for rid := range h.Work {
+		h.Work.ids(func(rid string) bool {
 			if w := h.get(rid); w != nil && w.Status == string(ledger.Pending) && (oldest == 0 || w.NextAttempt < oldest) {
 				oldest = w.NextAttempt
 			}
-		}
+			return true
+		})
 	}
 	return fromMS(oldest), nil
 }
