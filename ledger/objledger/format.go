@@ -245,12 +245,6 @@ func (h *head) each(fn func(id string, r *row)) {
 	}
 }
 
-// minDue is the shard's earliest due work (ok false if none).
-func (h *head) minDue() (int64, bool) { return h.Work.min() }
-
-// dueBy counts the work entries due at now, up to limit.
-func (h *head) dueBy(now int64, limit int) int { return h.Work.dueBy(now, limit) }
-
 // deriveWork sets h.Work from its rows over segWork, the work of its
 // segments (see segmentWork), which becomes h's: the caller's own copy.
 func (h *head) deriveWork(segWork workSet) {

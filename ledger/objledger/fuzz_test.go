@@ -27,7 +27,7 @@ func FuzzDocuments(f *testing.F) {
 			t.Fatalf("decodeHead: %v is neither corrupt nor a missing base", err)
 		}
 		if err == nil {
-			h.minDue()
+			h.Work.min()
 			h.each(func(string, *row) {})
 			l.claimIn(h, 1<<40, 10, 1)
 			var ids []string

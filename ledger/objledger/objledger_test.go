@@ -576,10 +576,5 @@ func TestHeadDoesNotGrowWithBacklog(t *testing.T) {
 	}
 }
 
-// testClock is a settable clock safe to read from background compactions:
-// now, and advance to move it on.
-func testClock() (now func() time.Time, advance func(time.Duration)) {
-	var at atomic.Int64
-	at.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
-	return func() time.Time { return time.UnixMilli(at.Load()) }, func(d time.Duration) { at.Add(d.Milliseconds()) }
-}
+// testClock: see objledger.NewTestClock.
+var testClock = objledger.NewTestClock

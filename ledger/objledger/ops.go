@@ -91,7 +91,7 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 			res[s].claims = nil
 			return err
 		}
-		res[s].due, res[s].work = h.minDue()
+		res[s].due, res[s].work = h.Work.min()
 		return nil
 	})
 	var claims []ledger.Claim
@@ -304,8 +304,8 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 			}
 			v.claims = append(v.claims, got...)
 			v.visited = true
-			v.due, v.work = h.minDue()
-			v.ready = h.dueBy(l.now(), n) // rounds budget at most n
+			v.due, v.work = h.Work.min()
+			v.ready = h.Work.dueBy(l.now(), n) // rounds budget at most n
 			if len(got) < v.budget {
 				v.ready = 0 // it claimed all it could: the rest due are blocked versions
 			}
@@ -420,7 +420,7 @@ func (l *Backend) dueEstimate(s, limit int) (int, bool) {
 	if h == nil {
 		return 0, false
 	}
-	return h.dueBy(l.now(), limit), true
+	return h.Work.dueBy(l.now(), limit), true
 }
 
 // maxClaimRounds bounds the rounds of shard visits in one Claim (see there).
@@ -452,7 +452,7 @@ func (l *Backend) raise(ctx context.Context, shards []int) error {
 		if err != nil {
 			return err
 		}
-		truth[s].due, truth[s].work = h.minDue()
+		truth[s].due, truth[s].work = h.Work.min()
 		read[s] = true
 		return nil
 	})
@@ -664,7 +664,7 @@ func (l *Backend) finish(ctx context.Context, op string, c ledger.Claim, apply f
 	}
 	if w := h.get(rid); w != nil && w.Status != string(ledger.Claimed) {
 		if _, has := w.due(); has {
-			d, _ := h.minDue()
+			d, _ := h.Work.min()
 			return l.wrap(op, l.ensureHints(ctx, map[int]int64{s: d}))
 		}
 	}
@@ -733,7 +733,7 @@ func (l *Backend) CompleteBatch(ctx context.Context, cs []ledger.Claim, results 
 		if err != nil {
 			return err
 		}
-		due[s], _ = h.minDue()
+		due[s], _ = h.Work.min()
 		return nil
 	})
 	if err != nil {
@@ -985,7 +985,7 @@ func (l *Backend) Replay(ctx context.Context, sel ledger.Selection) (int, error)
 		if err != nil {
 			return err
 		}
-		hints[s], _ = h.minDue()
+		hints[s], _ = h.Work.min()
 		return nil
 	})
 	total := 0

@@ -133,7 +133,7 @@ func BenchmarkHeadClone(b *testing.B) {
 func TestDerivedWorkIsTheRows(t *testing.T) {
 	ctx := context.Background()
 	s := mem.New()
-	clock, advance := workTestClock()
+	clock, advance := NewTestClock()
 	var ls []*Backend
 	for range 2 {
 		l, err := OpenBackend(ctx, s, &ledger.Options{Now: clock}, &Options{Shards: 1, CompactAt: 3, Grace: time.Hour})
@@ -236,7 +236,9 @@ func checkDerived(t *testing.T, step, instance int, h *head) {
 	}
 }
 
-func workTestClock() (now func() time.Time, advance func(time.Duration)) {
+// NewTestClock is a settable clock safe to read from background compactions:
+// now, and advance to move it on (exported for the package's external tests).
+func NewTestClock() (now func() time.Time, advance func(time.Duration)) {
 	var at atomic.Int64
 	at.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
 	return func() time.Time { return time.UnixMilli(at.Load()) }, func(d time.Duration) { at.Add(d.Milliseconds()) }
