@@ -76,6 +76,10 @@ const (
 	// drainReleaseTimeout bounds releasing, at shutdown, work claimed while
 	// recording (the pipeline's lock is held meanwhile).
 	drainReleaseTimeout = 10 * time.Second
+	// completeLinger is how long a batch of completions may wait to commit
+	// with the next Record (ledger.WithLinger; SQLite): on a busy pipeline,
+	// serve's throughput on SQLite rose ~15% (1 and 3 ms did as well).
+	completeLinger = 2 * time.Millisecond
 )
 
 // claimRetry spaces attempts to claim work after the ledger failed a Claim:
@@ -800,7 +804,9 @@ func (p *Pipeline) completeLoop(ctx context.Context) {
 		}
 		// Until the last of the batch's leases runs out (its waiter retries a
 		// failed batch until then; the others have given up by then).
-		bctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		// Not urgent: the handlers' slots are free already; the batch may wait
+		// (completeLinger) to commit with the next Record.
+		bctx, cancel := context.WithDeadline(ledger.WithLinger(context.WithoutCancel(ctx), completeLinger), deadline)
 		errs, err := p.l.CompleteBatch(bctx, cs, results)
 		cancel()
 		for i, b := range batch {

@@ -166,3 +166,70 @@ func openTemp(t *testing.T, opts *ledger.Options) *ledger.Ledger {
 	t.Cleanup(func() { l.Close() })
 	return l
 }
+
+// A call marked ledger.WithLinger does not take the idle writer: it waits to
+// commit with the next urgent call, and commits alone only when its linger
+// runs out. One whose context ends meanwhile leaves, having applied nothing.
+func TestGroupCommitLinger(t *testing.T) {
+	ctx := context.Background()
+	l := openTemp(t, nil)
+	evs := []event.Event{
+		{Bucket: "b", Key: "k1", Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"},
+		{Bucket: "b", Key: "k2", Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"},
+		{Bucket: "b", Key: "k3", Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"},
+	}
+	if _, err := l.Record(ctx, "test", evs); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := l.Claim(ctx, 3, time.Hour)
+	if err != nil || len(cs) != 3 {
+		t.Fatalf("claimed %d (%v), want 3", len(cs), err)
+	}
+	complete := func(ctx context.Context, c ledger.Claim) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			errs, err := l.CompleteBatch(ctx, []ledger.Claim{c}, []string{""})
+			done <- errors.Join(append(errs, err)...)
+		}()
+		return done
+	}
+
+	// Lingering for an hour: still waiting after 200ms, until a Record comes.
+	done := complete(ledger.WithLinger(ctx, time.Hour), cs[0])
+	select {
+	case err := <-done:
+		t.Fatalf("a lingering completion took the idle writer (%v): it must wait for an urgent call", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := l.Record(ctx, "test", []event.Event{{Bucket: "b", Key: "other", Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a lingering completion did not commit with the Record that followed it")
+	}
+
+	// Lingering briefly, with nothing urgent coming: it commits alone.
+	if err := <-complete(ledger.WithLinger(ctx, 20*time.Millisecond), cs[1]); err != nil {
+		t.Fatal(err)
+	}
+
+	// Cancelled while lingering: it leaves, and k3 stays claimed.
+	cctx, cancel := context.WithCancel(ledger.WithLinger(ctx, time.Hour))
+	done = complete(cctx, cs[2])
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled lingering completion returned %v, want context.Canceled", err)
+	}
+	for key, want := range map[string]ledger.Status{"k1": ledger.Processed, "k2": ledger.Processed, "k3": ledger.Claimed} {
+		rs, err := l.Get(ctx, "b", key)
+		if err != nil || len(rs) != 1 || rs[0].Status != want {
+			t.Fatalf("%s: %+v (%v), want %s", key, rs, err, want)
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"slices"
 	"time"
+
+	"github.com/cairn-s3/cairn/ledger"
 )
 
 // # Group commit of the writer's transactions (SQLite)
@@ -29,6 +31,14 @@ import (
 // be unknown, as for a call alone). Calls whose context ends while they wait
 // in the queue leave it; a call the leader took runs, under its own context,
 // while the group's BEGIN and COMMIT run under none.
+//
+// A call whose context carries a linger (ledger.WithLinger) does not lead at
+// once: it waits in the queue for the next caller that leads (an urgent one,
+// or a leader handing over) to take it into its group, and leads itself only
+// if its linger runs out while no one leads. A pipeline's completions thus
+// commit with its Records instead of alternating with them: when each of two
+// streams took transactions of its own, a Record waited on average for a
+// transaction of completions to commit before its own began.
 
 // maxGroup caps the calls one transaction runs.
 const maxGroup = 64
@@ -49,17 +59,35 @@ var errLead = errors.New("lead")
 func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
 	g := l.log
 	c := &logCall{ctx: ctx, op: op, fn: fn, done: make(chan error, 1)}
+	var linger <-chan time.Time
+	if d := ledger.Linger(ctx); d > 0 && logged(op) {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		linger = t.C
+	}
 	g.qmu.Lock()
 	g.calls = append(g.calls, c)
-	lead := !g.leading
-	g.leading = true
+	lead := !g.leading && linger == nil
+	if lead {
+		g.leading = true
+	}
 	g.qmu.Unlock()
-	if !lead {
+	for !lead {
 		select {
 		case err := <-c.done:
 			if err != errLead {
 				return err
 			}
+			lead = true
+		case <-linger:
+			// Nothing urgent came: lead, unless a leader runs (it takes
+			// this call, or hands the lead to it).
+			linger = nil
+			g.qmu.Lock()
+			if !g.leading && slices.Contains(g.calls, c) {
+				g.leading, lead = true, true
+			}
+			g.qmu.Unlock()
 		case <-ctx.Done():
 			if g.leave(c) {
 				return l.wrap(op, context.Cause(ctx))
@@ -67,6 +95,7 @@ func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, n
 			if err := <-c.done; err != errLead {
 				return err
 			}
+			lead = true
 		}
 	}
 	// Lead: run groups until this call's own has run, then hand over.

@@ -1,0 +1,34 @@
+package ledger
+
+import (
+	"context"
+	"time"
+)
+
+type lingerKey struct{}
+
+// WithLinger returns a context that marks the ledger calls made with it as
+// not urgent: their caller can wait up to d longer for the answer. A ledger
+// that commits concurrent calls in one transaction (SQLite's group commit)
+// then holds such a call, while its writer is idle, until another call
+// arrives that is urgent, and commits the two together, or until d has
+// passed: a stream of completions rides in the transactions of a stream of
+// Records instead of taking as many of its own. Ledgers that do not group
+// calls ignore it; d ≤ 0 marks nothing.
+//
+// The daemon's pipeline marks its batches of completions so: a handler's
+// slot is free before its outcome is recorded, and nothing waits for it but
+// the metrics.
+func WithLinger(ctx context.Context, d time.Duration) context.Context {
+	if d <= 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, lingerKey{}, d)
+}
+
+// Linger reports how long a call made with ctx may wait to be committed with
+// another (WithLinger), 0 if it is urgent. For backends.
+func Linger(ctx context.Context) time.Duration {
+	d, _ := ctx.Value(lingerKey{}).(time.Duration)
+	return d
+}
