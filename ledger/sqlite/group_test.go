@@ -2,9 +2,12 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -153,6 +156,77 @@ func TestGroupCommitEveryVersionClaimThenRecord(t *testing.T) {
 		if err != nil || len(rs) != 1 || rs[0].Seq != want || rs[0].Status != ledger.Processed {
 			t.Fatalf("k%d: %+v %v, want sequencer %s, processed", k, rs, err, want)
 		}
+	}
+}
+
+// A transaction logs the newest image of each row it changed, once: a
+// RecordAndClaim that claims its own events, and a completion lingering into
+// a Record's transaction, each write one log row with one image per row.
+func TestTransactionLogsEachRowOnce(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := sqlite.Open(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// logged returns the log rows written since the last call: for each, its
+	// images' (ident, status).
+	var last int64
+	logged := func() [][]string {
+		t.Helper()
+		rows, err := db.QueryContext(ctx, `SELECT id, images FROM cairn_intake_log WHERE id > ? ORDER BY id`, last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out [][]string
+		for rows.Next() {
+			var images string
+			if err := rows.Scan(&last, &images); err != nil {
+				t.Fatal(err)
+			}
+			var imgs [][]any
+			if err := json.Unmarshal([]byte(images), &imgs); err != nil {
+				t.Fatal(err)
+			}
+			var row []string
+			for _, img := range imgs {
+				row = append(row, fmt.Sprint(img[2], " ", img[11])) // ident, status
+			}
+			out = append(out, row)
+		}
+		return out
+	}
+	ev := func(key string) event.Event {
+		return event.Event{Bucket: "b", Key: key, Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"}
+	}
+	_, cs, err := l.RecordAndClaim(ctx, "test", []event.Event{ev("k1"), ev("k2")}, 2, time.Hour)
+	if err != nil || len(cs) != 2 {
+		t.Fatalf("claimed %d (%v), want 2", len(cs), err)
+	}
+	if got, want := logged(), [][]string{{"k1 claimed", "k2 claimed"}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("RecordAndClaim logged %q, want %q", got, want)
+	}
+	done := make(chan error, 1)
+	go func() {
+		errs, err := l.CompleteBatch(ledger.WithLinger(ctx, 5*time.Second), cs[:1], []string{""})
+		done <- errors.Join(append(errs, err)...)
+	}()
+	time.Sleep(100 * time.Millisecond) // the completion is queued, lingering
+	if _, err := l.Record(ctx, "test", []event.Event{ev("k3")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, want := logged(), [][]string{{"k1 processed", "k3 pending"}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("a completion and a Record in one transaction logged %q, want %q", got, want)
 	}
 }
 

@@ -31,7 +31,11 @@ import (
 //     statements (driver.Decide, claimed, checkClaim, completeRecord…).
 //   - A transaction's new row images (every column and the new revision) are
 //     appended, as one JSON array, to the table cairn_intake_log, in the same
-//     transaction as everything else: a call that returned is on disk.
+//     transaction as everything else: a call that returned is on disk. Only
+//     the newest image of each row goes in: the calls of a transaction stage
+//     their rows, and the images are written once, before it commits (or
+//     folds), so a row a Record made and a Claim took in one transaction is
+//     logged once.
 //   - The images are folded into cairn_ledger later, oldest log rows first,
 //     each row only if no newer image of it is in the log, so a key recorded,
 //     claimed and completed between folds is written once. A fold upserts
@@ -117,7 +121,13 @@ type intakeLog struct {
 	// dropAll: the running transaction changed rows behind the cache (in
 	// SQL); it folded first, so dropping every entry at commit loses nothing.
 	dropAll bool
-	// scratch is appendLog's buffer, reused (mu is held): a log row is
+	// staged lists the rows the running transaction changed whose newest
+	// images are not in the log yet (their entries are dirty, with logID 0):
+	// flushLog appends them as one log row before the transaction commits or
+	// folds, so a row changed by several calls of a transaction (a Record
+	// and the Claim that takes its work) is logged once.
+	staged []rowID
+	// scratch is flushLog's buffer, reused (mu is held): a log row is
 	// ~320 bytes per image, and allocating it per transaction was a quarter of
 	// what a claim+complete allocates.
 	scratch []byte
@@ -127,8 +137,9 @@ type intakeLog struct {
 const maxScratch = 1 << 20
 
 // cached is a row as last read or written, with its revision; dirty: its
-// newest image is in the log row logID, not yet in cairn_ledger, whose row
-// has the status table ("" for none).
+// newest image is in the log row logID (0: staged, in the log once the
+// transaction flushes it), not yet in cairn_ledger, whose row has the status
+// table ("" for none).
 type cached struct {
 	row
 	dirty bool
@@ -239,7 +250,7 @@ func (g *intakeLog) workSet(leased bool) *btree.BTreeG[workKey] {
 
 // reset forgets everything: the table and the log are the truth.
 func (g *intakeLog) reset() {
-	g.valid, g.cache, g.dirty, g.shadow, g.queue, g.bytes = false, nil, 0, 0, nil, 0
+	g.valid, g.cache, g.dirty, g.shadow, g.queue, g.bytes, g.staged = false, nil, 0, 0, nil, 0, nil
 	g.work, g.workDue, g.workLeased = nil, nil, nil
 }
 
@@ -328,6 +339,12 @@ func (l *Backend) endLog(committed bool) {
 		g.reset()
 		return
 	}
+	if len(g.staged) > 0 {
+		// Committed without its staged images (runLogTx flushes them): the
+		// log does not hold what the cache says it does.
+		g.reset()
+		return
+	}
 	g.valid = true
 	switch {
 	case g.dropAll:
@@ -410,6 +427,9 @@ func (l *Backend) foldAll(ctx context.Context, tx *sql.Tx) error {
 // clean. Entries with a newer image stay dirty: the batches that hold it stay.
 func (l *Backend) foldWhile(ctx context.Context, tx *sql.Tx, more func() bool) error {
 	g := l.log
+	if err := l.flushLog(ctx, tx); err != nil {
+		return err
+	}
 	n, cut := 0, int64(0)
 	var ids []rowID
 	for ; n < len(g.queue) && more(); n++ {
@@ -444,13 +464,47 @@ func (l *Backend) foldWhile(ctx context.Context, tx *sql.Tx, more func() bool) e
 	return nil
 }
 
-// appendLog appends the images of changed (in key order) to the log as one
-// row, and makes them the rows' dirty cache entries. ok is false, with
-// nothing written, if an image holds a string that is not valid UTF-8 (JSON
-// cannot carry it exactly): the caller writes those rows directly.
-func (l *Backend) appendLog(ctx context.Context, tx *sql.Tx, changed map[rowID]*row) (ok bool, err error) {
+// stageLog makes the rows of changed their dirty cache entries, to be
+// logged when the transaction flushes (flushLog). ok is false, with nothing
+// staged, if a row holds a string that is not valid UTF-8 (JSON cannot carry
+// it exactly): the caller writes those rows directly.
+func (l *Backend) stageLog(changed map[rowID]*row) (ok bool) {
+	for id, r := range changed {
+		if !l.validImage(id.ident, r) {
+			return false
+		}
+	}
 	g := l.log
-	ids := sortedIDs(changed)
+	for id, r := range changed {
+		c := cached{row: *r, dirty: true}
+		switch old, ok := g.cache[id]; {
+		case ok && old.dirty:
+			c.table = old.table
+			if old.logID == 0 {
+				g.put(id, c) // staged already
+				continue
+			}
+		case ok:
+			c.table = old.status()
+		default:
+			// Not read through the cache: assume the table's row is work.
+			c.table = ledger.Claimed
+		}
+		g.put(id, c)
+		g.staged = append(g.staged, id)
+	}
+	return true
+}
+
+// flushLog appends the staged rows' images (in key order) to the log as one
+// row, and names it in their cache entries.
+func (l *Backend) flushLog(ctx context.Context, tx *sql.Tx) error {
+	g := l.log
+	if len(g.staged) == 0 {
+		return nil
+	}
+	ids := g.staged
+	slices.SortFunc(ids, compareID)
 	buf := g.scratch[:0]
 	defer func() {
 		if cap(buf) <= maxScratch {
@@ -462,38 +516,36 @@ func (l *Backend) appendLog(ctx context.Context, tx *sql.Tx, changed map[rowID]*
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		if buf, ok = l.appendImage(buf, id.ident, changed[id]); !ok {
-			return false, nil
-		}
+		c := g.cache[id]
+		buf, _ = l.appendImage(buf, id.ident, &c.row) // valid: stageLog checked
 	}
 	buf = append(buf, ']')
 	// The driver copies a bound string into SQLite's memory before Exec
 	// returns, and buf is not written again until then: no copy is needed.
 	res, err := l.exec(ctx, tx, sqlAppendLog, unsafe.String(unsafe.SliceData(buf), len(buf)))
 	if err != nil {
-		return false, err
+		return err
 	}
 	logID, err := res.LastInsertId()
 	if err != nil {
-		return false, err
+		return err
 	}
-	b := logBatch{id: logID, ids: ids, bytes: int64(len(buf))}
 	for _, id := range ids {
-		c := cached{row: *changed[id], dirty: true, logID: logID}
-		switch old, ok := g.cache[id]; {
-		case ok && old.dirty:
-			c.table = old.table
-		case ok:
-			c.table = old.status()
-		default:
-			// Not read through the cache: assume the table's row is work.
-			c.table = ledger.Claimed
-		}
-		g.put(id, c)
+		c := g.cache[id]
+		c.logID = logID // dirty and work state unchanged: no put needed
+		g.cache[id] = c
 	}
-	g.queue = append(g.queue, b)
-	g.bytes += b.bytes
-	return true, nil
+	g.staged = nil
+	g.queue = append(g.queue, logBatch{id: logID, ids: ids, bytes: int64(len(buf))})
+	g.bytes += int64(len(buf))
+	return nil
+}
+
+// validImage tells whether every string of r's image is valid UTF-8.
+func (l *Backend) validImage(ident string, r *row) bool {
+	ok := true
+	l.columns(ident, r.rec, r.rev, func(s string) { ok = ok && utf8.ValidString(s) }, func(int64) {})
+	return ok
 }
 
 // appendImage appends r's image, its columns (l.columns) as a JSON array, to

@@ -319,6 +319,9 @@ func (l *Backend) runLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, n
 	if ferr != nil && !refused(ferr) {
 		return ferr
 	}
+	if err := l.flushLog(ctx, tx); err != nil {
+		return l.wrap(op, err)
+	}
 	// A refusal (lease lost, superseded, not found) is decided before its
 	// call writes anything: what the transaction did before it (a fold)
 	// commits, and the cache stays.
@@ -702,11 +705,7 @@ func (l *Backend) write(ctx context.Context, tx *sql.Tx, changed map[rowID]*row)
 	if l.log == nil || len(changed) == 0 {
 		return l.upsert(ctx, tx, l.images(changed))
 	}
-	ok, err := l.appendLog(ctx, tx, changed)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
+	if !l.stageLog(changed) {
 		// The rows' guard compares with the table's revision: fold first.
 		if err := l.foldAll(ctx, tx); err != nil {
 			return nil, err
