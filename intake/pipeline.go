@@ -610,8 +610,10 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim, claimedAt time.Time
 	if outcome != OutcomeProcessed || serr != nil {
 		lvl = slog.LevelWarn
 	}
-	p.log.Log(context.Background(), lvl, "handled", "bucket", c.Bucket, "key", c.Key, "sequencer", c.Seq, "token", c.Token,
-		"attempt", c.Attempts, "outcome", outcome, "seconds", elapsed.Seconds(), "err", errString(err), "settle_err", errString(serr))
+	if p.log.Enabled(context.Background(), lvl) { // its arguments cost ten allocations per event
+		p.log.Log(context.Background(), lvl, "handled", "bucket", c.Bucket, "key", c.Key, "sequencer", c.Seq, "token", c.Token,
+			"attempt", c.Attempts, "outcome", outcome, "seconds", elapsed.Seconds(), "err", errString(err), "settle_err", errString(serr))
+	}
 	if p.o.OnOutcome != nil {
 		p.o.OnOutcome(w, outcome, err)
 	}
