@@ -164,12 +164,7 @@ func TestGroupCommitEveryVersionClaimThenRecord(t *testing.T) {
 // a Record's transaction, each write one log row with one image per row.
 func TestTransactionLogsEachRowOnce(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	l, err := sqlite.Open(ctx, path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l, path := openTempPath(t, nil)
 	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
 	if err != nil {
 		t.Fatal(err)
@@ -233,12 +228,20 @@ func TestTransactionLogsEachRowOnce(t *testing.T) {
 // openTemp opens a ledger in a file of the test's own, closed when it ends.
 func openTemp(t *testing.T, opts *ledger.Options) *ledger.Ledger {
 	t.Helper()
-	l, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), opts)
+	l, _ := openTempPath(t, opts)
+	return l
+}
+
+// openTempPath is openTemp that also returns the file's path.
+func openTempPath(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := sqlite.Open(context.Background(), path, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	return l
+	return l, path
 }
 
 // A call marked ledger.WithLinger does not take the idle writer: it waits to

@@ -48,12 +48,7 @@ func harness(limits sqlledger.LogLimits) ledgertest.Harness {
 // guard compares revisions with the table's).
 func TestInvalidUTF8BypassesTheLog(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	l, err := sqlite.Open(ctx, path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l, path := openTempPath(t, nil)
 	ev := func(key, seq, etag string) event.Event {
 		return event.Event{Bucket: "b", Key: key, Sequencer: seq, Kind: event.Created, Name: "ObjectCreated:Put", ETag: etag}
 	}
