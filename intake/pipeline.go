@@ -80,6 +80,9 @@ const (
 	// with the next Record (ledger.WithLinger; SQLite): on a busy pipeline,
 	// serve's throughput on SQLite rose ~15% (1 and 3 ms did as well).
 	completeLinger = 2 * time.Millisecond
+	// completeLingerMargin: a batch holding a claim whose lease runs out
+	// sooner than this does not linger.
+	completeLingerMargin = 100 * time.Millisecond
 )
 
 // claimRetry spaces attempts to claim work after the ledger failed a Claim:
@@ -795,10 +798,14 @@ func (p *Pipeline) completeLoop(ctx context.Context) {
 		cs := make([]ledger.Claim, len(batch))
 		results := make([]string, len(batch))
 		var deadline time.Time
+		earliest := batch[0].deadline
 		for i, b := range batch {
 			cs[i], results[i] = b.c, b.result
 			if b.deadline.After(deadline) {
 				deadline = b.deadline
+			}
+			if b.deadline.Before(earliest) {
+				earliest = b.deadline
 			}
 		}
 		if limit := time.Now().Add(callTimeout); limit.Before(deadline) {
@@ -807,8 +814,13 @@ func (p *Pipeline) completeLoop(ctx context.Context) {
 		// Until the last of the batch's leases runs out (its waiter retries a
 		// failed batch until then; the others have given up by then).
 		// Not urgent: the handlers' slots are free already; the batch may wait
-		// (completeLinger) to commit with the next Record.
-		bctx, cancel := context.WithDeadline(ledger.WithLinger(context.WithoutCancel(ctx), completeLinger), deadline)
+		// (completeLinger) to commit with the next Record, unless a lease in
+		// it is about to run out.
+		linger := completeLinger
+		if time.Until(earliest) < completeLingerMargin {
+			linger = 0
+		}
+		bctx, cancel := context.WithDeadline(ledger.WithLinger(context.WithoutCancel(ctx), linger), deadline)
 		errs, err := p.l.CompleteBatch(bctx, cs, results)
 		cancel()
 		for i, b := range batch {

@@ -15,3 +15,6 @@ func OpenWithLogLimits(ctx context.Context, path string, opts *ledger.Options, l
 	}
 	return ledger.NewLedger(b), nil
 }
+
+// Queued reports how many calls wait in l's group-commit queue.
+func Queued(l *ledger.Ledger) int { return l.Backend().(*sqlledger.Backend).QueuedLogCalls() }

@@ -213,7 +213,7 @@ func TestTransactionLogsEachRowOnce(t *testing.T) {
 		errs, err := l.CompleteBatch(ledger.WithLinger(ctx, 5*time.Second), cs[:1], []string{""})
 		done <- errors.Join(append(errs, err)...)
 	}()
-	time.Sleep(100 * time.Millisecond) // the completion is queued, lingering
+	waitQueued(t, l, 1) // the completion, lingering
 	if _, err := l.Record(ctx, "test", []event.Event{ev("k3")}); err != nil {
 		t.Fatal(err)
 	}
@@ -222,6 +222,18 @@ func TestTransactionLogsEachRowOnce(t *testing.T) {
 	}
 	if got, want := logged(), [][]string{{"k1 processed", "k3 pending"}}; !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("a completion and a Record in one transaction logged %q, want %q", got, want)
+	}
+}
+
+// waitQueued waits until n calls wait in l's group-commit queue.
+func waitQueued(t *testing.T, l *ledger.Ledger, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for sqlite.Queued(l) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued after 30s, want %d", sqlite.Queued(l), n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -278,6 +290,7 @@ func TestGroupCommitLinger(t *testing.T) {
 		t.Fatalf("a lingering completion took the idle writer (%v): it must wait for an urgent call", err)
 	case <-time.After(200 * time.Millisecond):
 	}
+	waitQueued(t, l, 1)
 	if _, err := l.Record(ctx, "test", []event.Event{{Bucket: "b", Key: "other", Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +311,7 @@ func TestGroupCommitLinger(t *testing.T) {
 	// Cancelled while lingering: it leaves, and k3 stays claimed.
 	cctx, cancel := context.WithCancel(ledger.WithLinger(ctx, time.Hour))
 	done = complete(cctx, cs[2])
-	time.Sleep(50 * time.Millisecond)
+	waitQueued(t, l, 1)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled lingering completion returned %v, want context.Canceled", err)
@@ -308,5 +321,26 @@ func TestGroupCommitLinger(t *testing.T) {
 		if err != nil || len(rs) != 1 || rs[0].Status != want {
 			t.Fatalf("%s: %+v (%v), want %s", key, rs, err, want)
 		}
+	}
+}
+
+// A call whose deadline comes before its linger would run out is urgent: with
+// the writer idle it commits at once, instead of lingering past its deadline
+// and failing with nothing applied.
+func TestGroupCommitLingerBeforeDeadline(t *testing.T) {
+	ctx := context.Background()
+	l := openTemp(t, nil)
+	if _, err := l.Record(ctx, "test", []event.Event{{Bucket: "b", Key: "k", Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"}}); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := l.Claim(ctx, 1, time.Hour)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("claimed %d (%v), want 1", len(cs), err)
+	}
+	bctx, cancel := context.WithTimeout(ledger.WithLinger(ctx, time.Hour), 5*time.Second)
+	defer cancel()
+	errs, err := l.CompleteBatch(bctx, cs, []string{""})
+	if err := errors.Join(append(errs, err)...); err != nil {
+		t.Fatalf("a completion lingering past its deadline: %v", err)
 	}
 }

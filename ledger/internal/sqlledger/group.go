@@ -35,7 +35,8 @@ import (
 // A call whose context carries a linger (ledger.WithLinger) does not lead at
 // once: it waits in the queue for the next caller that leads (an urgent one,
 // or a leader handing over) to take it into its group, and leads itself only
-// if its linger runs out while no one leads. A pipeline's completions thus
+// if its linger runs out while no one leads. A call whose deadline is less
+// than twice its linger away does not linger. A pipeline's completions thus
 // commit with its Records instead of alternating with them: when each of two
 // streams took transactions of its own, a Record waited on average for a
 // transaction of completions to commit before its own began.
@@ -60,7 +61,7 @@ func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, n
 	g := l.log
 	c := &logCall{ctx: ctx, op: op, fn: fn, done: make(chan error, 1)}
 	var linger <-chan time.Time
-	if d := ledger.Linger(ctx); d > 0 && logged(op) {
+	if d := ledger.Linger(ctx); d > 0 && logged(op) && !deadlineWithin(ctx, 2*d) {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		linger = t.C
@@ -115,6 +116,25 @@ func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, n
 			}
 		}
 	}
+}
+
+// QueuedLogCalls reports how many calls wait in the group-commit queue (for
+// tests that need a call queued before they go on).
+func (l *Backend) QueuedLogCalls() int {
+	if l.log == nil {
+		return 0
+	}
+	l.log.qmu.Lock()
+	defer l.log.qmu.Unlock()
+	return len(l.log.calls)
+}
+
+// deadlineWithin tells whether ctx's deadline is less than d away: a call
+// that close to it is urgent, linger or not (held for its linger, it could
+// run out of time with the writer idle).
+func deadlineWithin(ctx context.Context, d time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) < d
 }
 
 // leave takes c out of the queue and reports true, unless a leader took it
