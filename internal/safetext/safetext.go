@@ -153,7 +153,12 @@ func plainHostList(a string) bool {
 }
 
 // redactQuery hides sensitive parameters of the query in p (the text after
-// "scheme://"), which starts at its first '?' outside an IPv6 bracket.
+// "scheme://"), which starts at its first '?' (queryStart). Parameters are
+// split at '&' and also at every later '?': parsers disagree on where the
+// query starts (Go's net/url at the first '?', even inside brackets; libpq,
+// and pgx since v5.12, skip a bracketed host's contents, so in
+// "postgres://[?=],?password=x" the password is x), and the greedy reading
+// hides a parameter that any of them would see.
 func redactQuery(p string) string {
 	q := queryStart(p)
 	if q < 0 {
@@ -161,31 +166,38 @@ func redactQuery(p string) string {
 	}
 	var b strings.Builder
 	b.WriteString(p[:q+1])
-	for i, pair := range strings.Split(p[q+1:], "&") {
-		if i > 0 {
-			b.WriteByte('&')
+	rest := p[q+1:]
+	for {
+		end := strings.IndexAny(rest, "&?")
+		pair := rest
+		if end >= 0 {
+			pair = rest[:end]
 		}
-		key, _, ok := strings.Cut(pair, "=")
-		if !ok {
-			b.WriteString(pair)
-			continue
+		if key, _, ok := strings.Cut(pair, "="); ok {
+			dec, err := url.QueryUnescape(key)
+			if err != nil {
+				dec = key
+			}
+			if sensitive(dec) {
+				// The value runs to the next '&': every parser reads a
+				// '?' in it as part of the value.
+				b.WriteString(key + "=" + Mask)
+				end = strings.IndexByte(rest, '&')
+				if end < 0 {
+					return b.String()
+				}
+				b.WriteByte('&')
+				rest = rest[end+1:]
+				continue
+			}
 		}
-		dec, err := url.QueryUnescape(key)
-		if err != nil {
-			dec = key
+		b.WriteString(pair)
+		if end < 0 {
+			return b.String()
 		}
-		// A '?' inside the query (a bracket mistaken for a host) starts
-		// the key pgx would see.
-		if j := strings.LastIndexByte(dec, '?'); j >= 0 {
-			dec = dec[j+1:]
-		}
-		if sensitive(dec) {
-			b.WriteString(key + "=" + Mask)
-		} else {
-			b.WriteString(pair)
-		}
+		b.WriteByte(rest[end])
+		rest = rest[end+1:]
 	}
-	return b.String()
 }
 
 func queryStart(p string) int {

@@ -39,6 +39,11 @@ var redactCases = []struct{ in, want string }{
 	{"postgres://u@h/db?pass%77ord=secret", "postgres://u@h/db?pass%77ord=xxxxx"},
 	{"postgres://u:a@h/db?password=b", "postgres://u:xxxxx@h/db?password=xxxxx"},
 	{"postgres://u@[::1?]/db?password=secret", "postgres://u@[::1?]/db?password=xxxxx"},
+	// pgx reads "?=" as the bracketed host, then password=0 (Go's net/url
+	// would start the query inside the brackets).
+	{"postgres://[?=],?password=0", "postgres://[?=],?password=xxxxx"},
+	{"postgres://h/db?next=/a?password=b&x=1", "postgres://h/db?next=/a?password=xxxxx&x=1"},
+	{"postgres://h?password=?pw?&x=1", "postgres://h?password=xxxxx&x=1"},
 	{"nats://h:4222?stream=s&token=secret", "nats://h:4222?stream=s&token=xxxxx"},
 	// Keyword/value strings.
 	{"host=h user=u password=secret", "host=h user=u password=xxxxx"},
