@@ -17,4 +17,14 @@ func OpenWithLogLimits(ctx context.Context, path string, opts *ledger.Options, l
 }
 
 // Queued reports how many calls wait in l's group-commit queue.
-func Queued(l *ledger.Ledger) int { return l.Backend().(*sqlledger.Backend).QueuedLogCalls() }
+func Queued(l *ledger.Ledger) int {
+	n, _ := l.Backend().(*sqlledger.Backend).LogQueue()
+	return n
+}
+
+// OpenBackendWithLogLimits opens the backend itself, with synchronous=NORMAL
+// (durability is not what its callers test), the intake log bounded by
+// limits.
+func OpenBackendWithLogLimits(ctx context.Context, path string, opts *ledger.Options, limits sqlledger.LogLimits) (*sqlledger.Backend, error) {
+	return open(ctx, path, opts, "NORMAL", limits)
+}

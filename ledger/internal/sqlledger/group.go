@@ -118,15 +118,15 @@ func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, n
 	}
 }
 
-// QueuedLogCalls reports how many calls wait in the group-commit queue (for
-// tests that need a call queued before they go on).
-func (l *Backend) QueuedLogCalls() int {
+// LogQueue reports how many calls wait in the group-commit queue and whether
+// one leads (for tests: a call queued before they go on, a queue left empty).
+func (l *Backend) LogQueue() (queued int, leading bool) {
 	if l.log == nil {
-		return 0
+		return 0, false
 	}
 	l.log.qmu.Lock()
 	defer l.log.qmu.Unlock()
-	return len(l.log.calls)
+	return len(l.log.calls), l.log.leading
 }
 
 // deadlineWithin tells whether ctx's deadline is less than d away: a call
