@@ -30,7 +30,7 @@ func TestGroupCommitIsolatesAFailingCall(t *testing.T) {
 	for w := range writers {
 		wg.Go(func() {
 			for i := range batches {
-				ev := event.Event{Bucket: "b", Key: fmt.Sprintf("w%d/k%d", w, i), Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"}
+				ev := put(fmt.Sprintf("w%d/k%d", w, i))
 				if _, err := l.Record(ctx, "test", []event.Event{ev}); err != nil {
 					errs <- fmt.Errorf("record: %w", err)
 				}
@@ -65,7 +65,7 @@ func TestGroupCommitSurvivesCancelledWaiters(t *testing.T) {
 		wg.Go(func() {
 			for i := range 100 {
 				cctx, cancel := context.WithTimeout(ctx, time.Duration(i%5)*50*time.Microsecond)
-				ev := event.Event{Bucket: "b", Key: fmt.Sprintf("w%d/k%d", w, i), Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"}
+				ev := put(fmt.Sprintf("w%d/k%d", w, i))
 				_, _ = l.Record(cctx, "test", []event.Event{ev}) // may time out
 				cancel()
 			}
@@ -74,7 +74,7 @@ func TestGroupCommitSurvivesCancelledWaiters(t *testing.T) {
 	wg.Wait()
 	done := make(chan error, 1)
 	go func() {
-		_, err := l.Record(ctx, "test", []event.Event{{Bucket: "b", Key: "after", Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"}})
+		_, err := l.Record(ctx, "test", []event.Event{put("after")})
 		done <- err
 	}()
 	select {
@@ -198,10 +198,7 @@ func TestTransactionLogsEachRowOnce(t *testing.T) {
 		}
 		return out
 	}
-	ev := func(key string) event.Event {
-		return event.Event{Bucket: "b", Key: key, Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"}
-	}
-	_, cs, err := l.RecordAndClaim(ctx, "test", []event.Event{ev("k1"), ev("k2")}, 2, time.Hour)
+	_, cs, err := l.RecordAndClaim(ctx, "test", []event.Event{put("k1"), put("k2")}, 2, time.Hour)
 	if err != nil || len(cs) != 2 {
 		t.Fatalf("claimed %d (%v), want 2", len(cs), err)
 	}
@@ -214,7 +211,7 @@ func TestTransactionLogsEachRowOnce(t *testing.T) {
 		done <- errors.Join(append(errs, err)...)
 	}()
 	waitQueued(t, l, 1) // the completion, lingering
-	if _, err := l.Record(ctx, "test", []event.Event{ev("k3")}); err != nil {
+	if _, err := l.Record(ctx, "test", []event.Event{put("k3")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
@@ -223,6 +220,11 @@ func TestTransactionLogsEachRowOnce(t *testing.T) {
 	if got, want := logged(), [][]string{{"k1 processed", "k3 pending"}}; !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("a completion and a Record in one transaction logged %q, want %q", got, want)
 	}
+}
+
+// put is a first event (sequencer 01) of an object created in bucket b.
+func put(key string) event.Event {
+	return event.Event{Bucket: "b", Key: key, Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"}
 }
 
 // waitQueued waits until n calls wait in l's group-commit queue.
@@ -262,11 +264,7 @@ func openTempPath(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
 func TestGroupCommitLinger(t *testing.T) {
 	ctx := context.Background()
 	l := openTemp(t, nil)
-	evs := []event.Event{
-		{Bucket: "b", Key: "k1", Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"},
-		{Bucket: "b", Key: "k2", Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"},
-		{Bucket: "b", Key: "k3", Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"},
-	}
+	evs := []event.Event{put("k1"), put("k2"), put("k3")}
 	if _, err := l.Record(ctx, "test", evs); err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +289,7 @@ func TestGroupCommitLinger(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	waitQueued(t, l, 1)
-	if _, err := l.Record(ctx, "test", []event.Event{{Bucket: "b", Key: "other", Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"}}); err != nil {
+	if _, err := l.Record(ctx, "test", []event.Event{put("other")}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -330,7 +328,7 @@ func TestGroupCommitLinger(t *testing.T) {
 func TestGroupCommitLingerBeforeDeadline(t *testing.T) {
 	ctx := context.Background()
 	l := openTemp(t, nil)
-	if _, err := l.Record(ctx, "test", []event.Event{{Bucket: "b", Key: "k", Sequencer: "01", Kind: event.Created, Name: "ObjectCreated:Put"}}); err != nil {
+	if _, err := l.Record(ctx, "test", []event.Event{put("k")}); err != nil {
 		t.Fatal(err)
 	}
 	cs, err := l.Claim(ctx, 1, time.Hour)
