@@ -176,6 +176,12 @@ func TestFsMvKilled(t *testing.T) {
 				time.Sleep(delay)
 				_ = cmd.Process.Signal(syscall.SIGKILL)
 				_ = cmd.Wait()
+				if cmd.ProcessState.Success() {
+					// It finished before the kill: the machine is faster now
+					// than when calibrated (a CI run had all ten finish so);
+					// aim the next kills earlier.
+					full /= 2
+				}
 				before := journalLeft(t, st.s)
 				if before > 0 {
 					midway++
