@@ -13,7 +13,8 @@ import (
 // its table row (or its absence); the dirty and shadow counts and both
 // ordered sets of work match the cache; the queue is the log table's rows.
 // For tests (the stress test of package ledger/sqlite); nil when the cache is
-// not current (another process wrote: the next transaction drops it).
+// not current (another process wrote, or the connection changed: the next
+// transaction drops it).
 func (l *Backend) CheckIntakeLog(ctx context.Context) error {
 	g := l.log
 	g.mu.Lock()
@@ -71,8 +72,15 @@ func (l *Backend) CheckIntakeLog(ctx context.Context) error {
 	if err := tx.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&dv); err != nil {
 		return err
 	}
-	if dv != g.dataVersion {
-		return nil // another process wrote: the next transaction drops the cache
+	var dc any
+	if err := conn.Raw(func(c any) error { dc = c; return nil }); err != nil {
+		return err
+	}
+	if dc != g.conn || dv != g.dataVersion {
+		// Another process wrote, or the pool replaced the connection (whose
+		// data_version then means nothing): as beginLog, the next
+		// transaction drops the cache.
+		return nil
 	}
 	logRows := map[int64]map[rowID][]any{}
 	res, err := tx.QueryContext(ctx, `SELECT id, images FROM cairn_intake_log`)
