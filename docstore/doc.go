@@ -52,7 +52,11 @@
 // state and written with If-Match on its ETag, without a read first; if
 // another writer came between, the write costs a 412 and the update is
 // applied again to a fresh read. An update that changes nothing is never
-// written on a remembered state: it is checked against a read.
+// written on a remembered state: it is checked against a read. An update
+// made with WithLinger is not urgent: while no write of its document is in
+// flight, it waits (up to its linger) for an urgent update to share a write
+// with, so a stream of low-priority updates rides in the writes of a stream
+// of urgent ones instead of alternating with them.
 //
 // # Stores without conditional writes
 //

@@ -333,6 +333,8 @@ type request struct {
 	fn   UpdateFunc
 	raw  bool
 	done chan result
+	// until: the request lingers (WithLinger) until then; zero: urgent.
+	until time.Time
 
 	// set by the committer while applying
 	value []byte

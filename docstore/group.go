@@ -2,12 +2,91 @@ package docstore
 
 import (
 	"context"
+	"time"
 )
 
 // batcher queues the updates of one key for its committer goroutine.
 type batcher struct {
 	queue   []*request
 	running bool
+	// timer starts a committer for lingering requests whose linger ran out
+	// while no urgent one came (nil: none armed).
+	timer *time.Timer
+}
+
+type lingerKey struct{}
+
+// WithLinger returns a context that marks the updates made with it as not
+// urgent: their caller can wait up to d longer for the answer. While no write
+// of the document is in flight or due, such an update waits, up to d, for an
+// urgent update of the same document and is written with it (one conditional
+// write for both); a write in flight is followed by the urgent updates queued
+// behind it, with the lingering ones. An update whose context's deadline is
+// less than 2d away is urgent. d ≤ 0 marks nothing.
+//
+// A stream of low-priority updates (completions, in the object-store ledger)
+// so rides in the writes of a stream of urgent ones (records) instead of
+// alternating with them, write for write.
+func WithLinger(ctx context.Context, d time.Duration) context.Context {
+	if d <= 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, lingerKey{}, d)
+}
+
+// lingerOf is how long an update made with ctx may wait for an urgent one (0:
+// urgent).
+func lingerOf(ctx context.Context) time.Duration {
+	d, _ := ctx.Value(lingerKey{}).(time.Duration)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 2*d {
+		return 0
+	}
+	return d
+}
+
+// urgent tells whether a committer should run for the queue now: it holds an
+// urgent request, or one whose linger ran out. Otherwise it returns when the
+// earliest linger runs out.
+func urgent(queue []*request, now time.Time) (bool, time.Time) {
+	var first time.Time
+	for _, r := range queue {
+		if !r.until.After(now) {
+			return true, time.Time{}
+		}
+		if first.IsZero() || r.until.Before(first) {
+			first = r.until
+		}
+	}
+	return len(queue) == 0, first
+}
+
+// startLocked starts key's committer if none runs and one is due now, else
+// arms b's timer for the earliest linger; d.mu is held.
+func (d *Store) startLocked(key string, b *batcher) {
+	if b.running || len(b.queue) == 0 {
+		return
+	}
+	now, at := urgent(b.queue, time.Now())
+	if now {
+		if b.timer != nil {
+			b.timer.Stop()
+			b.timer = nil
+		}
+		b.running = true
+		go d.run(key, b)
+		return
+	}
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.timer = time.AfterFunc(time.Until(at), func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.batchers[key] == b {
+			b.timer = nil
+			d.startLocked(key, b)
+		}
+	})
 }
 
 // enqueue hands r to the key's committer, starting one if none runs, and waits
@@ -21,11 +100,11 @@ func (d *Store) enqueue(ctx context.Context, key string, r *request) ([]byte, Me
 		b = &batcher{}
 		d.batchers[key] = b
 	}
-	b.queue = append(b.queue, r)
-	if !b.running {
-		b.running = true
-		go d.run(key, b)
+	if l := lingerOf(ctx); l > 0 {
+		r.until = time.Now().Add(l)
 	}
+	b.queue = append(b.queue, r)
+	d.startLocked(key, b)
 	d.mu.Unlock()
 	select {
 	case res := <-r.done:
@@ -36,6 +115,9 @@ func (d *Store) enqueue(ctx context.Context, key string, r *request) ([]byte, Me
 	for i, q := range b.queue {
 		if q == r {
 			b.queue = append(b.queue[:i], b.queue[i+1:]...)
+			if len(b.queue) == 0 && !b.running {
+				d.drop(key, b)
+			}
 			d.mu.Unlock()
 			return nil, Meta{}, ctx.Err()
 		}
@@ -60,9 +142,15 @@ func (d *Store) run(key string, b *batcher) {
 		} else {
 			delete(d.written, key)
 		}
-		if len(b.queue) == 0 {
+		if now, _ := urgent(b.queue, time.Now()); len(b.queue) == 0 || !now {
+			// Nothing queued but lingering updates: the next urgent update
+			// (or the first linger to run out) starts a committer again.
 			b.running = false
-			delete(d.batchers, key)
+			if len(b.queue) == 0 {
+				d.drop(key, b)
+			} else {
+				d.startLocked(key, b)
+			}
 			d.mu.Unlock()
 			return
 		}
@@ -90,4 +178,13 @@ func (d *Store) remember(key string, c *current) {
 		}
 	}
 	d.written[key] = c
+}
+
+// drop forgets key's idle batcher; d.mu is held.
+func (d *Store) drop(key string, b *batcher) {
+	if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
+	}
+	delete(d.batchers, key)
 }
