@@ -13,9 +13,10 @@ type lingerKey struct{}
 // then holds such a call, while its writer is idle, until another call
 // arrives that is urgent, and commits the two together, or until d has
 // passed: a stream of completions rides in the transactions of a stream of
-// Records instead of taking as many of its own. A call whose context's
-// deadline is less than 2d away is not held (it is urgent). Ledgers that do
-// not group calls ignore it; d ≤ 0 marks nothing.
+// Records instead of taking as many of its own. The object-store ledger does
+// the same with each shard's writes (docstore.WithLinger). A call whose
+// context's deadline is less than 2d away is not held (it is urgent).
+// PostgreSQL ignores it; d ≤ 0 marks nothing.
 //
 // The daemon's pipeline marks its batches of completions so: a handler's
 // slot is free before its outcome is recorded, and nothing waits for it but

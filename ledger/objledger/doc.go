@@ -86,7 +86,9 @@
 //     costs one GET of the
 //     index (an idle `cairn serve` polls once a second). CompleteBatch costs
 //     one head write per shard (group-committed with the shard's other
-//     writes). The ledger bench prints the measured requests per 1,000
+//     writes; made with ledger.WithLinger, as the daemon's completions are,
+//     it waits for the shard's next urgent write, a Record's, and rides in
+//     it). The ledger bench prints the measured requests per 1,000
 //     events.
 //   - Bytes: a record is about 250–350 bytes of JSON (its key, ETag, sequencer,
 //     result and error dominate). A head write rewrites the head: up to

@@ -24,8 +24,9 @@ var _ ledger.Backend = (*Backend)(nil)
 // earliest due first, so work that was due before this batch comes before
 // the batch's own (n = 0: record only, what ledger.Ledger.Record is). Each
 // shard the batch touches claims at most as many as the batch has distinct
-// records in it among its first n; shards it does not touch are left to
-// Claim.
+// records in it among its first n, and an even share of what n leaves over
+// (work earlier batches left unclaimed, older work); shards it does not touch
+// are left to Claim.
 func (l *Backend) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
 	if l.opts.EveryVersion {
 		n = 0 // versions of a key must run oldest first: leave it to Claim
@@ -55,7 +56,17 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 	if len(byShard) == 0 {
 		return out, nil, nil
 	}
-	shards := slices.Collect(maps.Keys(byShard))
+	shards := slices.Sorted(maps.Keys(byShard))
+	// The rest of n, shared evenly among the shards written: work earlier
+	// batches left unclaimed (or older work) is taken in the same writes.
+	if rest := claimN - len(ids); rest > 0 {
+		for i, s := range shards {
+			budget[s] += rest / len(shards)
+			if i < rest%len(shards) {
+				budget[s]++
+			}
+		}
+	}
 	type shardResult struct {
 		claims []ledger.Claim
 		due    int64

@@ -1,0 +1,110 @@
+package objledger_test
+
+import (
+	"context"
+	"io"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/objledger"
+	"github.com/cairn-s3/cairn/objstore"
+	"github.com/cairn-s3/cairn/objstore/mem"
+)
+
+// headPuts counts the writes of shard heads.
+type headPuts struct {
+	objstore.Backend
+	n atomic.Int64
+}
+
+func (h *headPuts) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
+	if strings.HasSuffix(key, "/head.json") {
+		h.n.Add(1)
+	}
+	return h.Backend.Put(ctx, key, body, size, opts)
+}
+
+// A CompleteBatch made with ledger.WithLinger waits, while its shard is
+// idle, for the next urgent write of the shard (a Record's) and rides in it:
+// one head write for both. Before, the two alternated, write for write.
+func TestLingeringCompletionRidesWithRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := &headPuts{Backend: mem.NewBackend("")}
+	l, err := objledger.Open(ctx, objstore.New(b, nil), nil, &objledger.Options{Shards: 1, SweepEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, cs, err := l.RecordAndClaim(ctx, "t", []event.Event{ev("k1", "01")}, 1, time.Hour)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("RecordAndClaim: %d claims, %v", len(cs), err)
+	}
+	before := b.n.Load()
+	done := make(chan error, 1)
+	go func() {
+		errs, err := l.CompleteBatch(ledger.WithLinger(ctx, time.Hour), cs, []string{"r"})
+		if err == nil {
+			err = errs[0]
+		}
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("a lingering completion returned (%v) with nothing urgent to ride with", err)
+	default:
+	}
+	if got := b.n.Load() - before; got != 0 {
+		t.Fatalf("a lingering completion wrote the head %d times with nothing urgent to ride with", got)
+	}
+	if _, err := l.Record(ctx, "t", []event.Event{ev("k2", "01")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := b.n.Load() - before; got != 1 {
+		t.Fatalf("a Record and a lingering completion took %d head writes, want 1", got)
+	}
+	recs, err := l.Get(ctx, "b", "k1")
+	if err != nil || len(recs) != 1 || recs[0].Status != ledger.Processed || recs[0].Result != "r" {
+		t.Fatalf("k1 after the completion: %+v, %v", recs, err)
+	}
+}
+
+// RecordAndClaim(n) claims, beyond the batch's own records, work earlier
+// batches left unclaimed in the shards it writes (the earliest due first),
+// up to n: the pipeline passes every free slot, and work a busy pipeline left
+// is then taken by its next batches, not by a Claim of its own.
+func TestRecordAndClaimTakesLeftWork(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock, advance := testClock()
+	l, err := objledger.Open(ctx, objstore.New(mem.NewBackend(""), nil), &ledger.Options{Now: clock}, &objledger.Options{Shards: 1, SweepEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Record(ctx, "t", []event.Event{ev("old1", "01"), ev("old2", "01"), ev("old3", "01")}); err != nil {
+		t.Fatal(err)
+	}
+	advance(time.Second)
+	_, cs, err := l.RecordAndClaim(ctx, "t", []event.Event{ev("new", "01")}, 3, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range cs {
+		got = append(got, c.Key)
+	}
+	slices.Sort(got)
+	if strings.Join(got, ",") != "old1,old2,old3" {
+		t.Fatalf("RecordAndClaim(1 event, n=3) claimed %v, want the three older records (earliest due first)", got)
+	}
+}
