@@ -577,3 +577,45 @@ func TestOwnWorkNotLeftToPoll(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestLeftWorkRunsWhileBusy: batches recorded while every slot is taken
+// leave their work to the next batches' claims, and the dispatcher takes
+// what is left once the record loop idles: with the poll an hour away, every
+// record still runs.
+func TestLeftWorkRunsWhileBusy(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t, nil)
+	var ran sync.Map
+	var n atomic.Int64
+	p, err := intake.New(l, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+		time.Sleep(2 * time.Millisecond)
+		if _, dup := ran.LoadOrStore(w.Event.Key, true); !dup {
+			n.Add(1)
+		}
+		return "ok", nil
+	}), &intake.Options{Concurrency: 2, Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, p)
+	const senders, each = 8, 25
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Go(func() {
+			for i := range each {
+				if _, err := p.Submit(t.Context(), "test", []event.Event{ev(fmt.Sprintf("k-%d-%d", s, i), 1)}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	deadline := time.Now().Add(60 * time.Second) // a bound on "never", not a latency
+	for n.Load() < senders*each {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records ran; the rest wait for a poll an hour away", n.Load(), senders*each)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
