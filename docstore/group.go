@@ -3,6 +3,8 @@ package docstore
 import (
 	"context"
 	"time"
+
+	"github.com/cairn-s3/cairn/internal/linger"
 )
 
 // batcher queues the updates of one key for its committer goroutine.
@@ -13,8 +15,6 @@ type batcher struct {
 	// while no urgent one came (nil: none armed).
 	timer *time.Timer
 }
-
-type lingerKey struct{}
 
 // WithLinger returns a context that marks the updates made with it as not
 // urgent: their caller can wait up to d longer for the answer. While no write
@@ -27,21 +27,10 @@ type lingerKey struct{}
 // A stream of low-priority updates (completions, in the object-store ledger)
 // so rides in the writes of a stream of urgent ones (records) instead of
 // alternating with them, write for write.
+// It is the mark ledger.WithLinger sets: a ledger call made with either
+// passes it on to the document updates it makes.
 func WithLinger(ctx context.Context, d time.Duration) context.Context {
-	if d <= 0 {
-		return ctx
-	}
-	return context.WithValue(ctx, lingerKey{}, d)
-}
-
-// lingerOf is how long an update made with ctx may wait for an urgent one (0:
-// urgent).
-func lingerOf(ctx context.Context) time.Duration {
-	d, _ := ctx.Value(lingerKey{}).(time.Duration)
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 2*d {
-		return 0
-	}
-	return d
+	return linger.With(ctx, d)
 }
 
 // urgent tells whether a committer should run for the queue now: it holds an
@@ -100,7 +89,7 @@ func (d *Store) enqueue(ctx context.Context, key string, r *request) ([]byte, Me
 		b = &batcher{}
 		d.batchers[key] = b
 	}
-	if l := lingerOf(ctx); l > 0 {
+	if l := linger.Of(ctx); l > 0 {
 		r.until = time.Now().Add(l)
 	}
 	b.queue = append(b.queue, r)

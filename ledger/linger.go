@@ -3,9 +3,9 @@ package ledger
 import (
 	"context"
 	"time"
-)
 
-type lingerKey struct{}
+	"github.com/cairn-s3/cairn/internal/linger"
+)
 
 // WithLinger returns a context that marks the ledger calls made with it as
 // not urgent: their caller can wait up to d longer for the answer. A ledger
@@ -22,15 +22,12 @@ type lingerKey struct{}
 // slot is free before its outcome is recorded, and nothing waits for it but
 // the metrics.
 func WithLinger(ctx context.Context, d time.Duration) context.Context {
-	if d <= 0 {
-		return ctx
-	}
-	return context.WithValue(ctx, lingerKey{}, d)
+	return linger.With(ctx, d)
 }
 
 // Linger reports how long a call made with ctx may wait to be committed with
-// another (WithLinger), 0 if it is urgent. For backends.
+// another (WithLinger), 0 if it is urgent (unmarked, or its deadline is less
+// than twice the linger away). For backends.
 func Linger(ctx context.Context) time.Duration {
-	d, _ := ctx.Value(lingerKey{}).(time.Duration)
-	return d
+	return linger.Of(ctx)
 }

@@ -654,8 +654,8 @@ func (l *Backend) view(ctx context.Context, s int) (*head, error) {
 // it. op may run more than once and must only change h.
 func (l *Backend) update(ctx context.Context, s int, op func(h *head, now int64) error) (*head, error) {
 	// A call that is not urgent (ledger.WithLinger: the pipeline's
-	// completions) rides in the shard's next urgent write (a Record's).
-	ctx = docstore.WithLinger(ctx, ledger.Linger(ctx))
+	// completions) rides in the shard's next urgent write (a Record's): the
+	// mark is docstore.WithLinger's too.
 	for attempt := 0; ; attempt++ {
 		// op may run more than once, and the write that commits need not be
 		// the last run's: a write whose response was lost (or that landed
