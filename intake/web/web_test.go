@@ -116,9 +116,29 @@ func TestStatusPageInChromium(t *testing.T) {
 // browser starts a headless Chromium for the test.
 func browser(t *testing.T, bin string) context.Context {
 	t.Helper()
+	// Not t.TempDir: Chromium's helper processes may still write into the
+	// profile for a moment after the browser exits (CI: "unlinkat …/Default:
+	// directory not empty"). This cleanup runs after the browser's (LIFO)
+	// and retries.
+	profile, err := os.MkdirTemp("", "cairn-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			err := os.RemoveAll(profile)
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("removing the browser's profile: %v", err)
+				return
+			}
+		}
+	})
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1000))
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(profile), chromedp.WindowSize(1280, 1000))
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelA)
 	ctx, cancel := chromedp.NewContext(actx)
