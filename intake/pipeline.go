@@ -525,12 +525,16 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 	// eager: claim as soon as a slot is free. Not after waiting for a slot
 	// while the record loop claims (it takes the free slots itself, and
 	// wakes the dispatcher when it idles with work left), until a wake or
-	// the poll timer.
-	eager := true
+	// the poll timer. owed: a wake or poll has not been answered by a Claim
+	// yet; a slot freed then is claimed with even while the loop records
+	// (that loop may claim only its own work: the object-store ledger claims
+	// in the shards a batch writes, so work the wake was for would wait for
+	// the next poll).
+	eager, owed := true, true
 	for ctx.Err() == nil {
 		if !eager && p.recording.Load() {
 			p.idle(ctx)
-			eager = true
+			eager, owed = true, true
 			continue
 		}
 		free := p.reserve(p.o.Concurrency)
@@ -539,9 +543,10 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 			case <-p.slotFreed:
 			case <-ctx.Done():
 			}
-			eager = false
+			eager = owed
 			continue
 		}
+		owed = false
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		claimedAt := time.Now()
 		cs, err := p.l.Claim(cctx, free, p.o.Lease)
@@ -564,6 +569,7 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 		}
 		if len(cs) < free {
 			p.idle(ctx)
+			owed = true
 		}
 		eager = true
 	}
