@@ -27,6 +27,7 @@ type batcher struct {
 // A stream of low-priority updates (completions, in the object-store ledger)
 // so rides in the writes of a stream of urgent ones (records) instead of
 // alternating with them, write for write.
+//
 // It is the mark ledger.WithLinger sets: a ledger call made with either
 // passes it on to the document updates it makes.
 func WithLinger(ctx context.Context, d time.Duration) context.Context {
@@ -68,14 +69,16 @@ func (d *Store) startLocked(key string, b *batcher) {
 	if b.timer != nil {
 		b.timer.Stop()
 	}
-	b.timer = time.AfterFunc(time.Until(at), func() {
+	var t *time.Timer
+	t = time.AfterFunc(time.Until(at), func() {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		if d.batchers[key] == b {
+		if d.batchers[key] == b && b.timer == t { // not replaced meanwhile
 			b.timer = nil
 			d.startLocked(key, b)
 		}
 	})
+	b.timer = t
 }
 
 // enqueue hands r to the key's committer, starting one if none runs, and waits

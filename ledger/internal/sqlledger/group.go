@@ -61,7 +61,7 @@ func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, n
 	g := l.log
 	c := &logCall{ctx: ctx, op: op, fn: fn, done: make(chan error, 1)}
 	var linger <-chan time.Time
-	if d := ledger.Linger(ctx); d > 0 && logged(op) && !deadlineWithin(ctx, 2*d) {
+	if d := ledger.Linger(ctx); d > 0 && logged(op) { // 0 near the deadline: urgent
 		t := time.NewTimer(d)
 		defer t.Stop()
 		linger = t.C
@@ -127,14 +127,6 @@ func (l *Backend) LogQueue() (queued int, leading bool) {
 	l.log.qmu.Lock()
 	defer l.log.qmu.Unlock()
 	return len(l.log.calls), l.log.leading
-}
-
-// deadlineWithin tells whether ctx's deadline is less than d away: a call
-// that close to it is urgent, linger or not (held for its linger, it could
-// run out of time with the writer idle).
-func deadlineWithin(ctx context.Context, d time.Duration) bool {
-	dl, ok := ctx.Deadline()
-	return ok && time.Until(dl) < d
 }
 
 // leave takes c out of the queue and reports true, unless a leader took it
