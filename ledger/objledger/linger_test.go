@@ -2,6 +2,8 @@ package objledger_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -106,5 +108,75 @@ func TestRecordAndClaimTakesLeftWork(t *testing.T) {
 	slices.Sort(got)
 	if strings.Join(got, ",") != "old1,old2,old3" {
 		t.Fatalf("RecordAndClaim(1 event, n=3) claimed %v, want the three older records (earliest due first)", got)
+	}
+}
+
+// indexRequests counts the reads and writes of the work index.
+type indexRequests struct {
+	objstore.Backend
+	gets, puts atomic.Int64
+}
+
+func (x *indexRequests) Get(ctx context.Context, key string) (io.ReadCloser, objstore.Info, error) {
+	if strings.HasSuffix(key, "work.json") {
+		x.gets.Add(1)
+	}
+	return x.Backend.Get(ctx, key)
+}
+
+func (x *indexRequests) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
+	if strings.HasSuffix(key, "work.json") {
+		x.puts.Add(1)
+	}
+	return x.Backend.Put(ctx, key, body, size, opts)
+}
+
+// The index updates that Records leave to the hinter wait out its linger,
+// so that the Records that follow share one: none is made while it lasts
+// (before, each Record's was made at once, a read of the index each). This
+// process's Claims find the hinted work meanwhile, and Close writes the
+// hints at once.
+func TestRecordsShareAnIndexUpdate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := &indexRequests{Backend: mem.NewBackend("")}
+	s := objstore.New(b, nil)
+	l, err := objledger.OpenBackend(ctx, s, nil, &objledger.Options{Shards: 4, SweepEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objledger.SetHintWait(l, time.Hour)
+	gets, puts := b.gets.Load(), b.puts.Load()
+	for i := range 20 {
+		if _, _, err := l.RecordAndClaim(ctx, "t", []event.Event{ev(fmt.Sprintf("k%d", i), "01")}, 0, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // time enough for an eager hinter
+	if g, p := b.gets.Load()-gets, b.puts.Load()-puts; g != 0 || p != 0 {
+		t.Fatalf("20 Records made %d reads and %d writes of the index within the linger", g, p)
+	}
+	for i := range 20 {
+		if _, _, err := l.RecordAndClaim(ctx, "t", []event.Event{ev(fmt.Sprintf("j%d", i), "01")}, 0, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if p := b.puts.Load() - puts; p != 1 {
+		t.Fatalf("Close wrote the index %d times, want once, with every hint", p)
+	}
+	var doc struct {
+		Value struct {
+			Due map[string]int64 `json:"due"`
+		} `json:"value"`
+	}
+	data, _, err := s.GetBytes(ctx, "work.json")
+	if err == nil {
+		err = json.Unmarshal(data, &doc)
+	}
+	if err != nil || len(doc.Value.Due) != 4 {
+		t.Fatalf("the index after Close: %s (%v), want an entry for each of the 4 shards", data, err)
 	}
 }

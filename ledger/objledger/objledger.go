@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairn-s3/cairn/docstore"
@@ -113,6 +114,9 @@ type Backend struct {
 	hints    map[int]hint
 	hintGen  uint64
 	hintWake chan struct{}
+	// hintWait is how long the hinter waits after a wake before it writes
+	// (nanoseconds; hintLinger by default, changed by tests).
+	hintWait atomic.Int64
 }
 
 // hint is an index entry to lower: the shard's earliest due work after a
@@ -277,6 +281,7 @@ func OpenBackend(ctx context.Context, s *objstore.Store, opts *ledger.Options, c
 	l.unsure = map[int][]string{}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.hints, l.hintWake = map[int]hint{}, make(chan struct{}, 1)
+	l.hintWait.Store(int64(hintLinger))
 	l.wg.Go(l.hinter)
 	return l, nil
 }

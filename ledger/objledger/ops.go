@@ -561,15 +561,33 @@ func (l *Backend) pendingHints() map[int]int64 {
 // hintTimeout bounds one write of the hints, and the last one at Close.
 const hintTimeout = 10 * time.Second
 
+// hintLinger is how long the hinter waits after a wake, so that the hints of
+// the Records that follow share its index update: each update reads the
+// index (a conditional write would not see a claimer's mark), so with a
+// pipeline's stream of Records, one update per Record was a quarter of the
+// store's requests (on MinIO, 37 of 220 per 1,000 events; 11 with the
+// linger, and +5% events/s). It delays only other processes' view of the
+// new work: this process's Claims visit the hinted shards meanwhile, and
+// other processes' claimers poll the index (once a second by default).
+const hintLinger = 50 * time.Millisecond
+
 // hinter writes the hints (one group-committed index update for all that
-// are waiting), retrying failures with backoff, until Close, which gets one
-// last attempt. A process killed first leaves entries too high: sweeps repair
-// them (see Options.SweepEvery).
+// are waiting, hintLinger after the first wakes it), retrying failures with
+// backoff, until Close, which gets one last attempt, at once. A process
+// killed first leaves entries too high: sweeps repair them (see
+// Options.SweepEvery).
 func (l *Backend) hinter() {
 	for attempt := 0; ; {
 		closing := false
 		select {
 		case <-l.hintWake:
+			t := time.NewTimer(time.Duration(l.hintWait.Load()))
+			select {
+			case <-t.C:
+			case <-l.ctx.Done():
+				t.Stop()
+				closing = true
+			}
 		case <-l.ctx.Done():
 			closing = true
 		}
