@@ -117,6 +117,9 @@ type Pipeline struct {
 	// recording: the record loop has batches in hand, and claims with every
 	// free slot (recordLoop).
 	recording atomic.Bool
+	// yielded: the dispatcher left the claiming to the record loop after a
+	// Claim that filled its slots, and is owed a wake when the loop idles.
+	yielded atomic.Bool
 
 	act activity
 
@@ -314,9 +317,12 @@ func (p *Pipeline) recordLoop(ctx context.Context) {
 		leftover = p.record(ctx, batch) || leftover
 		if p.o.EveryVersion || len(p.subs) == 0 {
 			// Idle (or, with EveryVersion, RecordAndClaim claims nothing):
-			// what the batches left unclaimed is the dispatcher's.
+			// what the batches left unclaimed is the dispatcher's, and so is
+			// the claiming it left to them (yielded is read after recording
+			// is cleared, as dispatch sets them the other way round: one of
+			// the two sees the other's).
 			p.recording.Store(false)
-			if leftover {
+			if p.yielded.Swap(false) || leftover {
 				p.wakeDispatcher()
 			}
 			leftover = false
@@ -530,9 +536,18 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 	// (that loop may claim only its own work: the object-store ledger claims
 	// in the shards a batch writes, so work the wake was for would wait for
 	// the next poll).
+	//
+	// After a Claim that filled every slot it took (more may be due), it
+	// claims again at once only if the record loop is idle; while the loop
+	// records, it yields, and the loop wakes it when it idles. Claiming
+	// again at once held the free slots through a Claim (on the object-store
+	// ledger, a write of every shard with work due) while the next batch
+	// found none to claim its own work with, and left it to the dispatcher
+	// again: with 64 handlers on MinIO, a seventh of the work was claimed so,
+	// at twice the p50 delivery time.
 	eager, owed := true, true
 	for ctx.Err() == nil {
-		if !eager && p.recording.Load() {
+		if !eager && p.yield() {
 			p.idle(ctx)
 			eager, owed = true, true
 			continue
@@ -571,7 +586,7 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 			p.idle(ctx)
 			owed = true
 		}
-		eager = true
+		eager = len(cs) < free
 	}
 	// Shutdown: no more launches; running handlers finish within the grace period.
 	p.mu.Lock()
@@ -588,6 +603,17 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 		cancelHandlers()
 		<-done
 	}
+}
+
+// yield reports whether the record loop is recording, and if so has it wake
+// the dispatcher when it idles.
+func (p *Pipeline) yield() bool {
+	p.yielded.Store(true)
+	if p.recording.Load() {
+		return true
+	}
+	p.yielded.Store(false)
+	return false
 }
 
 // idle waits until the record loop wakes the dispatcher, the poll timer

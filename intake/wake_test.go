@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/objledger"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/mem"
@@ -131,6 +132,93 @@ func TestWakeNotLostOnObjectStore(t *testing.T) {
 			got[k] = true
 		case <-timeout:
 			t.Fatalf("ran %v; kB=%s, kC=%s: the rest waits for the poll (an hour)", got, kB, kC)
+		}
+	}
+}
+
+// gatedLedger holds the next Claim, and the next RecordAndClaim, once armed,
+// until their gates close, and says when it holds each.
+type gatedLedger struct {
+	ledger.Backend
+	claimArmed, recordArmed atomic.Bool
+	claimHit, recordHit     chan struct{}
+	claimGate, recordGate   chan struct{}
+}
+
+func (g *gatedLedger) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
+	if g.claimArmed.CompareAndSwap(true, false) {
+		g.claimHit <- struct{}{}
+		<-g.claimGate
+	}
+	return g.Backend.Claim(ctx, n, lease)
+}
+
+func (g *gatedLedger) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
+	if g.recordArmed.CompareAndSwap(true, false) {
+		g.recordHit <- struct{}{}
+		<-g.recordGate
+	}
+	return g.Backend.RecordAndClaim(ctx, source, evs, n, lease)
+}
+
+// TestYieldedDispatcherWokenWhenLoopIdles: a dispatcher whose Claim filled
+// its slots while the record loop recorded leaves the claiming to the loop,
+// and is owed a wake when the loop idles, even when its batches left no work
+// (here a duplicate): the rest of the backlog must not wait for the poll (an
+// hour here). Before the wake, the previous code failed this too: its
+// dispatcher waited for a slot, and, the loop recording when one freed, went
+// back to its poll.
+func TestYieldedDispatcherWokenWhenLoopIdles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	base := newLedger(t, nil)
+	g := &gatedLedger{Backend: base.Backend(), claimHit: make(chan struct{}), recordHit: make(chan struct{}),
+		claimGate: make(chan struct{}), recordGate: make(chan struct{})}
+	l := ledger.NewLedger(g)
+	// kX: recorded and done, so a resubmission is a duplicate; then a
+	// backlog of three.
+	if _, err := l.Record(ctx, "s", []event.Event{ev("kX", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := l.Claim(ctx, 1, time.Minute)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("Claim: %v %v", cs, err)
+	}
+	if err := l.Complete(ctx, cs[0], "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Record(ctx, "s", []event.Event{ev("kB1", 1), ev("kB2", 1), ev("kB3", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan string, 10)
+	p, err := intake.New(l, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+		ran <- w.Event.Key
+		return "ok", nil
+	}), &intake.Options{Concurrency: 1, Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.claimArmed.Store(true)
+	g.recordArmed.Store(true)
+	start(t, p)
+	<-g.claimHit // the dispatcher's first Claim (of one) waits
+	go p.Submit(ctx, "s", []event.Event{ev("kX", 1)})
+	<-g.recordHit // the loop records the duplicate, with no slot to claim with
+	close(g.claimGate)
+	if k := <-ran; k != "kB1" {
+		t.Fatalf("ran %s first", k)
+	}
+	time.Sleep(50 * time.Millisecond) // the dispatcher yields meanwhile
+	close(g.recordGate)
+	timeout := time.After(10 * time.Second) // a bound on "never", not a latency
+	for _, want := range []string{"kB2", "kB3"} {
+		select {
+		case k := <-ran:
+			if k != want {
+				t.Fatalf("ran %s, want %s", k, want)
+			}
+		case <-timeout:
+			t.Fatalf("%s did not run: the backlog waits for the poll (an hour)", want)
 		}
 	}
 }
