@@ -119,7 +119,8 @@ type Pipeline struct {
 	recording atomic.Bool
 	// yielded: the dispatcher left the claiming to the record loop after a
 	// Claim that filled its slots, and is owed a wake when the loop idles.
-	yielded atomic.Bool
+	yielded  atomic.Bool
+	maxYield time.Duration // maxYield; changed by tests
 
 	act activity
 
@@ -173,6 +174,7 @@ func New(l *ledger.Ledger, h Handler, opts *Options) (*Pipeline, error) {
 		completes: make(chan *completion, queueLen),
 		wake:      make(chan struct{}, 1),
 		slotFreed: make(chan struct{}, 1),
+		maxYield:  maxYield,
 		closed:    make(chan struct{}),
 	}, nil
 }
@@ -539,7 +541,10 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 	//
 	// After a Claim that filled every slot it took (more may be due), it
 	// claims again at once only if the record loop is idle; while the loop
-	// records, it yields, and the loop wakes it when it idles. Claiming
+	// records, it yields, and the loop wakes it when it idles (or, under a
+	// stream that never lets it idle, after maxYield: on the object-store
+	// ledger a batch claims only in the shards it writes, and older work in
+	// the others must not wait for the poll). Claiming
 	// again at once held the free slots through a Claim (on the object-store
 	// ledger, a write of every shard with work due) while the next batch
 	// found none to claim its own work with, and left it to the dispatcher
@@ -548,7 +553,7 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 	eager, owed := true, true
 	for ctx.Err() == nil {
 		if !eager && p.yield() {
-			p.idle(ctx)
+			p.idle(ctx, min(p.o.Poll, p.maxYield))
 			eager, owed = true, true
 			continue
 		}
@@ -583,7 +588,7 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 			p.launch(c, claimedAt)
 		}
 		if len(cs) < free {
-			p.idle(ctx)
+			p.idle(ctx, p.o.Poll)
 			owed = true
 		}
 		eager = len(cs) < free
@@ -605,9 +610,16 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 	}
 }
 
-// yield reports whether the record loop is recording, and if so has it wake
-// the dispatcher when it idles.
+// maxYield bounds how long the dispatcher leaves the claiming to a record
+// loop that does not idle.
+const maxYield = 100 * time.Millisecond
+
+// yield reports whether the record loop is recording and claims (not with
+// EveryVersion), and if so has it wake the dispatcher when it idles.
 func (p *Pipeline) yield() bool {
+	if p.o.EveryVersion {
+		return false
+	}
 	p.yielded.Store(true)
 	if p.recording.Load() {
 		return true
@@ -616,10 +628,10 @@ func (p *Pipeline) yield() bool {
 	return false
 }
 
-// idle waits until the record loop wakes the dispatcher, the poll timer
-// fires or ctx is done.
-func (p *Pipeline) idle(ctx context.Context) {
-	t := time.NewTimer(p.o.Poll)
+// idle waits until the record loop wakes the dispatcher, d has passed (the
+// poll, or a yield's bound) or ctx is done.
+func (p *Pipeline) idle(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-p.wake:

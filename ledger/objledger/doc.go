@@ -42,8 +42,9 @@
 // records by their next attempt, claimed ones by their lease's end). Writers
 // keep it low: a write that leaves work in a shard reads the index afterwards
 // and lowers the shard's entry if needed (Record does this in the background,
-// after it returned: until it is done, Claim in the same process visits the
-// shard anyway). Claimers raise it, safely: a claimer marks the shards it
+// after it returned and 50 ms more, so that the Records that follow share
+// the index update: until it is done, Claim in the same process visits the
+// shard anyway, and other processes see the work that much later). Claimers raise it, safely: a claimer marks the shards it
 // expects to leave with nothing due (a nonce in the index, in the same write
 // that reads which are due; none needed, no write), claims in each, in
 // parallel, with a compare-and-swap of the head (which tells it the shard's
@@ -52,8 +53,8 @@
 // and set the same way afterwards). A writer that reads the
 // index after its shard write removes any mark on that shard, so a claimer
 // that looked before the write cannot raise the entry past the new work. A
-// writer killed between its shard write and the index write can leave an
-// entry too high; each ledger instance therefore sweeps every shard on its
+// writer killed between its shard write and the index write (50 ms and a
+// round trip) can leave an entry too high; each ledger instance therefore sweeps every shard on its
 // first Claim and every Options.SweepEvery (default one minute) after.
 //
 // # Compaction
@@ -77,14 +78,14 @@
 //   - Requests: a Record batch costs one conditional PUT per shard it touches
 //     (a GET first only when another process wrote the shard since this one
 //     did: each process remembers the heads it wrote) and, after it returned,
-//     one GET of the index (a PUT when an entry must be lowered or a claimer's
-//     mark removed; concurrent ones are group-committed). A small batch
-//     touches most shards, so the shard count (default 4) is what a batch
-//     costs in writes. A Claim with work due costs one head write per shard
-//     visited (in parallel) between a read of the index and, when it empties
-//     shards, two index writes (mark before, set after); with nothing due it
-//     costs one GET of the
-//     index (an idle `cairn serve` polls once a second). CompleteBatch costs
+//     a share of one GET of the index (a PUT when an entry must be lowered or
+//     a claimer's mark removed), shared by the Records of the next 50 ms. A
+//     small batch touches most shards, so the shard count (default 4) is what
+//     a batch costs in writes. A Claim with work due costs one head write per
+//     shard visited (in parallel) between a read of the index and, when it
+//     empties shards, two index writes (mark before, set after); with nothing
+//     due it costs one GET of the index (an idle `cairn serve` polls once a
+//     second). CompleteBatch costs
 //     one head write per shard (group-committed with the shard's other
 //     writes; made with ledger.WithLinger, as the daemon's completions are,
 //     it waits for the shard's next urgent write, a Record's, and rides in

@@ -180,3 +180,54 @@ func TestRecordsShareAnIndexUpdate(t *testing.T) {
 		t.Fatalf("the index after Close: %s (%v), want an entry for each of the 4 shards", data, err)
 	}
 }
+
+// While the hinter lingers, a Claim in the same process finds the work the
+// Records left (it visits the shards still to be hinted), and once the
+// linger is over the index holds the hints without a Close.
+func TestHintedWorkFoundAndWritten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, wait := range []time.Duration{time.Hour, 10 * time.Millisecond} {
+		s := objstore.New(mem.NewBackend(""), nil)
+		l, err := objledger.OpenBackend(ctx, s, nil, &objledger.Options{Shards: 4, SweepEvery: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		objledger.SetHintWait(l, wait)
+		if _, err := l.Claim(ctx, 1, time.Minute); err != nil { // the first Claim's sweep
+			t.Fatal(err)
+		}
+		var evs []event.Event
+		for i := range 12 {
+			evs = append(evs, ev(fmt.Sprintf("k%d", i), "01"))
+		}
+		if _, _, err := l.RecordAndClaim(ctx, "t", evs, 0, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if wait == time.Hour {
+			cs, err := l.Claim(ctx, 100, time.Minute)
+			if err != nil || len(cs) != len(evs) {
+				t.Fatalf("a Claim during the linger: %d claims (%v), want %d", len(cs), err, len(evs))
+			}
+			continue
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			var doc struct {
+				Value struct {
+					Due map[string]int64 `json:"due"`
+				} `json:"value"`
+			}
+			data, _, err := s.GetBytes(ctx, "work.json")
+			if err == nil {
+				err = json.Unmarshal(data, &doc)
+			}
+			if err == nil && len(doc.Value.Due) == 4 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the index after the linger: %s (%v), want an entry for each of the 4 shards", data, err)
+			}
+		}
+	}
+}
