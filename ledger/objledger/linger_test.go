@@ -18,17 +18,40 @@ import (
 	"github.com/cairn-s3/cairn/objstore/mem"
 )
 
-// headPuts counts the writes of shard heads.
-type headPuts struct {
+// requests counts the reads and writes of the objects whose keys end in
+// suffix.
+type requests struct {
 	objstore.Backend
-	n atomic.Int64
+	suffix     string
+	gets, puts atomic.Int64
 }
 
-func (h *headPuts) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
-	if strings.HasSuffix(key, "/head.json") {
-		h.n.Add(1)
+func (x *requests) Get(ctx context.Context, key string) (io.ReadCloser, objstore.Info, error) {
+	if strings.HasSuffix(key, x.suffix) {
+		x.gets.Add(1)
 	}
-	return h.Backend.Put(ctx, key, body, size, opts)
+	return x.Backend.Get(ctx, key)
+}
+
+func (x *requests) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
+	if strings.HasSuffix(key, x.suffix) {
+		x.puts.Add(1)
+	}
+	return x.Backend.Put(ctx, key, body, size, opts)
+}
+
+// indexDue reads the shards the work index has entries for.
+func indexDue(ctx context.Context, s *objstore.Store) (map[string]int64, []byte, error) {
+	var doc struct {
+		Value struct {
+			Due map[string]int64 `json:"due"`
+		} `json:"value"`
+	}
+	data, _, err := s.GetBytes(ctx, "work.json")
+	if err == nil {
+		err = json.Unmarshal(data, &doc)
+	}
+	return doc.Value.Due, data, err
 }
 
 // A CompleteBatch made with ledger.WithLinger waits, while its shard is
@@ -37,7 +60,7 @@ func (h *headPuts) Put(ctx context.Context, key string, body io.Reader, size int
 func TestLingeringCompletionRidesWithRecord(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := &headPuts{Backend: mem.NewBackend("")}
+	b := &requests{Backend: mem.NewBackend(""), suffix: "/head.json"}
 	l, err := objledger.Open(ctx, objstore.New(b, nil), nil, &objledger.Options{Shards: 1, SweepEvery: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +70,7 @@ func TestLingeringCompletionRidesWithRecord(t *testing.T) {
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("RecordAndClaim: %d claims, %v", len(cs), err)
 	}
-	before := b.n.Load()
+	before := b.puts.Load()
 	done := make(chan error, 1)
 	go func() {
 		errs, err := l.CompleteBatch(ledger.WithLinger(ctx, time.Hour), cs, []string{"r"})
@@ -62,7 +85,7 @@ func TestLingeringCompletionRidesWithRecord(t *testing.T) {
 		t.Fatalf("a lingering completion returned (%v) with nothing urgent to ride with", err)
 	default:
 	}
-	if got := b.n.Load() - before; got != 0 {
+	if got := b.puts.Load() - before; got != 0 {
 		t.Fatalf("a lingering completion wrote the head %d times with nothing urgent to ride with", got)
 	}
 	if _, err := l.Record(ctx, "t", []event.Event{ev("k2", "01")}); err != nil {
@@ -71,7 +94,7 @@ func TestLingeringCompletionRidesWithRecord(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if got := b.n.Load() - before; got != 1 {
+	if got := b.puts.Load() - before; got != 1 {
 		t.Fatalf("a Record and a lingering completion took %d head writes, want 1", got)
 	}
 	recs, err := l.Get(ctx, "b", "k1")
@@ -111,26 +134,6 @@ func TestRecordAndClaimTakesLeftWork(t *testing.T) {
 	}
 }
 
-// indexRequests counts the reads and writes of the work index.
-type indexRequests struct {
-	objstore.Backend
-	gets, puts atomic.Int64
-}
-
-func (x *indexRequests) Get(ctx context.Context, key string) (io.ReadCloser, objstore.Info, error) {
-	if strings.HasSuffix(key, "work.json") {
-		x.gets.Add(1)
-	}
-	return x.Backend.Get(ctx, key)
-}
-
-func (x *indexRequests) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
-	if strings.HasSuffix(key, "work.json") {
-		x.puts.Add(1)
-	}
-	return x.Backend.Put(ctx, key, body, size, opts)
-}
-
 // The index updates that Records leave to the hinter wait out its linger,
 // so that the Records that follow share one: none is made while it lasts
 // (before, each Record's was made at once, a read of the index each). This
@@ -139,7 +142,7 @@ func (x *indexRequests) Put(ctx context.Context, key string, body io.Reader, siz
 func TestRecordsShareAnIndexUpdate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := &indexRequests{Backend: mem.NewBackend("")}
+	b := &requests{Backend: mem.NewBackend(""), suffix: "work.json"}
 	s := objstore.New(b, nil)
 	l, err := objledger.OpenBackend(ctx, s, nil, &objledger.Options{Shards: 4, SweepEvery: time.Hour})
 	if err != nil {
@@ -167,16 +170,8 @@ func TestRecordsShareAnIndexUpdate(t *testing.T) {
 	if p := b.puts.Load() - puts; p != 1 {
 		t.Fatalf("Close wrote the index %d times, want once, with every hint", p)
 	}
-	var doc struct {
-		Value struct {
-			Due map[string]int64 `json:"due"`
-		} `json:"value"`
-	}
-	data, _, err := s.GetBytes(ctx, "work.json")
-	if err == nil {
-		err = json.Unmarshal(data, &doc)
-	}
-	if err != nil || len(doc.Value.Due) != 4 {
+	due, data, err := indexDue(ctx, s)
+	if err != nil || len(due) != 4 {
 		t.Fatalf("the index after Close: %s (%v), want an entry for each of the 4 shards", data, err)
 	}
 }
@@ -213,16 +208,8 @@ func TestHintedWorkFoundAndWritten(t *testing.T) {
 			continue
 		}
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			var doc struct {
-				Value struct {
-					Due map[string]int64 `json:"due"`
-				} `json:"value"`
-			}
-			data, _, err := s.GetBytes(ctx, "work.json")
-			if err == nil {
-				err = json.Unmarshal(data, &doc)
-			}
-			if err == nil && len(doc.Value.Due) == 4 {
+			due, data, err := indexDue(ctx, s)
+			if err == nil && len(due) == 4 {
 				break
 			}
 			if time.Now().After(deadline) {
