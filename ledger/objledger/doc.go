@@ -80,7 +80,7 @@
 //     did: each process remembers the heads it wrote) and, after it returned,
 //     a share of one GET of the index (a PUT when an entry must be lowered or
 //     a claimer's mark removed), shared by the Records of the next 50 ms. A
-//     small batch touches most shards, so the shard count (default 4) is what
+//     small batch touches most shards, so the shard count (default 2) is what
 //     a batch costs in writes. A Claim with work due costs one head write per
 //     shard visited (in parallel) between a read of the index and, when it
 //     empties shards, two index writes (mark before, set after); with nothing
@@ -103,7 +103,7 @@
 //     second, per partitioned prefix). Every write of one shard goes to one key,
 //     and S3 also serialises conditional writes of one key: throughput scales
 //     with the number of shards (URL parameter shards=N when the ledger is
-//     created, default 4), and batching (group commit) is what makes a few
+//     created, default 2), and batching (group commit) is what makes a few
 //     writes per second per shard carry thousands of events.
 //
 // # Guarantees and limits

@@ -218,3 +218,28 @@ func TestHintedWorkFoundAndWritten(t *testing.T) {
 		}
 	}
 }
+
+// A ledger created with no shard count has two: a small batch touches every
+// shard, and each shard it touches costs a write (see defaultShards).
+func TestDefaultShards(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := objstore.New(mem.NewBackend(""), nil)
+	l, err := objledger.OpenBackend(ctx, s, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	data, _, err := s.GetBytes(ctx, "cairn-ledger.json")
+	var doc struct {
+		Value struct {
+			Shards int `json:"shards"`
+		} `json:"value"`
+	}
+	if err == nil {
+		err = json.Unmarshal(data, &doc)
+	}
+	if err != nil || doc.Value.Shards != 2 {
+		t.Fatalf("a new ledger's descriptor: %s (%v), want 2 shards", data, err)
+	}
+}
