@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -256,11 +257,15 @@ func TestLedger(t *testing.T) {
 
 func TestServe(t *testing.T) {
 	t.Parallel()
-	rs, err := bench.Serve(t.Context(), bench.ServeOptions{Events: 200, ExecEvents: 20, Senders: 4, Concurrency: 4})
+	rs, err := bench.Serve(t.Context(), bench.ServeOptions{Events: 200, ExecEvents: 20, Senders: 4, Concurrency: 4, Rounds: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkResults(t, rs, 2)
+	// Two rounds on one ledger, each side's rates given.
+	if !strings.Contains(rs[0].Name, "median of 2 rounds") || !regexp.MustCompile(`baseline \d+/\d+, cairn \d+/\d+$`).MatchString(rs[0].Note) {
+		t.Errorf("%s: %s", rs[0].Name, rs[0].Note)
+	}
 }
 
 // Print: the --json lines carry name, unit, baseline, cairn and ratio; the

@@ -183,11 +183,12 @@ cairn: the webhook records each event in the ledger (group commit) before
 answering, workers claim, run the handler, and complete (batched). Baseline: the
 same server and handler with the ledger bypassed (the handler runs inside the
 request). Run with a Go no-op handler (--events) and with an exec handler that
-runs /bin/true (--exec-events).`,
+runs /bin/true (--exec-events). Each side runs --rounds times, alternating:
+events/s is the median round's, the latencies are over every round's events.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if opts.Events < 100 || opts.Senders < 1 || opts.Concurrency < 1 {
-				return usagef("--events >= 100, --senders and --concurrency >= 1")
+			if opts.Events < 100 || opts.Senders < 1 || opts.Concurrency < 1 || opts.Rounds < 1 {
+				return usagef("--events >= 100, --senders, --concurrency and --rounds >= 1")
 			}
 			return e.printResults(bench.Serve(cmd.Context(), opts))
 		},
@@ -198,6 +199,7 @@ runs /bin/true (--exec-events).`,
 	cmd.Flags().IntVar(&opts.Concurrency, "concurrency", 64, "handlers at once")
 	cmd.Flags().StringVar(&opts.LedgerURL, "ledger", "", "ledger URL (default: a fresh SQLite file); wiped by nothing: refused if it holds work to do")
 	cmd.Flags().StringVar(&opts.Only, "only", "", "run only the noop or the exec handler")
+	cmd.Flags().IntVar(&opts.Rounds, "rounds", 3, "rounds of each side, alternating (events/s is the median round's)")
 	cmd.Flags().BoolVar(&opts.SkipBaseline, "skip-baseline", false, "profiling: run cairn only")
 	_ = cmd.Flags().MarkHidden("skip-baseline")
 	return cmd
