@@ -61,6 +61,9 @@ func Serve(ctx context.Context, opts ServeOptions) ([]Result, error) {
 	def(&opts.Senders, 64)
 	def(&opts.Concurrency, 64)
 	def(&opts.Rounds, 3)
+	if opts.Rounds < 1 || opts.Events < 1 {
+		return nil, fmt.Errorf("bench: Events and Rounds must be at least 1 (or 0 for the defaults)")
+	}
 	tmp, err := os.MkdirTemp("", "cairn-bench-serve-")
 	if err != nil {
 		return nil, err

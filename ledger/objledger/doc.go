@@ -101,10 +101,13 @@
 //     per record. Millions of keys want PostgreSQL.
 //   - AWS S3 limits request rates per prefix (3,500 writes and 5,500 reads per
 //     second, per partitioned prefix). Every write of one shard goes to one key,
-//     and S3 also serialises conditional writes of one key: throughput scales
-//     with the number of shards (URL parameter shards=N when the ledger is
-//     created, default 2), and batching (group commit) is what makes a few
-//     writes per second per shard carry thousands of events.
+//     and S3 also serialises conditional writes of one key: the ceiling of
+//     head writes scales with the number of shards (URL parameter shards=N
+//     when the ledger is created), and batching (group commit) is what makes
+//     a few writes per second per shard carry thousands of events. The
+//     default, 2, was chosen on local MinIO, where a write takes milliseconds
+//     and each one costs CPU; many processes writing one ledger on AWS S3,
+//     where a write takes tens of milliseconds, may want 4–8.
 //
 // # Guarantees and limits
 //

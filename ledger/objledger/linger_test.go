@@ -243,3 +243,45 @@ func TestDefaultShards(t *testing.T) {
 		t.Fatalf("a new ledger's descriptor: %s (%v), want 2 shards", data, err)
 	}
 }
+
+// An existing ledger keeps the shard count it was created with, whatever the
+// opener asks for: a new default (or a different shards=N) must not move
+// keys to other shards.
+func TestReopenKeepsShardCount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := objstore.New(mem.NewBackend(""), nil)
+	l, err := objledger.OpenBackend(ctx, s, nil, &objledger.Options{Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []event.Event
+	for i := range 40 {
+		evs = append(evs, ev(fmt.Sprintf("k%d", i), "01"))
+	}
+	if _, _, err := l.RecordAndClaim(ctx, "t", evs, 0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []*objledger.Options{nil, {Shards: 2}} {
+		l, err := objledger.OpenBackend(ctx, s, nil, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := l.Shards(); n != 4 {
+			t.Errorf("reopened with %+v: %d shards, want the 4 it was created with", o, n)
+		}
+		ds, _, err := l.RecordAndClaim(ctx, "t", evs, 0, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if d.Outcome != ledger.Duplicate {
+				t.Errorf("reopened with %+v: %s/%s decided %s, want a duplicate (found in its shard)", o, d.Bucket, d.Key, d.Outcome)
+			}
+		}
+		l.Close()
+	}
+}

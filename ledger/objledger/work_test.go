@@ -114,7 +114,7 @@ func TestWorkSetIsAMap(t *testing.T) {
 
 func BenchmarkHeadClone(b *testing.B) {
 	// A shard with a backlog of 25,000 records of work (a million events over
-	// 100,000 keys, four shards): a head is cloned for every update.
+	// 100,000 keys, four shards: shards=4): a head is cloned for every update.
 	h := &head{Rows: map[string]*row{}, Work: newWorkSet()}
 	for i := range 25_000 {
 		h.Work.set(fmt.Sprintf("b/key-%06d", i), int64(i))
