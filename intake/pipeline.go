@@ -544,12 +544,12 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 	// records, it yields, and the loop wakes it when it idles (or, under a
 	// stream that never lets it idle, after maxYield: on the object-store
 	// ledger a batch claims only in the shards it writes, and older work in
-	// the others must not wait for the poll). Claiming
-	// again at once held the free slots through a Claim (on the object-store
-	// ledger, a write of every shard with work due) while the next batch
-	// found none to claim its own work with, and left it to the dispatcher
-	// again: with 64 handlers on MinIO, a seventh of the work was claimed so,
-	// at twice the p50 delivery time.
+	// the others must not wait for the poll). Claiming again at once held
+	// the free slots through a Claim (on the object-store ledger, a write of
+	// every shard with work due) while the next batch found none to claim
+	// its own work with, and left it to the dispatcher again: with 64
+	// handlers on MinIO, a seventh of the work was claimed so, at twice the
+	// p50 delivery time.
 	eager, owed := true, true
 	for ctx.Err() == nil {
 		if !eager && p.yield() {
