@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -15,29 +14,29 @@ import (
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/objledger"
 	"github.com/cairn-s3/cairn/objstore"
+	"github.com/cairn-s3/cairn/objstore/faulty"
 	"github.com/cairn-s3/cairn/objstore/mem"
 )
 
 // requests counts the reads and writes of the objects whose keys end in
-// suffix.
+// suffix, seen by faulty's Rule (which injects nothing here).
 type requests struct {
-	objstore.Backend
 	suffix     string
 	gets, puts atomic.Int64
 }
 
-func (x *requests) Get(ctx context.Context, key string) (io.ReadCloser, objstore.Info, error) {
-	if strings.HasSuffix(key, x.suffix) {
-		x.gets.Add(1)
-	}
-	return x.Backend.Get(ctx, key)
-}
-
-func (x *requests) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
-	if strings.HasSuffix(key, x.suffix) {
-		x.puts.Add(1)
-	}
-	return x.Backend.Put(ctx, key, body, size, opts)
+// store is a memory store whose calls r counts.
+func (r *requests) store() *objstore.Store {
+	return objstore.New(faulty.New(mem.NewBackend(""), &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+		switch {
+		case !strings.HasSuffix(key, r.suffix):
+		case op == faulty.OpGet:
+			r.gets.Add(1)
+		case op == faulty.OpPut:
+			r.puts.Add(1)
+		}
+		return faulty.None, 0
+	}}), nil)
 }
 
 // indexDue reads the shards the work index has entries for.
@@ -60,8 +59,8 @@ func indexDue(ctx context.Context, s *objstore.Store) (map[string]int64, []byte,
 func TestLingeringCompletionRidesWithRecord(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := &requests{Backend: mem.NewBackend(""), suffix: "/head.json"}
-	l, err := objledger.Open(ctx, objstore.New(b, nil), nil, &objledger.Options{Shards: 1, SweepEvery: time.Hour})
+	b := &requests{suffix: "/head.json"}
+	l, err := objledger.Open(ctx, b.store(), nil, &objledger.Options{Shards: 1, SweepEvery: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +141,8 @@ func TestRecordAndClaimTakesLeftWork(t *testing.T) {
 func TestRecordsShareAnIndexUpdate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := &requests{Backend: mem.NewBackend(""), suffix: "work.json"}
-	s := objstore.New(b, nil)
+	b := &requests{suffix: "work.json"}
+	s := b.store()
 	l, err := objledger.OpenBackend(ctx, s, nil, &objledger.Options{Shards: 4, SweepEvery: time.Hour})
 	if err != nil {
 		t.Fatal(err)
