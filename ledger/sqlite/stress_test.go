@@ -2,7 +2,6 @@ package sqlite_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -112,8 +111,7 @@ func stressIntakeLog(t *testing.T, everyVersion bool, limits sqlledger.LogLimits
 	// expected: what a call may answer here besides nil.
 	expected := func(err error) bool {
 		return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, ledger.ErrLeaseLost) ||
-			errors.Is(err, ledger.ErrSuperseded) || errors.Is(err, ledger.ErrNotFound) ||
-			errors.Is(err, sql.ErrTxDone) // database/sql rolled back a transaction whose context ended
+			errors.Is(err, ledger.ErrSuperseded) || errors.Is(err, ledger.ErrNotFound)
 	}
 	errc := make(chan error, 1)
 	report := func(err error) {

@@ -243,18 +243,32 @@ var conflictBackoff = backoff.Policy{Base: 2 * time.Millisecond, Max: 250 * time
 // transient conflict (Dialect.Transient) rolls the transaction back and runs
 // fn again after a jittered backoff, until ctx ends; fn must therefore keep
 // no state of its own between runs. Errors from fn are returned as they are
-// (fn wraps its own); the rest are wrapped with op.
+// (fn wraps its own); the rest are wrapped with op. An error that comes
+// after ctx ended also wraps ctx's error: see endedErr.
 func (l *Backend) inTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
 	for attempt := 1; ; attempt++ {
-		err := l.tryTx(ctx, op, fn)
+		err := endedErr(ctx, l.tryTx(ctx, op, fn))
 		if err == nil || l.d.Transient == nil || !l.d.Transient(err) {
 			return err
 		}
 		if conflictBackoff.Wait(ctx, attempt-1) != nil {
-			return fmt.Errorf("ledger (%s) %s: a transient conflict persisted over %d attempts until the context ended (%v): %w",
-				l.d.Name, op, attempt, context.Cause(ctx), err)
+			return fmt.Errorf("ledger (%s) %s: a transient conflict persisted over %d attempts: %w",
+				l.d.Name, op, attempt, endedErr(ctx, err))
 		}
 	}
+}
+
+// endedErr makes err, which came after ctx ended, say so: errors.Is(err,
+// ctx.Err()) holds. database/sql rolls back a transaction whose context ends
+// from a goroutine of its own, and a statement that runs after that fails
+// with an error that does not tell why ("sql: statement is closed" for a
+// prepared one, ErrTxDone for the rest); a caller that tells a call it gave
+// up on from a failing database must see the context's error.
+func endedErr(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ctx.Err()) {
+		return err
+	}
+	return fmt.Errorf("%w (the call's context ended: %w)", err, ctx.Err())
 }
 
 func (l *Backend) tryTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
