@@ -266,6 +266,15 @@ func TestServe(t *testing.T) {
 	if !strings.Contains(rs[0].Name, "median of 2 rounds") || !regexp.MustCompile(`baseline \d+/\d+, cairn \d+/\d+$`).MatchString(rs[0].Note) {
 		t.Errorf("%s: %s", rs[0].Name, rs[0].Note)
 	}
+	// The no-op run measures the pipeline's ceiling too (its 200 events were
+	// all handled, else Serve failed), in both rounds; the exec run does not.
+	if rs[0].Ceiling <= 0 || rs[0].CeilingP99 <= 0 || !regexp.MustCompile(`by round \d+/\d+$`).MatchString(rs[0].CeilingDesc) || rs[1].Ceiling != 0 {
+		t.Errorf("ceilings %v (%q), %v", rs[0].Ceiling, rs[0].CeilingDesc, rs[1].Ceiling)
+	}
+	var table bytes.Buffer
+	if err := bench.Print(&table, false, rs); err != nil || !strings.Contains(table.String(), "ratio ceiling/baseline: ") {
+		t.Errorf("table (%v): %s", err, table.String())
+	}
 }
 
 // Print: the --json lines carry name, unit, baseline, cairn and ratio; the

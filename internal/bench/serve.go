@@ -50,7 +50,11 @@ type ServeOptions struct {
 // call, and the delivery-to-handler latency, with a no-op Go handler and with
 // an exec handler running /bin/true. cairn records each event in the ledger
 // before answering and workers claim, handle and complete; the baseline is
-// the same server and handler with the ledger bypassed.
+// the same server and handler with the ledger bypassed. With the no-op
+// handler a third side runs in each round: the pipeline on memLedger, which
+// decides in memory and keeps nothing (Result.Ceiling), so the figure shows
+// how much of the gap to the baseline is the ledger's and how much the
+// pipeline's.
 func Serve(ctx context.Context, opts ServeOptions) ([]Result, error) {
 	def := func(v *int, d int) {
 		if *v == 0 {
@@ -91,7 +95,10 @@ func Serve(ctx context.Context, opts ServeOptions) ([]Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		var base, withLedger serveRounds
+		var base, ceiling, withLedger serveRounds
+		// The pipeline's own ceiling, for the no-op handler: the same
+		// pipeline on a ledger that decides in memory and keeps nothing.
+		mem := kind == "noop" && !opts.SkipBaseline
 		for range opts.Rounds {
 			if !opts.SkipBaseline {
 				b, err := runServeBench(ctx, nil, h, n, opts.Senders, opts.Concurrency)
@@ -100,6 +107,14 @@ func Serve(ctx context.Context, opts ServeOptions) ([]Result, error) {
 					return nil, fmt.Errorf("baseline: %w", err)
 				}
 				base.add(b)
+			}
+			if mem {
+				c, err := runServeBench(ctx, ledger.NewLedger(newMemLedger()), h, n, opts.Senders, opts.Concurrency)
+				if err != nil {
+					l.Close()
+					return nil, fmt.Errorf("pipeline ceiling: %w", err)
+				}
+				ceiling.add(c)
 			}
 			c, err := runServeBench(ctx, l, h, n, opts.Senders, opts.Concurrency)
 			if err != nil {
@@ -116,6 +131,10 @@ func Serve(ctx context.Context, opts ServeOptions) ([]Result, error) {
 		r.BaselineP99, r.CairnP99 = base.lat.Percentile(99), withLedger.lat.Percentile(99)
 		r.Note = fmt.Sprintf("p50 delivery-to-handler: baseline %s, cairn %s; events/s by round: baseline %s, cairn %s",
 			base.lat.Percentile(50).Round(time.Microsecond), withLedger.lat.Percentile(50).Round(time.Microsecond), joinRates(base.perSec), joinRates(withLedger.perSec))
+		if mem {
+			r.Ceiling, r.CeilingP99 = median(ceiling.perSec), ceiling.lat.Percentile(99)
+			r.CeilingDesc = fmt.Sprintf("the same pipeline on a ledger that decides in memory and keeps nothing; by round %s", joinRates(ceiling.perSec))
+		}
 		results = append(results, r)
 	}
 	return results, nil
