@@ -15,10 +15,11 @@ import (
 )
 
 // A call whose context ends mid-transaction gets an error that wraps the
-// context's, even when the statement that failed says only that database/sql
-// rolled the transaction back ("sql: statement is closed" for a prepared
-// statement, ErrTxDone for the rest). The stress test met the first in CI as
-// "ledger (sqlite) record: sql: statement is closed".
+// context's, even when the statement that failed (a real one, on the
+// transaction database/sql rolled back) says only that it was rolled back
+// ("sql: statement is closed" for a prepared statement, ErrTxDone for the
+// rest). The stress test met the first in CI as "ledger (sqlite) record: sql:
+// statement is closed".
 func TestEndedContextInTheError(t *testing.T) {
 	ctx := context.Background()
 	lg, err := ledger.Open(ctx, "sqlite://"+filepath.ToSlash(filepath.Join(t.TempDir(), "ledger.db")), nil)
@@ -27,7 +28,9 @@ func TestEndedContextInTheError(t *testing.T) {
 	}
 	defer lg.Close()
 	l := lg.Backend().(*sqlledger.Backend)
-	for _, prepared := range []bool{true, false} {
+	// The failing statement: a prepared one, a plain one, or the COMMIT (fn
+	// returns nil).
+	for _, failing := range []string{"prepared", "plain", "commit"} {
 		c, cancel := context.WithCancel(ctx)
 		err := l.InTx(c, "record", func(tx *sql.Tx, _ time.Time) error {
 			st, err := tx.PrepareContext(c, `SELECT 1`)
@@ -45,16 +48,24 @@ func TestEndedContextInTheError(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond)
 			}
-			if prepared {
+			switch failing {
+			case "prepared":
 				_, err = st.ExecContext(ctx)
-			} else {
+			case "plain":
 				_, err = tx.ExecContext(ctx, `SELECT 1`)
+			default:
+				return nil
 			}
 			return fmt.Errorf("ledger (sqlite) record: %w", err)
 		})
 		if !errors.Is(err, context.Canceled) {
-			t.Errorf("prepared %v: got %v, want an error that wraps context.Canceled", prepared, err)
+			t.Errorf("%s: got %v, want an error that wraps context.Canceled", failing, err)
 		}
+	}
+	// An error of a live transaction is the call's own, context or not.
+	own := errors.New("the call's own error")
+	if err := l.InTx(ctx, "record", func(*sql.Tx, time.Time) error { return own }); err != own {
+		t.Errorf("got %v, want the call's own error as it is", err)
 	}
 	// The ledger still works.
 	if _, err := l.Claim(ctx, 1, time.Minute); err != nil {

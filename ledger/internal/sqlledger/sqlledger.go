@@ -243,32 +243,53 @@ var conflictBackoff = backoff.Policy{Base: 2 * time.Millisecond, Max: 250 * time
 // transient conflict (Dialect.Transient) rolls the transaction back and runs
 // fn again after a jittered backoff, until ctx ends; fn must therefore keep
 // no state of its own between runs. Errors from fn are returned as they are
-// (fn wraps its own); the rest are wrapped with op. An error that comes
-// after ctx ended also wraps ctx's error: see endedErr.
+// (fn wraps its own, see also abandoned); the rest are wrapped with op.
 func (l *Backend) inTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
 	for attempt := 1; ; attempt++ {
-		err := endedErr(ctx, l.tryTx(ctx, op, fn))
+		err := l.tryTx(ctx, op, fn)
 		if err == nil || l.d.Transient == nil || !l.d.Transient(err) {
 			return err
 		}
 		if conflictBackoff.Wait(ctx, attempt-1) != nil {
-			return fmt.Errorf("ledger (%s) %s: a transient conflict persisted over %d attempts: %w",
-				l.d.Name, op, attempt, endedErr(ctx, err))
+			return fmt.Errorf("ledger (%s) %s: a transient conflict persisted over %d attempts until the context ended (%v): %w",
+				l.d.Name, op, attempt, context.Cause(ctx), err)
 		}
 	}
 }
 
-// endedErr makes err, which came after ctx ended, say so: errors.Is(err,
-// ctx.Err()) holds. database/sql rolls back a transaction whose context ends
-// from a goroutine of its own, and a statement that runs after that fails
-// with an error that does not tell why ("sql: statement is closed" for a
-// prepared one, ErrTxDone for the rest); a caller that tells a call it gave
-// up on from a failing database must see the context's error.
-func endedErr(ctx context.Context, err error) error {
-	if err == nil || ctx.Err() == nil || errors.Is(err, ctx.Err()) {
+// abandoned is err, an error of tx's statements before its commit, made to
+// say so when database/sql had rolled tx back because ctx ended (from a
+// goroutine of its own): a statement that runs after that fails with an
+// error that does not tell why ("sql: statement is closed" for a prepared
+// one, ErrTxDone for the rest), and a caller must be able to tell a call it
+// gave up on (errors.Is(err, ctx.Err())) from a failing database. An error
+// of a live transaction stays as it is; tx is rolled back either way.
+func abandoned(ctx context.Context, tx *sql.Tx, err error) error {
+	if !errors.Is(tx.Rollback(), sql.ErrTxDone) {
 		return err
 	}
-	return fmt.Errorf("%w (the call's context ended: %w)", err, ctx.Err())
+	return rolledBack(ctx, err)
+}
+
+// commit commits tx. Commit answers ErrTxDone only when the COMMIT never
+// ran, database/sql having rolled tx back already (see abandoned): that
+// error says so. Any other error of a COMMIT that ran, whose outcome may be
+// unknown, is returned as it is.
+func commit(ctx context.Context, tx *sql.Tx) error {
+	err := tx.Commit()
+	if errors.Is(err, sql.ErrTxDone) {
+		return rolledBack(ctx, err)
+	}
+	return err
+}
+
+// rolledBack wraps ctx's error, if ctx ended, into err, an error of a
+// transaction database/sql rolled back.
+func rolledBack(ctx context.Context, err error) error {
+	if ctx.Err() == nil || errors.Is(err, ctx.Err()) {
+		return err
+	}
+	return fmt.Errorf("%w (database/sql rolled the transaction back: the call's context ended: %w)", err, ctx.Err())
 }
 
 func (l *Backend) tryTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
@@ -282,12 +303,12 @@ func (l *Backend) tryTx(ctx context.Context, op string, fn func(tx *sql.Tx, now 
 	defer tx.Rollback()
 	now, err := l.now(ctx, tx)
 	if err != nil {
-		return l.wrap(op, err)
+		return abandoned(ctx, tx, l.wrap(op, err))
 	}
 	if err := fn(tx, now); err != nil {
-		return err
+		return abandoned(ctx, tx, err)
 	}
-	return l.wrap(op, tx.Commit())
+	return l.wrap(op, commit(ctx, tx))
 }
 
 // The ops of the transactions that may leave the intake log unfolded (see
@@ -323,23 +344,23 @@ func (l *Backend) runLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, n
 		l.endLog(committed)
 	}()
 	if err := l.beginLog(ctx, conn, tx, op); err != nil {
-		return l.wrap(op, err)
+		return abandoned(ctx, tx, l.wrap(op, err))
 	}
 	now, err := l.now(ctx, tx)
 	if err != nil {
-		return l.wrap(op, err)
+		return abandoned(ctx, tx, l.wrap(op, err))
 	}
 	ferr := fn(tx, now)
 	if ferr != nil && !refused(ferr) {
-		return ferr
+		return abandoned(ctx, tx, ferr)
 	}
 	if err := l.flushLog(ctx, tx); err != nil {
-		return l.wrap(op, err)
+		return abandoned(ctx, tx, l.wrap(op, err))
 	}
 	// A refusal (lease lost, superseded, not found) is decided before its
 	// call writes anything: what the transaction did before it (a fold)
 	// commits, and the cache stays.
-	if err := tx.Commit(); err != nil {
+	if err := commit(ctx, tx); err != nil {
 		return l.wrap(op, err)
 	}
 	committed = true
