@@ -31,14 +31,14 @@ type Result struct {
 	BaselineP99 time.Duration `json:"baseline_p99_ns,omitempty"`
 	CairnP99    time.Duration `json:"cairn_p99_ns,omitempty"`
 	Lower       bool          `json:"lower_is_better,omitempty"`
-	// Ceiling, where measured, is what cairn's own machinery reaches with
-	// the store's cost taken out (bench serve: the pipeline on an in-memory
-	// ledger), in Unit, with its p99: the ratio Cairn/Ceiling is the share
-	// the store leaves, Ceiling/Baseline the machinery's.
-	Ceiling     float64       `json:"ceiling,omitempty"`
-	CeilingDesc string        `json:"ceiling_desc,omitempty"`
-	CeilingP99  time.Duration `json:"ceiling_p99_ns,omitempty"`
-	Note        string        `json:"note,omitempty"`
+	// PipelineCeiling, where measured (bench serve, no-op handler), is what
+	// the same pipeline reaches on an in-memory ledger that keeps nothing, in
+	// Unit, with its p99: Cairn/PipelineCeiling is the share the ledger
+	// leaves, PipelineCeiling/Baseline the pipeline's.
+	PipelineCeiling     float64       `json:"pipeline_ceiling,omitempty"`
+	PipelineCeilingDesc string        `json:"pipeline_ceiling_desc,omitempty"`
+	PipelineCeilingP99  time.Duration `json:"pipeline_ceiling_p99_ns,omitempty"`
+	Note                string        `json:"note,omitempty"`
 }
 
 // NewResult fills Ratio.
@@ -71,9 +71,9 @@ func Print(w io.Writer, asJSON bool, results []Result) error {
 		if r.BaselineP99 > 0 || r.CairnP99 > 0 {
 			fmt.Fprintf(w, "  p99: baseline %s, cairn %s\n", r.BaselineP99.Round(time.Microsecond), r.CairnP99.Round(time.Microsecond))
 		}
-		if r.Ceiling > 0 && r.Baseline > 0 {
-			fmt.Fprintf(w, "  ceiling  (%s): %.1f %s, p99 %s\n  ratio ceiling/baseline: %.2f; cairn/ceiling: %.2f\n",
-				r.CeilingDesc, r.Ceiling, r.Unit, r.CeilingP99.Round(time.Microsecond), r.Ceiling/r.Baseline, r.Cairn/r.Ceiling)
+		if r.PipelineCeiling > 0 && r.Baseline > 0 {
+			fmt.Fprintf(w, "  pipeline ceiling (%s): %.1f %s, p99 %s\n  ratio pipeline ceiling/baseline: %.2f; cairn/pipeline ceiling: %.2f\n",
+				r.PipelineCeilingDesc, r.PipelineCeiling, r.Unit, r.PipelineCeilingP99.Round(time.Microsecond), r.PipelineCeiling/r.Baseline, r.Cairn/r.PipelineCeiling)
 		}
 		if r.Note != "" {
 			fmt.Fprintf(w, "  note: %s\n", r.Note)

@@ -268,11 +268,11 @@ func TestServe(t *testing.T) {
 	}
 	// The no-op run measures the pipeline's ceiling too (its 200 events were
 	// all handled, else Serve failed), in both rounds; the exec run does not.
-	if rs[0].Ceiling <= 0 || rs[0].CeilingP99 <= 0 || !regexp.MustCompile(`by round \d+/\d+$`).MatchString(rs[0].CeilingDesc) || rs[1].Ceiling != 0 {
-		t.Errorf("ceilings %v (%q), %v", rs[0].Ceiling, rs[0].CeilingDesc, rs[1].Ceiling)
+	if rs[0].PipelineCeiling <= 0 || rs[0].PipelineCeilingP99 <= 0 || !regexp.MustCompile(`by round \d+/\d+$`).MatchString(rs[0].PipelineCeilingDesc) || rs[1].PipelineCeiling != 0 {
+		t.Errorf("ceilings %v (%q), %v", rs[0].PipelineCeiling, rs[0].PipelineCeilingDesc, rs[1].PipelineCeiling)
 	}
 	var table bytes.Buffer
-	if err := bench.Print(&table, false, rs); err != nil || !strings.Contains(table.String(), "ratio ceiling/baseline: ") {
+	if err := bench.Print(&table, false, rs); err != nil || !strings.Contains(table.String(), "ratio pipeline ceiling/baseline: ") {
 		t.Errorf("table (%v): %s", err, table.String())
 	}
 }

@@ -29,54 +29,52 @@ func newMemLedger() *memLedger { return &memLedger{recs: map[[2]string]*ledger.R
 
 var errMemLedger = errors.New("bench: the in-memory measuring ledger does not keep this")
 
-// claimLocked claims r (m.mu held).
-func claimLocked(id [2]string, r *ledger.Record, now time.Time, lease time.Duration) ledger.Claim {
-	r.Status, r.Token, r.LeaseUntil, r.Attempts, r.RunGen, r.Updated = ledger.Claimed, r.Token+1, now.Add(lease), r.Attempts+1, r.Gen, now
-	return ledger.Claim{Record: *r, Ident: id[1]}
+// claimLocked claims up to n pending records, those that became pending
+// first first (m.mu held).
+func (m *memLedger) claimLocked(n int, lease time.Duration, now time.Time) []ledger.Claim {
+	var cs []ledger.Claim
+	for len(cs) < n && len(m.due) > 0 {
+		id := m.due[0]
+		m.due = m.due[1:]
+		if r := m.recs[id]; r.Status == ledger.Pending {
+			r.Status, r.Token, r.LeaseUntil, r.Attempts, r.RunGen, r.Updated = ledger.Claimed, r.Token+1, now.Add(lease), r.Attempts+1, r.Gen, now
+			cs = append(cs, ledger.Claim{Record: *r, Ident: id[1]})
+		}
+	}
+	return cs
 }
 
+// RecordAndClaim decides the whole batch, then claims as Claim would: the
+// work that became pending first, first.
 func (m *memLedger) RecordAndClaim(_ context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
 	out := make([]ledger.Decision, len(evs))
-	var cs []ledger.Claim
 	for i, ev := range evs {
 		out[i] = ledger.Decision{Outcome: ledger.Ignored, Bucket: ev.Bucket, Key: ev.Key, Seq: ev.Sequencer}
 		if ev.Ignorable() {
 			continue
 		}
 		id := [2]string{ev.Bucket, driver.Ident(ev, false)}
-		o, r := driver.Decide(m.recs[id], ev, source, now)
+		prev := m.recs[id]
+		o, r := driver.Decide(prev, ev, source, now)
 		out[i].Outcome = o
 		if r == nil {
 			continue
 		}
 		m.recs[id] = r
-		switch {
-		case r.Status != ledger.Pending:
-		case len(cs) < n:
-			cs = append(cs, claimLocked(id, r, now, lease))
-		default:
+		if r.Status == ledger.Pending && (prev == nil || prev.Status != ledger.Pending) {
 			m.due = append(m.due, id)
 		}
 	}
-	return out, cs, nil
+	return out, m.claimLocked(n, lease, now), nil
 }
 
 func (m *memLedger) Claim(_ context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := time.Now()
-	var cs []ledger.Claim
-	for len(cs) < n && len(m.due) > 0 {
-		id := m.due[0]
-		m.due = m.due[1:]
-		if r := m.recs[id]; r.Status == ledger.Pending {
-			cs = append(cs, claimLocked(id, r, now, lease))
-		}
-	}
-	return cs, nil
+	return m.claimLocked(n, lease, time.Now()), nil
 }
 
 // held returns c's record if c still holds it (m.mu held).

@@ -52,7 +52,7 @@ type ServeOptions struct {
 // before answering and workers claim, handle and complete; the baseline is
 // the same server and handler with the ledger bypassed. With the no-op
 // handler a third side runs in each round: the pipeline on memLedger, which
-// decides in memory and keeps nothing (Result.Ceiling), so the figure shows
+// decides in memory and keeps nothing (Result.PipelineCeiling), so the figure shows
 // how much of the gap to the baseline is the ledger's and how much the
 // pipeline's.
 func Serve(ctx context.Context, opts ServeOptions) ([]Result, error) {
@@ -132,8 +132,8 @@ func Serve(ctx context.Context, opts ServeOptions) ([]Result, error) {
 		r.Note = fmt.Sprintf("p50 delivery-to-handler: baseline %s, cairn %s; events/s by round: baseline %s, cairn %s",
 			base.lat.Percentile(50).Round(time.Microsecond), withLedger.lat.Percentile(50).Round(time.Microsecond), joinRates(base.perSec), joinRates(withLedger.perSec))
 		if mem {
-			r.Ceiling, r.CeilingP99 = median(ceiling.perSec), ceiling.lat.Percentile(99)
-			r.CeilingDesc = fmt.Sprintf("the same pipeline on a ledger that decides in memory and keeps nothing; by round %s", joinRates(ceiling.perSec))
+			r.PipelineCeiling, r.PipelineCeilingP99 = median(ceiling.perSec), ceiling.lat.Percentile(99)
+			r.PipelineCeilingDesc = fmt.Sprintf("the same pipeline on a ledger that decides in memory and keeps nothing; by round %s", joinRates(ceiling.perSec))
 		}
 		results = append(results, r)
 	}

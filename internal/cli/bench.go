@@ -184,7 +184,12 @@ answering, workers claim, run the handler, and complete (batched). Baseline: the
 same server and handler with the ledger bypassed (the handler runs inside the
 request). Run with a Go no-op handler (--events) and with an exec handler that
 runs /bin/true (--exec-events). Each side runs --rounds times, alternating:
-events/s is the median round's, the latencies are over every round's events.`,
+events/s is the median round's, the latencies are over every round's events.
+With the no-op handler a third side runs in each round, the pipeline ceiling:
+the same pipeline on an in-memory ledger that keeps nothing (a measuring
+instrument, not a ledger), printed with "ratio pipeline ceiling/baseline"
+(the pipeline's share of the gap) and "cairn/pipeline ceiling" (the
+ledger's).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Events < 100 || opts.Senders < 1 || opts.Concurrency < 1 || opts.Rounds < 1 {
