@@ -17,15 +17,52 @@
 // `cairn put FILE URL --fence-token "$CAIRN_FENCING_TOKEN"` and
 // `cairn doc update URL --set … --fence-token N` give exec handlers the same.
 //
-// # The rule
+// # Guarantees
 //
 // A write with token t is accepted if and only if t >= the highest token the
-// sink has recorded (an equal token is the same holder writing again), and
-// every accepted write records t. Tokens are non-negative int64s, as the locks
-// hand them out. An object or document written without fencing has recorded
-// no token: any token may replace it. Every writer of a fenced key must write
-// through this package; a plain write erases the record (and a plain delete
-// lets any token recreate the key).
+// sink has recorded (its mark; an equal token is the same holder writing
+// again), and every accepted write records t. Tokens are non-negative int64s,
+// as the locks hand them out. An object or document written without fencing
+// has recorded no token: any token may replace it.
+//
+// Writers without a token. Once a key carries a mark (an object written or
+// deleted by Put or Delete, a document written by Update), every write
+// through this package or the cairn CLI keeps it:
+//
+//   - PutKeepingMark and UpdateKeepingMark write without a token and carry
+//     the mark forward, judged on the version they replace and written
+//     conditionally on it, so a fenced write that lands in between is never
+//     overwritten and a holder below the mark is still refused afterwards.
+//     They refuse no one: they are for writers that hold no lock.
+//   - CheckUnfenced tells a writer that passes no token that the key it read
+//     is fenced (a *FencedError, ErrFenced); it then writes conditionally on
+//     what it read. `cairn put` and `cairn doc update` without --fence-token
+//     refuse a fenced key this way (exit 3) unless given --unfenced, which is
+//     PutKeepingMark or UpdateKeepingMark. `cairn doc get` and Load give the
+//     value, never the wrapper.
+//   - A document's value may not hold "cairn_fence" at its top level unless it
+//     is stored wrapped (UpdateKeepingMark refuses it, `cairn doc create` and
+//     `doc update` too), so a write without a token cannot forge or lower a
+//     mark.
+//
+// Writers that are not cairn. A plain S3 client (the AWS CLI, an SDK, a
+// server-side copy, cairn's own objstore and docstore packages used directly)
+// is not bound by any of this. It cannot make a fenced write land below a mark
+// that is still there, nor make one land twice: fenced writes are conditional
+// on the version they judged, so its write makes them re-read and judge again.
+// But it can erase the mark: a PUT or a copy replaces the object's metadata
+// (documents: their body), and a DELETE removes a tombstone. From then the key
+// has recorded no token, exactly as if it had never been fenced: the next
+// fenced write is accepted whatever its token and records it, so a stale
+// holder that comes first wins once, and the rule holds again from the next
+// accepted write on. It can also forge a mark (metadata "cairn-fence" set
+// high), refusing every holder below it. The mark is kept with the object, not
+// beside it, on purpose: a mark in a second object would survive a foreign
+// PUT, but every fenced write would then be two conditional writes that can
+// be interrupted between them, twice the requests, and a second object per key
+// for listings, events and folder operations to carry; and the foreign writer
+// would still have replaced the holder's output, which no mark can undo. Keep
+// other writers out of fenced prefixes instead (bucket policy, IAM).
 //
 // Objects: Put reads the object's Info (HEAD), judges its token and writes
 // with If-Match on the ETag it read (If-None-Match: * when the key is missing).
@@ -72,6 +109,9 @@
 //     has already written; nothing was written. Stop: a newer holder owns the
 //     work. It wraps no other sentinel: it is neither success nor a condition
 //     to retry.
+//   - ErrFenced (a *FencedError naming the key and its mark), from
+//     CheckUnfenced and from an UpdateKeepingMark fn that refuses: a write
+//     without a token met a fenced key; nothing was written.
 //   - objstore.ErrNotSupported: the store does not enforce conditional PUTs
 //     (see objstore.Store.Capabilities), so no write is fenced; nothing was sent.
 //   - objstore.ErrAmbiguous: see above.

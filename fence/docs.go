@@ -53,9 +53,31 @@ func decodeValue[T any](key string, raw json.RawMessage, v *T) error {
 		return nil
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("fence: document %q does not hold JSON for a %T: %w", key, *v, err)
+		want := "JSON"
+		if any(*v) != nil {
+			want = fmt.Sprintf("JSON for a %T", *v)
+		}
+		return fmt.Errorf("fence: document %q does not hold %s: %w", key, want, err)
 	}
 	return nil
+}
+
+// encode is how a value is stored: wrapped with its mark, or bare when the
+// document has none. A bare value must not look like the wrapper: its top
+// level may not hold DocField, or readers would take it for a mark (and the
+// value for the wrapper's "value" field).
+func encode[T any](key string, v T, mark int64) ([]byte, error) {
+	if mark >= 0 {
+		return json.Marshal(Fenced[T]{Fence: mark, Value: v})
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	if _, tok, err := split(data); err != nil || tok >= 0 {
+		return nil, fmt.Errorf("fence: document %q: the top-level field %q is reserved for the fencing token (a value holding it would read as a fenced document's wrapper); nothing was written: rename the field: %w", key, DocField, objstore.ErrNotSupported)
+	}
+	return data, nil
 }
 
 // Load reads a fenced document's value and the token it has recorded. A
@@ -126,4 +148,48 @@ func Update[T any](ctx context.Context, d *docstore.Store, key string, token int
 		return out, DocMeta{Meta: m, Token: -1}, fmt.Errorf("fence: document %q: %w", key, err)
 	}
 	return f.Value, DocMeta{Meta: m, Token: f.Fence}, nil
+}
+
+// UpdateKeepingMark applies fn to the document's value (the zero T, with
+// m.Exists false, for a missing document) and commits the result without a
+// token: a fenced document keeps its mark (so a holder whose token is below
+// it is still refused afterwards) and fn sees and changes the value, never the
+// wrapper; a document without a mark stays without one. m.Token is the mark
+// (-1: none), so fn may refuse a fenced document by returning a *FencedError.
+// The docstore package's compare-and-swap makes the read, fn and the write
+// one step: a fenced update that lands in between is redriven on, never
+// overwritten. fn may run more than once; an error from fn aborts the update
+// and is returned.
+//
+// It is for writers that hold no lock; it refuses no one, so it can overwrite
+// a current holder's value. A value without a mark may not hold DocField at
+// its top level (objstore.ErrNotSupported): it would read as a wrapper.
+func UpdateKeepingMark[T any](ctx context.Context, d *docstore.Store, key string, fn func(v *T, m DocMeta) error) (T, DocMeta, error) {
+	var out T
+	data, m, err := d.UpdateJSON(ctx, key, func(cur []byte, m docstore.Meta) ([]byte, error) {
+		var v T
+		mark := int64(-1)
+		if m.Exists {
+			raw, tok, err := split(cur)
+			if err != nil {
+				return nil, fmt.Errorf("fence: document %q: %w", key, err)
+			}
+			mark = tok
+			if err := decodeValue(key, raw, &v); err != nil {
+				return nil, err
+			}
+		}
+		if err := fn(&v, DocMeta{Meta: m, Token: mark}); err != nil {
+			return nil, err
+		}
+		return encode(key, v, mark)
+	})
+	if err != nil {
+		return out, DocMeta{Meta: m, Token: -1}, err
+	}
+	raw, tok, err := split(data)
+	if err != nil {
+		return out, DocMeta{Meta: m, Token: -1}, fmt.Errorf("fence: document %q: %w", key, err)
+	}
+	return out, DocMeta{Meta: m, Token: tok}, decodeValue(key, raw, &out)
 }

@@ -48,6 +48,46 @@ func (e *StaleError) Error() string {
 // Is makes errors.Is(err, ErrStale) hold.
 func (e *StaleError) Is(target error) bool { return target == ErrStale }
 
+// ErrFenced: a write without a token was refused because the key carries a
+// high-water mark (it was written or deleted with a token); nothing was
+// written. A plain write would erase the mark and let a stale holder in. Write
+// with the holder's token (Put, Update), or without one while keeping the mark
+// (PutKeepingMark, UpdateKeepingMark).
+var ErrFenced = errors.New("fenced: a write without a fencing token would erase the high-water mark")
+
+// FencedError is the error of a refused write without a token.
+// errors.Is(err, ErrFenced) holds.
+type FencedError struct {
+	Key     string // the object or document key
+	Highest int64  // the mark: the highest token the key has recorded
+	Deleted bool   // the object is a tombstone written by Delete
+}
+
+func (e *FencedError) Error() string {
+	what := "is fenced"
+	if e.Deleted {
+		what = "was deleted by a fenced writer"
+	}
+	return fmt.Sprintf("fence: %q %s (highest token %d): a write without a token would erase that mark and let a stale holder in; nothing was written: write with the holder's token (fence.Put, fence.Update), or keep the mark (fence.PutKeepingMark, fence.UpdateKeepingMark)", e.Key, what, e.Highest)
+}
+
+// Is makes errors.Is(err, ErrFenced) hold.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+
+// CheckUnfenced returns nil if the object described by info carries no mark
+// (it was never written or deleted through this package), and a *FencedError
+// (ErrFenced) if it does. A writer that passes no token calls it on the Info
+// it read and then writes conditionally on that Info's ETag (If-None-Match: *
+// when the key was missing), so that a fenced write landing in between is
+// never overwritten: see "Writers without a token" in the package doc.
+func CheckUnfenced(key string, info objstore.Info) error {
+	tok, del := TokenOf(info)
+	if tok < 0 && !del {
+		return nil
+	}
+	return &FencedError{Key: key, Highest: max(tok, 0), Deleted: del}
+}
+
 // Options tune Put and Delete. A nil *Options means all defaults.
 type Options struct {
 	// ContentType of the object. Default: application/octet-stream.
@@ -118,7 +158,20 @@ func Token(ctx context.Context, s *objstore.Store, key string) (int64, error) {
 // gets a *StaleError (ErrStale) and writes nothing. body is read from its
 // start on every attempt.
 func Put(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeker, token int64, opts *Options) (objstore.Info, error) {
-	return write(ctx, s, key, body, token, opts, false)
+	return write(ctx, s, key, body, token, opts, modePut)
+}
+
+// PutKeepingMark writes body at key without a token, carrying forward the
+// mark the key has (the highest token recorded, a tombstone's included), so
+// that a holder whose token is below it is still refused afterwards. A key
+// without a mark stays without one. Like Put, it judges the version it read
+// and writes with If-Match on its ETag (If-None-Match: * for a missing key),
+// re-reading on a 412 or 409, so a fenced write that lands in between is
+// never overwritten with a lower mark; a lost response is settled the same
+// way. It is for writers that hold no lock (an operator, a repair job):
+// it refuses no one, so it can overwrite a current holder's output.
+func PutKeepingMark(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeker, opts *Options) (objstore.Info, error) {
+	return write(ctx, s, key, body, -1, opts, modeKeep)
 }
 
 // PutBytes is Put for a body in memory.
@@ -131,17 +184,28 @@ func PutBytes(ctx context.Context, s *objstore.Store, key string, body []byte, t
 // removed object would let a stale writer create it again). Deleting a
 // missing key writes a tombstone too. A lower token gets ErrStale.
 func Delete(ctx context.Context, s *objstore.Store, key string, token int64, opts *Options) error {
-	_, err := write(ctx, s, key, nil, token, opts, true)
+	_, err := write(ctx, s, key, nil, token, opts, modeDelete)
 	return err
 }
+
+// mode is what write does.
+type mode int
+
+const (
+	modePut    mode = iota // judge token, record it
+	modeDelete             // judge token, record it in a tombstone
+	modeKeep               // no token: carry forward the mark read
+)
 
 // sent is a write whose outcome is not known.
 type sent struct {
 	nonce string
 	cond  objstore.Condition
+	mark  int64 // the token it records; -1: none
 }
 
-func write(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeker, token int64, opts *Options, del bool) (objstore.Info, error) {
+func write(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeker, token int64, opts *Options, m mode) (objstore.Info, error) {
+	del := m == modeDelete
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -149,7 +213,7 @@ func write(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeke
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = 20
 	}
-	if token < 0 {
+	if token < 0 && m != modeKeep {
 		return objstore.Info{}, fmt.Errorf("fence: token %d for %q is negative; pass the token your lock handed out: %w", token, key, objstore.ErrNotSupported)
 	}
 	for k := range o.Metadata {
@@ -208,19 +272,29 @@ func write(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeke
 			resend = &pending[0]
 		}
 		var cond objstore.Condition
+		mark := token
 		if herr != nil {
 			cond = objstore.IfAbsent()
+			if m == modeKeep {
+				mark = -1 // nothing to carry forward
+			}
 		} else {
-			if have, _ := TokenOf(info); token < have {
+			have, _ := TokenOf(info)
+			if m == modeKeep {
+				mark = have
+			} else if token < have {
 				return objstore.Info{}, &StaleError{Key: key, Token: token, Highest: have}
 			}
 			cond = objstore.IfMatch(info.ETag)
 		}
 		nonce := newNonce()
 		if resend != nil {
-			nonce, cond = resend.nonce, resend.cond
+			nonce, cond, mark = resend.nonce, resend.cond, resend.mark
 		}
-		md := map[string]string{MetaToken: strconv.FormatInt(token, 10), MetaNonce: nonce}
+		md := map[string]string{MetaNonce: nonce}
+		if mark >= 0 {
+			md[MetaToken] = strconv.FormatInt(mark, 10)
+		}
 		for k, v := range o.Metadata {
 			md[k] = v
 		}
@@ -243,7 +317,7 @@ func write(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeke
 			return winfo, nil
 		case errors.Is(werr, objstore.ErrAmbiguous):
 			if resend == nil {
-				pending = append(pending, sent{nonce: nonce, cond: cond})
+				pending = append(pending, sent{nonce: nonce, cond: cond, mark: mark})
 			}
 		case errors.Is(werr, objstore.ErrPreconditionFailed):
 			// Someone wrote first: read and judge again.

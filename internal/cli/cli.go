@@ -313,6 +313,7 @@ var sentinelExits = []struct {
 	{treelock.ErrSessionLost, ExitLeaseLost},
 	{objstore.ErrPreconditionFailed, ExitPrecondition},
 	{fence.ErrStale, ExitPrecondition},
+	{fence.ErrFenced, ExitPrecondition},
 	{lease.ErrNotAcquired, ExitPrecondition},
 	{treelock.ErrNotAcquired, ExitPrecondition},
 	{folder.ErrNotEmpty, ExitPrecondition},

@@ -43,6 +43,8 @@ func openDoc(cmd *cobra.Command, raw string) (*docstore.Store, string, error) {
 type docOut struct {
 	docstore.Meta
 	Value json.RawMessage `json:"value,omitempty"`
+	// FenceToken is a fenced document's mark (doc get only).
+	FenceToken *int64 `json:"fence_token,omitempty"`
 }
 
 func (e *env) printDoc(m docstore.Meta, value []byte, showValue bool) error {
@@ -66,23 +68,39 @@ func (e *env) printDoc(m docstore.Meta, value []byte, showValue bool) error {
 }
 
 func docGetCmd(e *env) *cobra.Command {
-	return &cobra.Command{
+	var raw bool
+	cmd := &cobra.Command{
 		Use:   "get URL",
-		Short: "Print a document's value (with --json: key, etag, rev and value)",
-		Args:  cobra.ExactArgs(1),
+		Short: "Print a document's value (with --json: key, etag, rev, value and a fenced document's fence_token)",
+		Long: `get prints a document's value. A fenced document (written by 'doc update
+--fence-token') is stored as {"cairn_fence": N, "value": …}: get prints the
+value, and --json adds "fence_token": N; --raw prints the stored form.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, key, err := openDoc(cmd, args[0])
 			if err != nil {
 				return err
 			}
 			defer d.Objects().Close()
-			v, m, err := d.LoadBytes(cmd.Context(), key)
+			if raw {
+				v, m, err := d.LoadBytes(cmd.Context(), key)
+				if err != nil {
+					return err
+				}
+				return e.printDoc(m, v, true)
+			}
+			v, fm, err := fence.Load[json.RawMessage](cmd.Context(), d, key)
 			if err != nil {
 				return err
 			}
-			return e.printDoc(m, v, true)
+			if e.json && fm.Token >= 0 {
+				return e.writeJSON(docOut{Meta: fm.Meta, Value: v, FenceToken: &fm.Token})
+			}
+			return e.printDoc(fm.Meta, v, true)
 		},
 	}
+	cmd.Flags().BoolVar(&raw, "raw", false, "print the value as stored (a fenced document's wrapper included)")
+	return cmd
 }
 
 func readInput(e *env, path string) ([]byte, error) {
@@ -113,6 +131,9 @@ func docCreateCmd(e *env) *cobra.Command {
 			if !json.Valid(data) {
 				return usagef("%s is not valid JSON", file)
 			}
+			if err := unfencedValue(data); err != nil {
+				return err
+			}
 			d, key, err := openDoc(cmd, args[0])
 			if err != nil {
 				return err
@@ -132,7 +153,7 @@ func docCreateCmd(e *env) *cobra.Command {
 func docUpdateCmd(e *env) *cobra.Command {
 	var sets []string
 	var merge, fenceToken string
-	var create bool
+	var create, unfenced bool
 	cmd := &cobra.Command{
 		Use:   "update URL (--set PATH=VALUE … | --merge F)",
 		Short: "Update fields of a document with compare-and-swap; prints the new ETag",
@@ -145,7 +166,12 @@ Exit code 3 if the retry budget ran out under contention.
 token the document has recorded, and records N (exit 3 if a higher token has
 updated it): give it "$CAIRN_FENCING_TOKEN" in a command run by 'cairn lock
 run', 'cairn lock tree' or 'cairn serve'. A fenced document is stored as
-{"cairn_fence": N, "value": …}; --set and --merge apply to the value.`,
+{"cairn_fence": N, "value": …}; --set and --merge apply to the value.
+
+Without --fence-token, update refuses (exit 3) a fenced document: writing
+it without the token would erase its mark and let a stale holder in.
+--unfenced applies the update to its value and keeps the mark, so holders
+below it are still refused. The top-level field cairn_fence is reserved.`,
 		Example: `  cairn doc update s3://lake/metastore/registry.json --set datasets.orders.version=7 --set owner=data-eng
   echo '{"paused": true}' | cairn doc update file:///srv/state/job.json --merge -
   cairn doc update s3://lake/state/compact.json --set done=true --create --fence-token "$CAIRN_FENCING_TOKEN"`,
@@ -181,6 +207,9 @@ run', 'cairn lock tree' or 'cairn serve'. A fenced document is stored as
 				ops = append(ops, setOp{strings.Split(p, "."), val})
 			}
 			fenced := cmd.Flags().Changed("fence-token")
+			if fenced && unfenced {
+				return usagef("--fence-token and --unfenced exclude each other: pass the token your lock handed out, or --unfenced to update without one")
+			}
 			var token int64
 			if fenced {
 				var err error
@@ -214,7 +243,23 @@ run', 'cairn lock tree' or 'cairn serve'. A fenced document is stored as
 				v, fm, err = fence.Update(cmd.Context(), d, key, token, func(v *any, m fence.DocMeta) error { return apply(v, m.Meta) })
 				m = fm.Meta
 			} else {
-				v, m, err = docstore.Typed[any](d).Update(cmd.Context(), key, apply)
+				// Without a token: the value, never the wrapper, and the
+				// mark kept (--unfenced) or the update refused.
+				var fm fence.DocMeta
+				v, fm, err = fence.UpdateKeepingMark(cmd.Context(), d, key, func(v *any, m fence.DocMeta) error {
+					if m.Token >= 0 && !unfenced {
+						return fencedRefusal(&fence.FencedError{Key: key, Highest: m.Token})
+					}
+					if err := apply(v, m.Meta); err != nil {
+						return err
+					}
+					if m.Token < 0 {
+						data, _ := json.Marshal(*v)
+						return unfencedValue(data)
+					}
+					return nil
+				})
+				m = fm.Meta
 			}
 			if err != nil {
 				return err
@@ -227,7 +272,22 @@ run', 'cairn lock tree' or 'cairn serve'. A fenced document is stored as
 	cmd.Flags().StringVar(&merge, "merge", "", "JSON merge patch file (- for stdin)")
 	cmd.Flags().BoolVar(&create, "create", false, "create the document if it does not exist")
 	cmd.Flags().StringVar(&fenceToken, "fence-token", "", "update only if this fencing token is at least the highest the document has recorded (e.g. \"$CAIRN_FENCING_TOKEN\")")
+	cmd.Flags().BoolVar(&unfenced, "unfenced", false, "update a fenced document without a token, keeping its mark")
 	return cmd
+}
+
+// unfencedValue refuses a value stored without a mark whose top level holds
+// cairn_fence: it would read as a fenced document's wrapper (forging a mark,
+// hiding its other fields).
+func unfencedValue(data []byte) error {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(data, &top) != nil {
+		return nil // not an object
+	}
+	if _, ok := top[fence.DocField]; ok {
+		return usagef("the top-level field %q is reserved for the fencing token (a value holding it would read as a fenced document); rename it, or write the document with --fence-token", fence.DocField)
+	}
+	return nil
 }
 
 // mergePatch applies an RFC 7386 JSON merge patch.

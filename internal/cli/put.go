@@ -22,7 +22,7 @@ import (
 )
 
 func putCmd(e *env) *cobra.Command {
-	var ifAbsent, retryOnChange bool
+	var ifAbsent, retryOnChange, unfenced bool
 	var ifMatch, contentType, fenceToken string
 	var partSize int64
 	var concurrency, retries int
@@ -44,7 +44,18 @@ condition fails the upload is aborted and nothing is left behind.
                       token has written it): give it "$CAIRN_FENCING_TOKEN" in a
                       command run by 'cairn lock run', 'cairn lock tree' or
                       'cairn serve', so a holder that lost its lock cannot
-                      overwrite its successor's output (package fence)`,
+                      overwrite its successor's output (package fence)
+  --unfenced          write without a token over an object that carries a
+                      fencing mark, keeping the mark (conditional on the
+                      version read; starts over if it changes), so holders
+                      below it are still refused
+
+Without --fence-token or --unfenced, put refuses (exit 3) an object that
+carries a fencing mark (written or deleted with --fence-token): overwriting it
+would erase the mark and let a stale holder in. Where the store enforces
+conditional writes, a plain put is conditional on the version it judged, so a
+fenced write that lands meanwhile is never overwritten (a file is sent again,
+up to --retries times; stdin cannot be, and exits 3).`,
 		Example: `  cairn put part-0001.parquet 's3://lake/datasets/orders/part-0001.parquet' --if-absent
   cairn put registry.json s3://lake/metastore/registry.json --if-match 9b2cf535f27731c974343645a3985328
   cairn lock run s3://lake/locks/daily -- sh -c 'build > out.csv && cairn put out.csv s3://lake/reports/daily.csv --fence-token "$CAIRN_FENCING_TOKEN"'`,
@@ -60,10 +71,26 @@ condition fails the upload is aborted and nothing is left behind.
 				return usagef("--if-absent, --if-match and --retry-on-change exclude each other")
 			}
 			if cmd.Flags().Changed("fence-token") {
+				if unfenced {
+					return usagef("--fence-token and --unfenced exclude each other: pass the token your lock handed out, or --unfenced to write without one")
+				}
 				if n > 0 {
 					return usagef("--fence-token decides by itself which version it may replace; drop --if-absent, --if-match and --retry-on-change")
 				}
-				return putFenced(cmd, e, args[0], args[1], fenceToken, contentType, partSize)
+				token, err := parseFenceToken(fenceToken)
+				if err != nil {
+					return err
+				}
+				return putThroughFence(cmd, e, args[0], args[1], contentType, partSize,
+					func(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeker, o *fence.Options) (objstore.Info, error) {
+						return fence.Put(ctx, s, key, body, token, o) // fence.ErrStale exits 3
+					})
+			}
+			if unfenced {
+				if n > 0 {
+					return usagef("--unfenced replaces the current version by itself (conditionally, starting over if it changes); drop --if-absent, --if-match and --retry-on-change")
+				}
+				return putThroughFence(cmd, e, args[0], args[1], contentType, partSize, fence.PutKeepingMark)
 			}
 			ctx := cmd.Context()
 			s, key, err := objstore.OpenObject(ctx, args[1], nil)
@@ -92,14 +119,32 @@ condition fails the upload is aborted and nothing is left behind.
 				contentType = detectContentType(key, args[0])
 			}
 			for attempt := 0; ; attempt++ {
+				// A fenced object's mark must survive: refuse it, and write
+				// conditionally on the version judged (guard).
+				cur, herr := s.Head(ctx, key)
+				if herr != nil && !errors.Is(herr, objstore.ErrNotFound) {
+					return fmt.Errorf("cannot tell whether %s carries a fencing mark, so nothing was uploaded: %w", safetext.Escape(key), herr)
+				}
+				if herr == nil {
+					if err := fence.CheckUnfenced(key, cur); err != nil {
+						return fencedRefusal(err)
+					}
+				}
+				if attempt > 0 && args[0] == "-" {
+					return fmt.Errorf("%w: %s was replaced by another writer during the upload and stdin cannot be sent again; nothing was written: run it again", objstore.ErrPreconditionFailed, safetext.Escape(key))
+				}
 				cond := objstore.Condition{Absent: ifAbsent, Match: ifMatch}
+				guarded := false
 				if retryOnChange {
 					var err error
-					if cond, err = objstore.Replacing(s.Head(ctx, key)); err != nil {
+					if cond, err = objstore.Replacing(cur, herr); err != nil {
 						return err
 					}
 				} else if err := precheck(ctx, s, key, cond); err != nil {
 					return err
+				} else if cond.IsZero() && canGuard(ctx, e, s) {
+					cond, _ = objstore.Replacing(cur, herr)
+					guarded = true
 				}
 				r, closeFn, err := open()
 				if err != nil {
@@ -110,7 +155,7 @@ condition fails the upload is aborted and nothing is left behind.
 					PartSize: partSize, Concurrency: concurrency, Progress: bar.Set})
 				closeFn()
 				bar.Done()
-				if retryOnChange && errors.Is(err, objstore.ErrPreconditionFailed) && attempt < retries {
+				if (retryOnChange || guarded) && errors.Is(err, objstore.ErrPreconditionFailed) && (attempt < retries || guarded && args[0] == "-") {
 					e.log.Info("the object changed during the upload; starting over", "key", key, "attempt", attempt+1)
 					continue
 				}
@@ -130,7 +175,8 @@ condition fails the upload is aborted and nothing is left behind.
 	cmd.Flags().StringVar(&contentType, "content-type", "", "the object's Content-Type (default: from the key's or the file's extension, else application/octet-stream)")
 	cmd.Flags().StringVar(&fenceToken, "fence-token", "", "write only if this fencing token is at least the highest the object has seen (e.g. \"$CAIRN_FENCING_TOKEN\")")
 	cmd.Flags().BoolVar(&retryOnChange, "retry-on-change", false, "replace the current version; start over if it changes during the upload")
-	cmd.Flags().IntVar(&retries, "retries", 5, "attempts for --retry-on-change")
+	cmd.Flags().BoolVar(&unfenced, "unfenced", false, "write without a fencing token over an object that carries a fencing mark, keeping the mark")
+	cmd.Flags().IntVar(&retries, "retries", 5, "attempts for --retry-on-change (and for a plain put whose object changed during the upload)")
 	cmd.Flags().Int64Var(&partSize, "part-size", 16<<20, "multipart part size in bytes")
 	cmd.Flags().IntVar(&concurrency, "concurrency", 4, "parts uploaded at once")
 	return cmd
@@ -149,13 +195,11 @@ func parseFenceToken(v string) (int64, error) {
 	return n, nil
 }
 
-// putFenced is put --fence-token: fence.Put, which reads the object's token
-// and writes conditionally on the version it judged.
-func putFenced(cmd *cobra.Command, e *env, file, url, rawToken, contentType string, partSize int64) error {
-	token, err := parseFenceToken(rawToken)
-	if err != nil {
-		return err
-	}
+// putThroughFence is put --fence-token (fence.Put) and put --unfenced
+// (fence.PutKeepingMark): both read the object's mark and write conditionally
+// on the version they judged, so they may send the body more than once.
+func putThroughFence(cmd *cobra.Command, e *env, file, url, contentType string, partSize int64,
+	write func(context.Context, *objstore.Store, string, io.ReadSeeker, *fence.Options) (objstore.Info, error)) error {
 	ctx := cmd.Context()
 	s, key, err := objstore.OpenObject(ctx, url, nil)
 	if err != nil {
@@ -164,7 +208,7 @@ func putFenced(cmd *cobra.Command, e *env, file, url, rawToken, contentType stri
 	defer s.Close()
 	var body io.ReadSeeker
 	if file == "-" {
-		data, err := io.ReadAll(e.stdin) // fence.Put may send it more than once
+		data, err := io.ReadAll(e.stdin) // it may be sent more than once
 		if err != nil {
 			return err
 		}
@@ -180,15 +224,51 @@ func putFenced(cmd *cobra.Command, e *env, file, url, rawToken, contentType stri
 	if contentType == "" {
 		contentType = detectContentType(key, file)
 	}
-	info, err := fence.Put(ctx, s, key, body, token, &fence.Options{ContentType: contentType, PartSize: partSize})
+	info, err := write(ctx, s, key, body, &fence.Options{ContentType: contentType, PartSize: partSize})
 	if err != nil {
-		return err // fence.ErrStale exits 3
+		return err
 	}
 	if e.json {
 		return e.writeJSON(info)
 	}
 	_, err = fmt.Fprintln(e.stdout, info.ETag)
 	return err
+}
+
+// fencedRefusal says, in the CLI's words, that a write without a token met a
+// fenced key (a *fence.FencedError); it exits 3.
+func fencedRefusal(err error) error {
+	var fe *fence.FencedError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	what := "is fenced"
+	if fe.Deleted {
+		what = "was deleted by a fenced writer"
+	}
+	return fencedCLIError(fmt.Sprintf("%s %s (highest token %d): pass --fence-token, or --unfenced to write without a token while keeping the mark; nothing was written", safetext.Escape(fe.Key), what, fe.Highest))
+}
+
+// fencedCLIError is a *fence.FencedError in the CLI's words; it is
+// fence.ErrFenced (exit 3).
+type fencedCLIError string
+
+func (e fencedCLIError) Error() string        { return string(e) }
+func (e fencedCLIError) Is(target error) bool { return target == fence.ErrFenced }
+
+// canGuard reports whether a plain put may be made conditional on the
+// version it judged unfenced: the store enforces conditional PUTs (a probe,
+// saved for later commands, may run to tell). A store that does not enforce
+// them holds no mark (package fence refuses to write there); where the probe
+// cannot run, the put goes unconditionally, as it did before marks were
+// checked, after the HEAD that found none.
+func canGuard(ctx context.Context, e *env, s *objstore.Store) bool {
+	caps, err := s.Capabilities(ctx)
+	if err != nil {
+		e.log.Debug("writing without a condition: cannot tell whether the store enforces them", "err", err)
+		return false
+	}
+	return caps.ConditionalWrites()
 }
 
 func policyCmd(e *env) *cobra.Command {
