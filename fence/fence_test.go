@@ -214,10 +214,14 @@ func runFaulty(t *testing.T, seed uint64, q faulty.Quirks) {
 				}
 				body := fmt.Sprintf("w%d-i%d-t%d", w, i, tok)
 				var err error
-				if rnd.IntN(8) == 0 {
+				switch rnd.IntN(8) {
+				case 0:
 					err = fence.Delete(ctx, s, key, tok, nil)
 					body = "" // tombstones: checked by token order only
-				} else {
+				case 1: // a writer without a token: carries the mark forward
+					body = fmt.Sprintf("w%d-i%d-keep", w, i)
+					_, err = fence.PutKeepingMark(ctx, s, key, strings.NewReader(body), nil)
+				default:
 					_, err = fence.PutBytes(ctx, s, key, []byte(body), tok, nil)
 				}
 				mu.Lock()
@@ -234,8 +238,8 @@ func runFaulty(t *testing.T, seed uint64, q faulty.Quirks) {
 	count := map[string]int{}
 	var last int64 = -1
 	for i, l := range rec.landed {
-		var tok int64
-		if _, err := fmt.Sscan(l.token, &tok); err != nil {
+		var tok int64 = -1 // a write without a token on a key without a mark
+		if _, err := fmt.Sscan(l.token, &tok); l.token != "" && err != nil {
 			t.Fatalf("landing %d carries token %q", i, l.token)
 		}
 		if tok < last {
@@ -314,13 +318,21 @@ func TestUpdateUnderFaults(t *testing.T) {
 					tok = max(0, tok-1-int64(rnd.IntN(2))) // a holder whose lease was taken over
 				}
 				id := fmt.Sprintf("w%d-i%d", w, i)
-				_, _, err := fence.Update(ctx, d, "state.json", tok, func(log *[]entry, m fence.DocMeta) error {
-					if tok < m.Token {
-						return fmt.Errorf("fn called with a recorded token %d above ours %d", m.Token, tok)
-					}
-					*log = append(*log, entry{id, tok})
-					return nil
-				})
+				var err error
+				if rnd.IntN(6) == 0 { // a writer without a token: logs the mark it keeps
+					_, _, err = fence.UpdateKeepingMark(ctx, d, "state.json", func(log *[]entry, m fence.DocMeta) error {
+						*log = append(*log, entry{id, m.Token})
+						return nil
+					})
+				} else {
+					_, _, err = fence.Update(ctx, d, "state.json", tok, func(log *[]entry, m fence.DocMeta) error {
+						if tok < m.Token {
+							return fmt.Errorf("fn called with a recorded token %d above ours %d", m.Token, tok)
+						}
+						*log = append(*log, entry{id, tok})
+						return nil
+					})
+				}
 				mu.Lock()
 				outs = append(outs, outcome{id, tok, err})
 				mu.Unlock()
