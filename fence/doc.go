@@ -45,6 +45,12 @@
 //     `doc update` too), so a write without a token cannot forge or lower a
 //     mark.
 //
+// Folder operations (package folder, `cairn fs`) move and copy objects with
+// their metadata, marks included, and do not judge them: a folder delete
+// removes fenced objects and tombstones, a rename leaves no mark at the old
+// keys, and an overwriting copy replaces a destination's mark with its
+// source's.
+//
 // Writers that are not cairn. A plain S3 client (the AWS CLI, an SDK, a
 // server-side copy, cairn's own objstore and docstore packages used directly)
 // is not bound by any of this. It cannot make a fenced write land below a mark

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
 	_ "modernc.org/sqlite"
 
@@ -119,4 +120,69 @@ func ExampleSQLExec() {
 	// token 6 writes: true
 	// token 5 refused: true
 	// row: refunded 6
+}
+
+// An operator rewrites a fenced object without holding the lock: the mark
+// (token 8) is carried forward, so the stalled holder (token 7) is still
+// refused afterwards.
+func ExamplePutKeepingMark() {
+	ctx := context.Background()
+	s := mem.New()
+
+	_, _ = fence.PutBytes(ctx, s, "reports/daily.csv", []byte("successor's rows\n"), 8, nil)
+	_, err := fence.PutKeepingMark(ctx, s, "reports/daily.csv", strings.NewReader("corrected rows\n"), nil)
+	fmt.Println("written without a token:", err == nil)
+
+	_, err = fence.PutBytes(ctx, s, "reports/daily.csv", []byte("stale rows\n"), 7, nil)
+	fmt.Println("token 7 still refused:", errors.Is(err, fence.ErrStale))
+
+	body, m, _ := fence.Get(ctx, s, "reports/daily.csv")
+	fmt.Printf("object: %q, token %d\n", body, m.Token)
+	// Output:
+	// written without a token: true
+	// token 7 still refused: true
+	// object: "corrected rows\n", token 8
+}
+
+// A writer without a token that must not touch fenced objects checks what
+// it read, then writes conditionally on that version.
+func ExampleCheckUnfenced() {
+	ctx := context.Background()
+	s := mem.New()
+	_, _ = fence.PutBytes(ctx, s, "reports/daily.csv", []byte("rows\n"), 8, nil)
+
+	info, _ := s.Head(ctx, "reports/daily.csv")
+	if err := fence.CheckUnfenced("reports/daily.csv", info); err != nil {
+		fmt.Println(errors.Is(err, fence.ErrFenced))
+		fmt.Println(err)
+		return
+	}
+	_, _ = s.PutBytes(ctx, "reports/daily.csv", []byte("plain rows\n"), &objstore.PutOptions{If: objstore.IfMatch(info.ETag)})
+	// Output:
+	// true
+	// fence: "reports/daily.csv" is fenced (highest token 8): a write without a token would erase that mark and let a stale holder in; nothing was written: write with the holder's token (fence.Put, fence.Update), or keep the mark (fence.PutKeepingMark, fence.UpdateKeepingMark)
+}
+
+// An update without a token changes the value of a fenced document and keeps
+// its mark; fn sees the value, never the wrapper.
+func ExampleUpdateKeepingMark() {
+	ctx := context.Background()
+	d := docstore.New(mem.New(), nil)
+	type job struct{ Done int }
+
+	_, _, _ = fence.Update(ctx, d, "jobs/compact.json", 12, func(j *job, _ fence.DocMeta) error {
+		j.Done = 100
+		return nil
+	})
+	j, m, err := fence.UpdateKeepingMark(ctx, d, "jobs/compact.json", func(j *job, m fence.DocMeta) error {
+		j.Done = 0 // an operator resets the job
+		return nil
+	})
+	fmt.Printf("done %d, token %d, %v\n", j.Done, m.Token, err)
+
+	_, _, err = fence.Update(ctx, d, "jobs/compact.json", 11, func(j *job, _ fence.DocMeta) error { return nil })
+	fmt.Println("token 11 still refused:", errors.Is(err, fence.ErrStale))
+	// Output:
+	// done 0, token 12, <nil>
+	// token 11 still refused: true
 }
