@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/url"
 	"os"
@@ -225,4 +226,49 @@ func (r *racyRegistry) get(name string) *racyBackend {
 	b := &racyBackend{Backend: mem.NewBackend(name)}
 	r.m[name] = b
 	return b
+}
+
+// blindBackend refuses every HEAD, as a store does to write-only
+// credentials.
+type blindBackend struct{ objstore.Backend }
+
+func (blindBackend) Head(context.Context, string) (objstore.Info, error) {
+	return objstore.Info{}, errors.New("403 Forbidden")
+}
+
+var registerBlind sync.Once
+var blindBackends sync.Map // name -> *mem.Backend
+
+// A plain put that may not read the key cannot tell whether it carries a
+// mark: where the store enforces conditional writes it only creates the key,
+// and refuses an existing one rather than erase a mark it cannot see.
+func TestPlainPutThatCannotReadOnlyCreates(t *testing.T) {
+	t.Parallel()
+	registerBlind.Do(func() {
+		objstore.Register("fenceblind", func(_ context.Context, u *url.URL) (objstore.Backend, error) {
+			b, _ := blindBackends.LoadOrStore(u.Host, mem.NewBackend(u.Host))
+			return blindBackend{b.(*mem.Backend)}, nil
+		})
+	})
+	host := testenv.UniqueName("blind")
+	b, _ := blindBackends.LoadOrStore(host, mem.NewBackend(host))
+	s := objstore.New(b.(*mem.Backend), nil)
+	ctx := context.Background()
+	if _, err := fence.PutBytes(ctx, s, "out/x.txt", []byte("the holder's\n"), 6, nil); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "f.txt")
+	if err := os.WriteFile(f, []byte("plain writer's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := run(t, "put", f, "fenceblind://"+host+"/out/x.txt")
+	if code != cli.ExitPrecondition || !strings.Contains(stderr, "exists, and reading it to tell whether it carries a fencing mark failed") {
+		t.Errorf("plain put over a fenced object it cannot read: exit %d %q; want exit 3", code, stderr)
+	}
+	if body, m, err := fence.Get(ctx, s, "out/x.txt"); err != nil || string(body) != "the holder's\n" || m.Token != 6 {
+		t.Errorf("object: %q token %d %v; want the holder's write with token 6", body, m.Token, err)
+	}
+	if code, _, stderr := run(t, "put", f, "fenceblind://"+host+"/out/new.txt"); code != 0 {
+		t.Errorf("plain put of a new key it cannot read: exit %d %q", code, stderr)
+	}
 }

@@ -122,9 +122,10 @@ up to --retries times; stdin cannot be, and exits 3).`,
 				// A fenced object's mark must survive: refuse it, and write
 				// conditionally on the version judged (guard).
 				cur, herr := s.Head(ctx, key)
-				if herr != nil && !errors.Is(herr, objstore.ErrNotFound) {
-					return fmt.Errorf("cannot tell whether %s carries a fencing mark, so nothing was uploaded: %w", safetext.Escape(key), herr)
-				}
+				// A HEAD refused for another reason (write-only or wrong
+				// credentials) leaves the decision to the upload, which may
+				// then only create the key (guard below).
+				unreadable := herr != nil && !errors.Is(herr, objstore.ErrNotFound)
 				if herr == nil {
 					if err := fence.CheckUnfenced(key, cur); err != nil {
 						return fencedRefusal(err)
@@ -143,8 +144,10 @@ up to --retries times; stdin cannot be, and exits 3).`,
 				} else if err := precheck(ctx, s, key, cond); err != nil {
 					return err
 				} else if cond.IsZero() && canGuard(ctx, e, s) {
-					cond, _ = objstore.Replacing(cur, herr)
-					guarded = true
+					cond, guarded = objstore.IfAbsent(), true
+					if !unreadable {
+						cond, _ = objstore.Replacing(cur, herr)
+					}
 				}
 				r, closeFn, err := open()
 				if err != nil {
@@ -155,7 +158,11 @@ up to --retries times; stdin cannot be, and exits 3).`,
 					PartSize: partSize, Concurrency: concurrency, Progress: bar.Set})
 				closeFn()
 				bar.Done()
-				if (retryOnChange || guarded) && errors.Is(err, objstore.ErrPreconditionFailed) && (attempt < retries || guarded && args[0] == "-") {
+				if guarded && unreadable && errors.Is(err, objstore.ErrPreconditionFailed) {
+					return fmt.Errorf("%w: %s exists, and reading it to tell whether it carries a fencing mark failed (%v); nothing was written", objstore.ErrPreconditionFailed, safetext.Escape(key), herr)
+				}
+				changed := errors.Is(err, objstore.ErrPreconditionFailed) || guarded && errors.Is(err, objstore.ErrConflict) // 409: a racing write (AWS)
+				if (retryOnChange || guarded) && changed && (attempt < retries || guarded && args[0] == "-") {
 					e.log.Info("the object changed during the upload; starting over", "key", key, "attempt", attempt+1)
 					continue
 				}
