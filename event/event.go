@@ -59,17 +59,17 @@
 //   - ErrUnknownFormat: no shape fits — not a JSON object, or not an S3,
 //     SNS, SQS, EventBridge or MinIO notification (an SNS subscription
 //     confirmation, say).
-//   - ErrUnknownEventType: an event name cairn does not know (see kinds:
-//     every name AWS S3 and MinIO document is known), or an EventBridge
-//     detail-type outside S3's list.
+//   - ErrUnknownEventType: an event name cairn does not know (every name AWS
+//     S3 and MinIO document is known, see Kinds above; an unknown
+//     ObjectRemoved name is refused, since it cannot be told whether content
+//     went away), or an EventBridge detail-type outside S3's list.
 //
 // Event.Validate returns a *ParseError wrapping ErrMalformed too (ValidateKey
 // and ValidateBucket return a plain error saying what is wrong). ParseAll
 // keeps the good records of a message with bad ones and names each bad one.
 // Every record is held to the limits of Validate (bucket name, key of 1 to
 // 1,024 bytes of UTF-8 without NUL — control characters are fine — and a hex
-// sequencer). Arbitrary
-// input never panics (fuzzed).
+// sequencer). Arbitrary input never panics (fuzzed).
 package event
 
 import (
