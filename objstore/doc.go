@@ -34,9 +34,13 @@
 //     to the user) holding the report, the endpoint, the bucket, the server's
 //     Server response header and the time of the probe; it is used only if it
 //     is younger than [Options].ProbeTTL (default 24h), names the same endpoint
-//     and bucket, and the server, asked once with a HeadBucket, still gives the
-//     same Server header (other software behind the same address means a new
-//     probe);
+//     and bucket, the server, asked once with a HeadBucket, still identifies
+//     itself the same way (its Server header, or else its vendor headers; a
+//     server that gives neither is never vouched for by a saved verdict), and
+//     it still refuses, on one scratch key, a create of an existing key and a
+//     write (and a delete, if claimed) with a wrong If-Match, as the verdict
+//     says (a few requests; other software behind the same address, or a
+//     proxy that drops conditions, means a new probe);
 //  3. a probe, whose verdict is then saved locally.
 //
 // [Store.Probe] always probes and refreshes the local verdict; with

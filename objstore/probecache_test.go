@@ -26,7 +26,8 @@ type identified struct {
 
 	mu      sync.Mutex
 	server  string
-	scratch int
+	scratch int // the probe's scratch writes
+	checks  int // the writes of stillEnforced's check of a saved verdict
 }
 
 func (b *identified) Capabilities() (objstore.Capabilities, bool) {
@@ -46,10 +47,22 @@ func (b *identified) ServerSoftware(context.Context) (string, error) {
 func (b *identified) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
 	if strings.HasPrefix(key, "cairn-probe/") && key != "cairn-probe/verdict.json" {
 		b.mu.Lock()
-		b.scratch++
+		if strings.HasSuffix(key, "/verdict-check") {
+			b.checks++ // a saved verdict's check, not a probe
+		} else {
+			b.scratch++
+		}
 		b.mu.Unlock()
 	}
 	return b.Backend.Put(ctx, key, body, size, opts)
+}
+
+func (b *identified) checkWrites() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := b.checks
+	b.checks = 0
+	return n
 }
 
 func (b *identified) scratchWrites() int {
@@ -132,9 +145,15 @@ func TestProbeVerdictSavedAndReused(t *testing.T) {
 	}
 
 	clk.add(23 * time.Hour)
+	b.checkWrites()
 	write("b")
 	if n := b.scratchWrites(); n != 0 {
 		t.Errorf("a second Store probed again (%d scratch writes) with a 23h-old verdict", n)
+	}
+	// The check before reuse: one write of the scratch key, then the refused
+	// create and the refused If-Match write.
+	if n := b.checkWrites(); n != 3 {
+		t.Errorf("reusing the verdict checked it with %d writes, want 3", n)
 	}
 
 	b.mu.Lock()

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -271,4 +272,17 @@ func setPath(v *any, path []string, val any) error {
 	}
 	cur[path[len(path)-1]] = val
 	return nil
+}
+
+// forCLI rewords the errors whose library message names a remedy only a Go
+// program has (an Options field) into what a user of the command can do.
+func forCLI(err error) error {
+	var unsafe *docstore.UnsafeUpdateError
+	if errors.As(err, &unsafe) {
+		return fmt.Errorf("%q: %s does not enforce conditional writes (put-if-absent and put-if-match; `cairn probe` shows what it enforces), "+
+			"so concurrent updates of a document, lease or lock could be lost, and cairn does not write them there; "+
+			"point cairn at a store that enforces both (`cairn probe URL --require put-if-absent,put-if-match` checks one): %w",
+			unsafe.Key, unsafe.Store, objstore.ErrNotSupported)
+	}
+	return err
 }
