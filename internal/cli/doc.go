@@ -279,10 +279,10 @@ func setPath(v *any, path []string, val any) error {
 func forCLI(err error) error {
 	var unsafe *docstore.UnsafeUpdateError
 	if errors.As(err, &unsafe) {
-		return fmt.Errorf("%q: %s does not enforce conditional writes (put-if-absent and put-if-match; `cairn probe` shows what it enforces), "+
-			"so concurrent updates of a document, lease or lock could be lost, and cairn does not write them there; "+
+		return fmt.Errorf("%s does not enforce conditional writes (put-if-absent and put-if-match; `cairn probe` shows what it enforces), "+
+			"so concurrent updates of %q could be lost, and cairn writes no document, lease or lock there; "+
 			"point cairn at a store that enforces both (`cairn probe URL --require put-if-absent,put-if-match` checks one): %w",
-			unsafe.Key, unsafe.Store, objstore.ErrNotSupported)
+			unsafe.Store, unsafe.Key, objstore.ErrNotSupported)
 	}
 	return err
 }
