@@ -48,9 +48,9 @@ type createRefusedError struct {
 }
 
 func (e *createRefusedError) Error() string {
-	return fmt.Sprintf("%v: the store refused to create %q although it reads as absent (no other writer holds it: "+
-		"some servers, SeaweedFS among them, refuse a key whose name is also a folder, or was one: objects under %q); "+
-		"use another key, or remove what is under %q", ErrCreateRefused, e.key, e.key+"/", e.key+"/")
+	return fmt.Sprintf("%v: the store refused to create %q although it reads as absent, so no other writer holds it; "+
+		"some servers refuse a key whose name is also a folder, or was one (SeaweedFS, while or after objects exist under %q): use another key",
+		ErrCreateRefused, e.key, e.key+"/")
 }
 
 func (e *createRefusedError) Is(target error) bool { return target == ErrCreateRefused }
