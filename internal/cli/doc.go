@@ -284,5 +284,19 @@ func forCLI(err error) error {
 			"point cairn at a store that enforces both (`cairn probe URL --require put-if-absent,put-if-match` checks one): %w",
 			unsafe.Store, unsafe.Key, objstore.ErrNotSupported)
 	}
+	if errors.Is(err, docstore.ErrContention) {
+		// Options.MaxAttempts is not the command's to raise.
+		return reworded{strings.ReplaceAll(err.Error(), docstore.ErrContention.Error(),
+			"gave up after repeated conflicting writes by other writers; run the command again later: "+objstore.ErrPreconditionFailed.Error()), err}
+	}
 	return err
 }
+
+// reworded is err with another message; errors.Is and As still see err.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (r reworded) Error() string { return r.msg }
+func (r reworded) Unwrap() error { return r.err }
