@@ -70,7 +70,7 @@
 // # Guarantees
 //
 //   - A conditional write that returns nil was applied under its condition; one that
-//     returns [ErrPreconditionFailed] was not applied.
+//     returns [ErrPreconditionFailed] or [ErrCreateRefused] was not applied.
 //   - Of N concurrent [IfAbsent] writes of one key, exactly one succeeds (tested with
 //     goroutines and, for stores reachable by URL, with OS processes).
 //   - A write that fails with [ErrAmbiguous] may or may not have been applied: the
@@ -96,6 +96,9 @@
 // [ErrPreconditionFailed] (HTTP 412: the condition did not hold; re-read and decide),
 // [ErrConflict] (HTTP 409: a concurrent conditional write was in flight; retry),
 // [ErrNotSupported] (the store cannot do this, or does not enforce this condition),
-// [ErrInvalidKey], [ErrAmbiguous], and [ErrBucketNotFound]. Backends map their raw
+// [ErrInvalidKey], [ErrAmbiguous], [ErrBucketNotFound], and [ErrCreateRefused] (a
+// write-once create answered 412 although a HEAD right after finds the key absent:
+// not a writer that came first, so not ErrPreconditionFailed; SeaweedFS answers so
+// for a key whose name is, or was, also a folder). Backends map their raw
 // errors to these once; messages name the operation and key and say what to do next.
 package objstore
