@@ -109,5 +109,10 @@
 // objstore.ErrPreconditionFailed if it exists. Update returns the caller's own
 // error unchanged when its function fails, ErrContention (which wraps
 // objstore.ErrPreconditionFailed) when the attempts ran out, and
-// objstore.ErrAmbiguous when a lost response could not be resolved.
+// objstore.ErrAmbiguous when a lost response could not be resolved. A create
+// the store refuses although the document reads as absent (SeaweedFS, for a
+// key that is also a folder) is objstore.ErrCreateRefused, never
+// ErrContention. On a store without conditional writes, Create and Update fail
+// with *UnsafeUpdateError (objstore.ErrNotSupported) unless
+// Options.LastWriterWins.
 package docstore

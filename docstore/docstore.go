@@ -20,6 +20,23 @@ import (
 // document. It wraps objstore.ErrPreconditionFailed.
 var ErrContention = fmt.Errorf("docstore: gave up after repeated conflicting writes; retry later or raise Options.MaxAttempts: %w", objstore.ErrPreconditionFailed)
 
+// UnsafeUpdateError: Create or Update on a store that does not enforce
+// conditional writes, without Options.LastWriterWins. It matches
+// objstore.ErrNotSupported. Its message names the option, for programs; a
+// command-line tool, which has no such option to give, names its own remedy.
+type UnsafeUpdateError struct {
+	Key   string // the document
+	Store string // the store, as objstore.Store.String gives it
+}
+
+func (e *UnsafeUpdateError) Error() string {
+	return fmt.Sprintf("docstore: %q: %s does not enforce conditional writes, so concurrent updates could be lost; only a program that accepts last-writer-wins may write there (docstore.Options.LastWriterWins): %v",
+		e.Key, e.Store, objstore.ErrNotSupported)
+}
+
+// Is makes it match objstore.ErrNotSupported.
+func (e *UnsafeUpdateError) Is(target error) bool { return target == objstore.ErrNotSupported }
+
 // Strategy chooses how documents are stored.
 type Strategy int
 
@@ -309,8 +326,7 @@ func (d *Store) update(ctx context.Context, key string, raw bool, fn UpdateFunc)
 	r := &request{ctx: ctx, fn: fn, raw: raw, done: make(chan result, 1)}
 	if st == Register {
 		if !d.opts.LastWriterWins {
-			return nil, Meta{}, fmt.Errorf("docstore: %q: %s does not enforce conditional writes, so concurrent updates could be lost; only a program that accepts last-writer-wins may write there (docstore.Options.LastWriterWins): %w",
-				key, d.s, objstore.ErrNotSupported)
+			return nil, Meta{}, &UnsafeUpdateError{Key: key, Store: d.s.String()}
 		}
 		d.registerUpdate(ctx, key, []*request{r})
 	} else if d.opts.NoGroupCommit {
@@ -340,6 +356,11 @@ type request struct {
 	value []byte
 	err   error
 }
+
+// maxRefusedCreates is how many creates of one document refused although it
+// read as absent (objstore.ErrCreateRefused) an update tries before it
+// returns that error.
+const maxRefusedCreates = 3
 
 // permanent reports errors that retrying cannot fix.
 func permanent(err error) bool {
@@ -455,6 +476,7 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 		return nil
 	}
 	var lastErr error
+	refusedCreates := 0
 	for attempt := 0; attempt < d.opts.MaxAttempts; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return finish(err)
@@ -542,6 +564,16 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 				return nil
 			}
 			return &current{env: env, etag: info.ETag, exists: true, lm: info.LastModified}
+		case errors.Is(err, objstore.ErrCreateRefused):
+			// A create refused although the document reads as absent: not
+			// contention, unless someone created and deleted it in between.
+			// Read again a few times; then say what happened (redriving for
+			// MaxAttempts would end in a false ErrContention).
+			refusedCreates++
+			if refusedCreates >= maxRefusedCreates {
+				return finish(fmt.Errorf("docstore: %q: %w", key, err))
+			}
+			lastErr = err
 		case errors.Is(err, objstore.ErrPreconditionFailed):
 			// The server refused this write: it will never land. Redrive.
 			d.count(func(s *Stats) { s.Redrives++ })

@@ -230,6 +230,7 @@ func write(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeke
 	}
 	var pending []sent // writes that may still land
 	var resend *sent
+	refused := 0 // creates refused although the key read as absent
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return objstore.Info{}, ambiguousIf(pending, err)
@@ -318,6 +319,13 @@ func write(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeke
 		case errors.Is(werr, objstore.ErrAmbiguous):
 			if resend == nil {
 				pending = append(pending, sent{nonce: nonce, cond: cond, mark: mark})
+			}
+		case errors.Is(werr, objstore.ErrCreateRefused):
+			// Refused although the key read as absent: nobody wrote first. Read
+			// again a few times (it may have been created and deleted), then
+			// say so rather than blame concurrent writers.
+			if refused++; refused >= 3 {
+				return objstore.Info{}, ambiguousIf(pending, werr)
 			}
 		case errors.Is(werr, objstore.ErrPreconditionFailed):
 			// Someone wrote first: read and judge again.

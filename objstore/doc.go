@@ -34,9 +34,13 @@
 //     to the user) holding the report, the endpoint, the bucket, the server's
 //     Server response header and the time of the probe; it is used only if it
 //     is younger than [Options].ProbeTTL (default 24h), names the same endpoint
-//     and bucket, and the server, asked once with a HeadBucket, still gives the
-//     same Server header (other software behind the same address means a new
-//     probe);
+//     and bucket, the server, asked once with a HeadBucket, still identifies
+//     itself the same way (its Server header, or else its vendor headers; a
+//     server that gives neither is never vouched for by a saved verdict), and
+//     it still refuses, on one scratch key, a create of an existing key and a
+//     write (and a delete, if claimed) with a wrong If-Match, as the verdict
+//     says (a few requests; other software behind the same address, or a
+//     proxy that drops conditions, means a new probe);
 //  3. a probe, whose verdict is then saved locally.
 //
 // [Store.Probe] always probes and refreshes the local verdict; with
@@ -66,7 +70,7 @@
 // # Guarantees
 //
 //   - A conditional write that returns nil was applied under its condition; one that
-//     returns [ErrPreconditionFailed] was not applied.
+//     returns [ErrPreconditionFailed] or [ErrCreateRefused] was not applied.
 //   - Of N concurrent [IfAbsent] writes of one key, exactly one succeeds (tested with
 //     goroutines and, for stores reachable by URL, with OS processes).
 //   - A write that fails with [ErrAmbiguous] may or may not have been applied: the
@@ -96,6 +100,9 @@
 // [ErrPreconditionFailed] (HTTP 412: the condition did not hold; re-read and decide),
 // [ErrConflict] (HTTP 409: a concurrent conditional write was in flight; retry),
 // [ErrNotSupported] (the store cannot do this, or does not enforce this condition),
-// [ErrInvalidKey], [ErrAmbiguous], and [ErrBucketNotFound]. Backends map their raw
+// [ErrInvalidKey], [ErrAmbiguous], [ErrBucketNotFound], and [ErrCreateRefused] (a
+// write-once create answered 412 although a HEAD right after finds the key absent:
+// not a writer that came first, so not ErrPreconditionFailed; SeaweedFS answers so
+// for a key whose name is, or was, also a folder). Backends map their raw
 // errors to these once; messages name the operation and key and say what to do next.
 package objstore

@@ -31,7 +31,37 @@ var (
 	ErrAmbiguous = errors.New("outcome unknown (the write may have been applied)")
 	// ErrBucketNotFound: the bucket (or the fs root directory) does not exist.
 	ErrBucketNotFound = errors.New("bucket not found")
+	// ErrCreateRefused: a write-once create (IfAbsent) was refused with 412
+	// although the key reads as absent right after, so no other writer holds
+	// it (SeaweedFS refuses a key whose name is, or was, also a folder).
+	// Nothing was written. It is not ErrPreconditionFailed: retrying, or
+	// waiting for a holder, cannot help.
+	ErrCreateRefused = errors.New("create refused")
 )
+
+// createRefusedError is ErrCreateRefused for one key. It does not unwrap to
+// the server's 412 (which would make it ErrPreconditionFailed); Detail keeps
+// the raw answer.
+type createRefusedError struct {
+	key   string
+	cause error
+}
+
+func (e *createRefusedError) Error() string {
+	return fmt.Sprintf("%v: the store refused to create %q although it reads as absent, so no other writer holds it; "+
+		"some servers refuse a key whose name is also a folder, or was one (SeaweedFS, while or after objects exist under %q): use another key",
+		ErrCreateRefused, e.key, e.key+"/")
+}
+
+func (e *createRefusedError) Is(target error) bool { return target == ErrCreateRefused }
+
+// Detail is the server's refusal (see Detail).
+func (e *createRefusedError) Detail() string {
+	if d := Detail(e.cause); d != "" {
+		return d
+	}
+	return e.cause.Error()
+}
 
 // Error is the error type returned by Store methods.
 type Error struct {

@@ -89,9 +89,12 @@ type ProbeReport struct {
 // writes scratch objects under "<ProbePrefix><random>/" and deletes them after.
 // Checks: put-if-absent, put-if-match, delete-if-match, copy-if-absent,
 // copy-if-match, multipart-if-absent, multipart-if-match and racing-creates
-// (N concurrent if-absent writes of one key: exactly one may win). A condition is
-// reported enforced only if a violating request failed with 412 (or 409) and left
-// the object unchanged; "accepted and ignored" and "rejected" both count as not
+// (N concurrent if-absent writes of one key: exactly one may win) and
+// racing-updates (the same with If-Match of one ETag). A condition is reported
+// enforced only if a violating request failed with 412 (or 409) and left the
+// object unchanged, and a request that meets it succeeded and took effect (a
+// server that refuses both enforces nothing usable); "accepted and ignored",
+// "rejected" and "refuses even a satisfying request" all count as not
 // enforced. Errors that make the experiment meaningless (unreachable endpoint,
 // missing bucket, bad credentials, a network fault mid-way) are returned as
 // errors matching ErrProbeFailed (and the cause, such as ErrBucketNotFound,
@@ -260,10 +263,10 @@ func (p *prober) putIfMatch(ctx context.Context) (bool, string, error) {
 		return false, "ignored: the refused write changed the object anyway", err
 	}
 	if _, err := p.put(ctx, k, "v2", IfMatch(cur.ETag)); err != nil {
-		if ferr := p.fatal(ctx, err); ferr != nil {
-			return false, "", ferr
-		}
-		return false, "broken: a write with the correct If-Match failed: " + err.Error(), nil
+		return p.satisfyingFailed(ctx, "a write with the current ETag in If-Match", err)
+	}
+	if good, out, err := p.landed(ctx, k, "v2", "a write with the current ETag in If-Match"); !good {
+		return false, out, err
 	}
 	missing := p.key("if-match-missing")
 	_, err = p.put(ctx, missing, "x", IfMatch(cur.ETag))
@@ -300,14 +303,44 @@ func (p *prober) deleteIfMatch(ctx context.Context) (bool, string, error) {
 		return false, out, nil
 	}
 	if err := p.b.Delete(ctx, k, IfMatch(cur.ETag)); err != nil {
-		if ferr := p.fatal(ctx, err); ferr != nil {
-			return false, "", ferr
+		return p.satisfyingFailed(ctx, "a delete with the current ETag", err)
+	}
+	if _, err := p.b.Head(ctx, k); !errors.Is(err, ErrNotFound) {
+		if err != nil {
+			return false, "", err
 		}
-		return false, "broken: a delete with the correct If-Match failed: " + err.Error(), nil
+		return false, "broken: a delete with the current ETag succeeded and left the object", nil
 	}
 	return true, out, nil
 }
 
+// satisfyingFailed classifies the failure of a request that met its
+// condition: a server that refuses those too enforces nothing usable (it is
+// not "enforced" because it refuses everything).
+func (p *prober) satisfyingFailed(ctx context.Context, what string, err error) (bool, string, error) {
+	if ferr := p.fatal(ctx, err); ferr != nil {
+		return false, "", ferr
+	}
+	return false, "broken: " + what + " failed: " + err.Error(), nil
+}
+
+// landed checks that a request that met its condition and succeeded stored
+// want at key.
+func (p *prober) landed(ctx context.Context, key, want, what string) (bool, string, error) {
+	got, err := p.get(ctx, key)
+	if err != nil {
+		return false, "", err
+	}
+	if got != want {
+		return false, "broken: " + what + " succeeded and did not store its content", nil
+	}
+	return true, "", nil
+}
+
+// copyCond returns the copy-if-absent or copy-if-match check: a copy onto a
+// destination that fails the condition must be refused and leave it as it
+// was, and one that meets it (onto a free key; with the current ETag) must
+// succeed and store the source.
 func (p *prober) copyCond(absent bool) func(context.Context) (bool, string, error) {
 	return func(ctx context.Context) (bool, string, error) {
 		name := map[bool]string{true: "copy-if-absent", false: "copy-if-match"}[absent]
@@ -335,10 +368,27 @@ func (p *prober) copyCond(absent bool) func(context.Context) (bool, string, erro
 		if !same {
 			return false, "ignored: the copy overwrote the destination", nil
 		}
-		return ok, out, nil
+		if !ok {
+			return false, out, nil
+		}
+		target, cond, what := p.key(name+"-free"), IfAbsent(), "a copy onto a free key with If-None-Match: *"
+		if !absent {
+			target, cond, what = dst, IfMatch(cur.ETag), "a copy onto the destination with its current ETag"
+		}
+		if _, err := p.b.Copy(ctx, src, target, cond); err != nil {
+			return p.satisfyingFailed(ctx, what, err)
+		}
+		if good, out, err := p.landed(ctx, target, "source", what); !good {
+			return false, out, err
+		}
+		return true, out, nil
 	}
 }
 
+// multipartCond returns the multipart-if-absent or multipart-if-match check:
+// completing an upload that fails the condition must be refused and leave the
+// object as it was, and completing one that meets it (on a free key; with the
+// current ETag) must succeed and store the upload.
 func (p *prober) multipartCond(absent bool) func(context.Context) (bool, string, error) {
 	return func(ctx context.Context) (bool, string, error) {
 		name := map[bool]string{true: "multipart-if-absent", false: "multipart-if-match"}[absent]
@@ -347,27 +397,17 @@ func (p *prober) multipartCond(absent bool) func(context.Context) (bool, string,
 		if err != nil {
 			return false, "", err
 		}
-		id, err := p.b.CreateMultipart(ctx, k, PutOptions{ContentType: "text/plain"})
-		if err != nil {
-			if errors.Is(err, ErrNotSupported) && p.fatal(ctx, err) == nil {
-				return false, "rejected: multipart uploads are not supported: " + err.Error(), nil
-			}
-			return false, "", err
-		}
-		defer func() {
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
-			defer cancel()
-			_ = p.b.AbortMultipart(actx, k, id)
-		}()
-		part, err := p.b.UploadPart(ctx, k, id, 1, bytes.NewReader([]byte("new")), 3)
-		if err != nil {
-			return false, "", err
-		}
 		cond := IfAbsent()
 		if !absent {
 			cond = IfMatch(wrongETag)
 		}
-		_, err = p.b.CompleteMultipart(ctx, k, id, []Part{part}, cond)
+		err, setup, unsupported := p.completeUpload(ctx, k, "new", cond)
+		if unsupported != nil {
+			return false, "rejected: multipart uploads are not supported: " + unsupported.Error(), nil
+		}
+		if setup != nil {
+			return false, "", setup
+		}
 		ok, out, ferr := p.refused(ctx, err, "completing an upload that fails the condition")
 		if ferr != nil {
 			return false, out, ferr
@@ -379,8 +419,51 @@ func (p *prober) multipartCond(absent bool) func(context.Context) (bool, string,
 		if !same {
 			return false, "ignored: the completion replaced the object", nil
 		}
-		return ok, out, nil
+		if !ok {
+			return false, out, nil
+		}
+		target, cond, what := p.key(name+"-free"), IfAbsent(), "completing an upload of a free key with If-None-Match: *"
+		if !absent {
+			target, cond, what = k, IfMatch(cur.ETag), "completing an upload with the object's current ETag"
+		}
+		err, setup, unsupported = p.completeUpload(ctx, target, "new", cond)
+		if setup != nil || unsupported != nil {
+			return false, "", errors.Join(setup, unsupported)
+		}
+		if err != nil {
+			return p.satisfyingFailed(ctx, what, err)
+		}
+		if good, out, err := p.landed(ctx, target, "new", what); !good {
+			return false, out, err
+		}
+		return true, out, nil
 	}
+}
+
+// completeUpload uploads body to key as a one-part multipart upload and
+// completes it under cond. It returns the completion's error, or (setup) the
+// error of a step before it, which makes the experiment meaningless, or
+// (unsupported) the store's refusal of multipart uploads. A failed upload is
+// aborted.
+func (p *prober) completeUpload(ctx context.Context, key, body string, cond Condition) (err, setup, unsupported error) {
+	id, err := p.b.CreateMultipart(ctx, key, PutOptions{ContentType: "text/plain"})
+	if err != nil {
+		if errors.Is(err, ErrNotSupported) && p.fatal(ctx, err) == nil {
+			return nil, nil, err
+		}
+		return nil, err, nil
+	}
+	defer func() {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+		defer cancel()
+		_ = p.b.AbortMultipart(actx, key, id)
+	}()
+	part, err := p.b.UploadPart(ctx, key, id, 1, bytes.NewReader([]byte(body)), int64(len(body)))
+	if err != nil {
+		return nil, err, nil
+	}
+	_, err = p.b.CompleteMultipart(ctx, key, id, []Part{part}, cond)
+	return err, nil, nil
 }
 
 // racing returns the racing-creates (If-None-Match: *) or racing-updates
@@ -413,7 +496,12 @@ func (p *prober) racing(update bool) func(context.Context) (bool, string, error)
 			if winners != 1 && (p.rep.Winners == 1 || winners > p.rep.Winners) {
 				p.rep.Winners = winners
 			}
-			if winners != 1 {
+			switch {
+			case winners == 0 && update:
+				return false, fmt.Sprintf("refuses even the current ETag: none of %d concurrent if-match writes with the current ETag succeeded (round %d of %d)", n, round+1, p.rep.Rounds), nil
+			case winners == 0:
+				return false, fmt.Sprintf("refuses even a free key: none of %d concurrent if-absent creates of a free key succeeded (round %d of %d)", n, round+1, p.rep.Rounds), nil
+			case winners != 1:
 				return false, fmt.Sprintf("ignored under races: %d of %d concurrent %s writes succeeded (round %d of %d)", winners, n, what, round+1, p.rep.Rounds), nil
 			}
 			if bad != "" {

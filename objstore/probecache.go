@@ -3,6 +3,7 @@ package objstore
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -30,7 +31,10 @@ type ServerIdentifier interface {
 	// requests go to. It keys saved verdicts.
 	ServerLocation() ServerLocation
 	// ServerSoftware asks the server, with one read request, what it calls
-	// itself (the Server response header); "" if it does not say.
+	// itself (the Server response header) or, if it sends none, what else in
+	// its answer names its software (for s3: the names of its vendor
+	// headers); "" if nothing does: such a server cannot be identified, and
+	// no saved verdict is reused for it.
 	ServerSoftware(ctx context.Context) (string, error)
 }
 
@@ -115,9 +119,18 @@ func (s *Store) serverSoftware(ctx context.Context) (string, error) {
 }
 
 // freshVerdict returns the locally saved verdict for this server if it is
-// younger than the TTL, names the same endpoint and bucket, and the server
-// still calls itself what it did then. Any doubt is "no verdict": the caller
-// probes.
+// younger than the TTL, names the same endpoint and bucket, the server can be
+// identified and still calls itself what it did then, and it still refuses
+// what the verdict says it refuses (stillEnforced). Any doubt is "no
+// verdict": the caller probes.
+//
+// Why both: the same address can answer with other software (a server
+// replaced behind a load balancer or a port forward, a proxy that drops
+// conditional headers put in front), and a name proves little: Ceph RGW and
+// s3rver send no Server header, and a proxy keeps the header of the server
+// behind it. A verdict trusted for the wrong server makes cairn rely on
+// conditions nobody enforces and lose writes silently; one check of a few
+// requests costs far less than that, and far less than a probe.
 func (s *Store) freshVerdict(ctx context.Context) (ProbeVerdict, bool) {
 	if !s.cacheOn() || s.opts.ProbeCacheDir == "" {
 		return ProbeVerdict{}, false
@@ -136,10 +149,55 @@ func (s *Store) freshVerdict(ctx context.Context) (ProbeVerdict, bool) {
 		return ProbeVerdict{}, false
 	}
 	sw, err := s.serverSoftware(ctx)
-	if err != nil || sw != v.Server {
+	if err != nil || sw == "" || sw != v.Server {
+		return ProbeVerdict{}, false
+	}
+	if !s.stillEnforced(ctx, v.Report.Capabilities) {
 		return ProbeVerdict{}, false
 	}
 	return v, true
+}
+
+// stillEnforced checks, on one scratch key, that the server still refuses
+// the requests a saved verdict says it refuses: a create with If-None-Match:
+// * of a key that exists, a write and (if claimed) a delete with a wrong
+// If-Match. Each must fail with 412 or 409. It costs two requests (the
+// scratch key's write and delete) plus one per claimed condition; any other
+// answer, or a failure, is "not proven". Conditions on copies and multipart
+// completions are left to the identity: checking them would cost an upload.
+func (s *Store) stillEnforced(ctx context.Context, c Capabilities) bool {
+	if !c.PutIfAbsent && !c.PutIfMatch && !c.DeleteIfMatch {
+		return true // a verdict that claims nothing makes cairn rely on nothing
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	k := s.opts.ProbePrefix + hex.EncodeToString(rnd[:]) + "/verdict-check"
+	body := []byte("cairn verdict check")
+	if _, err := s.b.Put(ctx, k, bytes.NewReader(body), int64(len(body)), PutOptions{ContentType: "text/plain"}); err != nil {
+		return false
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+		defer cancel()
+		_ = s.b.Delete(dctx, k, Condition{})
+	}()
+	refused := func(err error) bool {
+		return errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict)
+	}
+	put := func(cond Condition) error {
+		_, err := s.b.Put(ctx, k, bytes.NewReader(body), int64(len(body)), PutOptions{If: cond, ContentType: "text/plain"})
+		return err
+	}
+	if c.PutIfAbsent && !refused(put(IfAbsent())) {
+		return false
+	}
+	if c.PutIfMatch && !refused(put(IfMatch(wrongETag))) {
+		return false
+	}
+	if c.DeleteIfMatch && !refused(s.b.Delete(ctx, k, IfMatch(wrongETag))) {
+		return false
+	}
+	return true
 }
 
 // saveVerdict writes rep to the local cache and, if share, publishes it in
@@ -158,7 +216,9 @@ func (s *Store) saveVerdict(ctx context.Context, rep *ProbeReport, share bool) {
 	if err != nil {
 		return
 	}
-	if dir := s.opts.ProbeCacheDir; dir != "" {
+	// A server that cannot be identified gets no local verdict: none would
+	// be reused (freshVerdict).
+	if dir := s.opts.ProbeCacheDir; dir != "" && sw != "" {
 		_ = writeFileAtomic(dir, v.cacheName(), data)
 	}
 	if !share {

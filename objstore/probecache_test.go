@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -26,7 +27,8 @@ type identified struct {
 
 	mu      sync.Mutex
 	server  string
-	scratch int
+	scratch int // the probe's scratch writes
+	checks  int // the writes of stillEnforced's check of a saved verdict
 }
 
 func (b *identified) Capabilities() (objstore.Capabilities, bool) {
@@ -46,10 +48,22 @@ func (b *identified) ServerSoftware(context.Context) (string, error) {
 func (b *identified) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
 	if strings.HasPrefix(key, "cairn-probe/") && key != "cairn-probe/verdict.json" {
 		b.mu.Lock()
-		b.scratch++
+		if strings.HasSuffix(key, "/verdict-check") {
+			b.checks++ // a saved verdict's check, not a probe
+		} else {
+			b.scratch++
+		}
 		b.mu.Unlock()
 	}
 	return b.Backend.Put(ctx, key, body, size, opts)
+}
+
+func (b *identified) checkWrites() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := b.checks
+	b.checks = 0
+	return n
 }
 
 func (b *identified) scratchWrites() int {
@@ -132,9 +146,15 @@ func TestProbeVerdictSavedAndReused(t *testing.T) {
 	}
 
 	clk.add(23 * time.Hour)
+	b.checkWrites()
 	write("b")
 	if n := b.scratchWrites(); n != 0 {
 		t.Errorf("a second Store probed again (%d scratch writes) with a 23h-old verdict", n)
+	}
+	// The check before reuse: one write of the scratch key, then the refused
+	// create and the refused If-Match write.
+	if n := b.checkWrites(); n != 3 {
+		t.Errorf("reusing the verdict checked it with %d writes, want 3", n)
 	}
 
 	b.mu.Lock()
@@ -262,5 +282,57 @@ func TestProbeFailureMatchesErrProbeFailed(t *testing.T) {
 	_, err := objstore.Probe(context.Background(), objstore.New(b, nil), nil)
 	if !errors.Is(err, objstore.ErrProbeFailed) || !errors.Is(err, faulty.ErrInjected) {
 		t.Errorf("Probe with failing writes: %v, want ErrProbeFailed wrapping the cause", err)
+	}
+}
+
+// A saved verdict never vouches for another server at the same address: the
+// software answering there now (one that ignores conditions, giving the same
+// Server header, as a proxy in front of the old server would) is caught by
+// the check before reuse, and probed again. It used to be trusted because the
+// Server header had not changed.
+func TestSavedVerdictCheckedBeforeReuse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	server := faulty.New(mem.NewBackend("swapped"), nil)
+	b := &identified{Backend: server, endpoint: "http://127.0.0.1:9000", server: "SameName"}
+	dir := t.TempDir()
+	open := func() *objstore.Store { return objstore.New(b, &objstore.Options{ProbeCacheDir: dir}) }
+	if _, err := open().PutBytes(ctx, "first", []byte("x"), &objstore.PutOptions{If: objstore.IfAbsent()}); err != nil {
+		t.Fatal(err)
+	}
+	if b.scratchWrites() == 0 {
+		t.Fatal("the first conditional write did not probe")
+	}
+	server.SetOptions(faulty.Options{IgnoreConditions: true})
+	_, err := open().PutBytes(ctx, "second", []byte("x"), &objstore.PutOptions{If: objstore.IfAbsent()})
+	if !errors.Is(err, objstore.ErrNotSupported) {
+		t.Errorf("if-absent put after the server behind the address began to ignore conditions: %v, want ErrNotSupported", err)
+	}
+	if b.scratchWrites() == 0 {
+		t.Error("the saved verdict was reused for a server that ignores what it claims")
+	}
+	if b.checkWrites() == 0 {
+		t.Error("the saved verdict was not checked before reuse")
+	}
+}
+
+// A server that cannot be identified (no Server header, nothing else that
+// names it) gets no saved verdict: every Store probes it.
+func TestUnidentifiedServerIsAlwaysProbed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := &identified{Backend: mem.NewBackend("anonymous"), endpoint: "http://127.0.0.1:9001", server: ""}
+	dir := t.TempDir()
+	for i := range 2 {
+		s := objstore.New(b, &objstore.Options{ProbeCacheDir: dir})
+		if _, err := s.PutBytes(ctx, fmt.Sprint("k", i), []byte("x"), &objstore.PutOptions{If: objstore.IfAbsent()}); err != nil {
+			t.Fatal(err)
+		}
+		if b.scratchWrites() == 0 {
+			t.Errorf("store %d reused a verdict for a server that cannot be identified", i)
+		}
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "*.json")); len(files) != 0 {
+		t.Errorf("verdicts saved for a server that cannot be identified: %v", files)
 	}
 }

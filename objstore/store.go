@@ -242,7 +242,25 @@ func (s *Store) Put(ctx context.Context, key string, body io.Reader, opts *PutOp
 		size = int64(l.Len())
 	}
 	info, err := s.b.Put(ctx, key, body, size, o)
-	return info, wrapErr("put", key, err)
+	return info, wrapErr("put", key, s.explainRefusal(ctx, key, o.If, err))
+}
+
+// explainRefusal turns the 412 answer to a write-once create (IfAbsent) of a
+// key that a HEAD then finds absent into ErrCreateRefused. Every write-once
+// create goes through here (documents, leases, tree locks, folder journals,
+// ledger segments), so none of them reports a refusal nobody caused as
+// contention ("gave up after repeated conflicting writes", "held by another
+// holder"). It costs one HEAD, only after such a 412. A key created and
+// deleted again between the two requests also reads as absent: callers that
+// retry creates (docstore) retry this one a few times first.
+func (s *Store) explainRefusal(ctx context.Context, key string, cond Condition, err error) error {
+	if err == nil || !cond.Absent || !errors.Is(err, ErrPreconditionFailed) || ctx.Err() != nil {
+		return err
+	}
+	if _, herr := s.b.Head(ctx, key); !errors.Is(herr, ErrNotFound) {
+		return err
+	}
+	return &createRefusedError{key: key, cause: err}
 }
 
 // PutBytes writes data in one request.
@@ -286,7 +304,7 @@ func (s *Store) Copy(ctx context.Context, src, dst string, cond Condition) (Info
 		return Info{}, wrapErr("copy", dst, err)
 	}
 	info, err := s.b.Copy(ctx, src, dst, cond)
-	return info, wrapErr("copy", src+" -> "+dst, err)
+	return info, wrapErr("copy", src+" -> "+dst, s.explainRefusal(ctx, dst, cond, err))
 }
 
 // List yields the objects whose keys start with prefix, in UTF-8 byte order,

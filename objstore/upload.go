@@ -79,7 +79,7 @@ func (s *Store) Upload(ctx context.Context, key string, r io.Reader, opts *Uploa
 		if err == nil {
 			report(int64(n))
 		}
-		return info, wrapErr("upload", key, err)
+		return info, wrapErr("upload", key, s.explainRefusal(ctx, key, po.If, err))
 	}
 	if err := s.requireCondition(ctx, "multipart completion", po.If, multipartCaps); err != nil {
 		if errors.Is(err, ErrNotSupported) && s.requireCondition(ctx, "put", po.If, putCaps) == nil {
@@ -87,7 +87,7 @@ func (s *Store) Upload(ctx context.Context, key string, r io.Reader, opts *Uploa
 			// multipart completion (gofakes3): one conditional PUT of the
 			// whole body instead, up to S3's 5 GiB limit.
 			info, err := s.uploadOnePut(ctx, key, first, r, po, report)
-			return info, wrapErr("upload", key, err)
+			return info, wrapErr("upload", key, s.explainRefusal(ctx, key, po.If, err))
 		}
 		return Info{}, wrapErr("upload", key, err)
 	}
@@ -159,7 +159,7 @@ func (s *Store) uploadParts(ctx context.Context, key, id string, first []byte, r
 	}
 	info, err := s.b.CompleteMultipart(ctx, key, id, parts, o.If)
 	if err != nil {
-		return info, err
+		return info, s.explainRefusal(ctx, key, o.If, err)
 	}
 	return s.settledETag(ctx, key, info, hex.EncodeToString(whole.Sum(nil))), nil
 }

@@ -189,6 +189,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	if signalled && ctx.Err() != nil {
 		code = sig.Code()
 	}
+	err = forCLI(err)
 	msg := err.Error()
 	if e.log != nil {
 		if d := objstore.Detail(err); d != "" {

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -332,3 +333,30 @@ func setPath(v *any, path []string, val any) error {
 	cur[path[len(path)-1]] = val
 	return nil
 }
+
+// forCLI rewords the errors whose library message names a remedy only a Go
+// program has (an Options field) into what a user of the command can do.
+func forCLI(err error) error {
+	var unsafe *docstore.UnsafeUpdateError
+	if errors.As(err, &unsafe) {
+		return fmt.Errorf("%s does not enforce conditional writes (put-if-absent and put-if-match; `cairn probe` shows what it enforces), "+
+			"so concurrent updates of %q could be lost, and cairn writes no document, lease or lock there; "+
+			"point cairn at a store that enforces both (`cairn probe URL --require put-if-absent,put-if-match` checks one): %w",
+			unsafe.Store, unsafe.Key, objstore.ErrNotSupported)
+	}
+	if errors.Is(err, docstore.ErrContention) {
+		// Options.MaxAttempts is not the command's to raise.
+		return reworded{strings.ReplaceAll(err.Error(), docstore.ErrContention.Error(),
+			"gave up after repeated conflicting writes by other writers; run the command again later: "+objstore.ErrPreconditionFailed.Error()), err}
+	}
+	return err
+}
+
+// reworded is err with another message; errors.Is and As still see err.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (r reworded) Error() string { return r.msg }
+func (r reworded) Unwrap() error { return r.err }

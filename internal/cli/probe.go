@@ -32,7 +32,11 @@ deleted afterwards.
 Other commands probe only when a write needs a condition and no fresh verdict
 is saved: reads never probe (read-only credentials are enough), and a write
 reuses the verdict saved in the local cache (<user cache dir>/cairn/probe/,
-for 24 hours, as long as the server still gives the same Server header).
+for 24 hours, as long as the server still identifies itself the same way and
+still refuses, on a scratch key, the conditional writes the verdict says it
+refuses; a server that identifies itself in no way is probed every time).
+A condition is enforced only if a request that violates it is refused and one
+that meets it succeeds.
 probe always probes and saves its verdict there and in the bucket at
 cairn-probe/verdict.json, after comparing it with the verdict found there
 (which cairn never trusts in place of a probe: anyone who may run the probe

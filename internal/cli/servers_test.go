@@ -48,8 +48,14 @@ func TestIgnoringServerRefusesConditionalWork(t *testing.T) {
 		{"serve", "--ledger", obj("ledger"), "--handler-exec", "true", "--listen", "127.0.0.1:0"},
 	} {
 		code, _, stderr := runBin(t, dir, env, args...)
+		t.Logf("cairn %s: %s", args[:2], stderr)
 		if code == 0 || !strings.Contains(stderr, "not enforce") {
 			t.Errorf("cairn %s on a server that ignores conditions: exit %d, stderr %q; want a refusal naming what is not enforced", args[:2], code, stderr)
+		}
+		// The remedy named is one a user of the command has: not a Go
+		// option (docstore.Options.LastWriterWins), which it used to name.
+		if strings.Contains(stderr, "Options") || strings.Contains(stderr, "LastWriterWins") {
+			t.Errorf("cairn %s names a library option the command line cannot set: %q", args[:2], stderr)
 		}
 	}
 	code, out, _ := runBin(t, dir, env, "fs", "ls", "--store", store, "/", "--json")

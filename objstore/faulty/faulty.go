@@ -131,6 +131,11 @@ type Quirks struct {
 	// DeleteMissingOK: a conditional delete of a missing key succeeds (204),
 	// as on versitygw, instead of ErrNotFound.
 	DeleteMissingOK bool
+	// FolderRefusesCreate: a write-once create (If-None-Match: *) of key K is
+	// answered 412 while objects exist under "K/", although K reads as absent,
+	// as SeaweedFS answers for a key that is also a folder (it does so even
+	// after the folder is emptied; this plays the first case only).
+	FolderRefusesCreate bool
 }
 
 // Stats counts the faults injected so far.
@@ -372,6 +377,9 @@ func (b *Backend) Put(ctx context.Context, key string, body io.Reader, size int6
 	if err := b.racyCheck(ctx, key, &opts.If); err != nil {
 		return objstore.Info{}, err
 	}
+	if err := b.folderRefusal(ctx, key, opts.If); err != nil {
+		return objstore.Info{}, err
+	}
 	if b.mayBeLate() {
 		// A late request lands after the caller has returned and may reuse its
 		// reader: keep a copy of the body.
@@ -388,6 +396,21 @@ func (b *Backend) Put(ctx context.Context, key string, body io.Reader, size int6
 		info, err := b.inner.Put(ctx, key, body, size, opts)
 		return info, b.missingIfMatch(ctx, key, opts.If, err)
 	})
+}
+
+// folderRefusal plays Quirks.FolderRefusesCreate.
+func (b *Backend) folderRefusal(ctx context.Context, key string, c objstore.Condition) error {
+	b.mu.Lock()
+	on := b.opts.Quirks.FolderRefusesCreate
+	b.mu.Unlock()
+	if !on || !c.Absent {
+		return nil
+	}
+	page, err := b.inner.List(ctx, key+"/", "", objstore.ListOptions{PageSize: 1})
+	if err != nil || len(page.Entries) == 0 {
+		return err
+	}
+	return fmt.Errorf("faulty: 412 PreconditionFailed (%q is a folder): %w", key, objstore.ErrPreconditionFailed)
 }
 
 // Delete implements objstore.Backend.

@@ -40,12 +40,15 @@ func TestCountsOutcomes(t *testing.T) {
 	if _, err := s.PutBytes(ctx, "k", []byte("12345"), &objstore.PutOptions{If: objstore.IfAbsent()}); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = s.PutBytes(ctx, "k", []byte("x"), &objstore.PutOptions{If: objstore.IfAbsent()}) // a lost race: 412
+	// A lost race: 412, then the HEAD with which the Store tells it from a
+	// create refused on an absent key (objstore.ErrCreateRefused).
+	_, _ = s.PutBytes(ctx, "k", []byte("x"), &objstore.PutOptions{If: objstore.IfAbsent()})
 	_, _ = s.Head(ctx, "missing")
 	want := `
 # HELP cairn_objstore_requests_total Object store requests by operation and outcome (precondition_failed, conflict and not_found are expected outcomes, not failures).
 # TYPE cairn_objstore_requests_total counter
 cairn_objstore_requests_total{op="head",outcome="not_found",store="lake"} 1
+cairn_objstore_requests_total{op="head",outcome="ok",store="lake"} 1
 cairn_objstore_requests_total{op="put",outcome="ok",store="lake"} 1
 cairn_objstore_requests_total{op="put",outcome="precondition_failed",store="lake"} 1
 `
