@@ -26,12 +26,19 @@ func putCmd(e *env) *cobra.Command {
 	var ifMatch, contentType, fenceToken string
 	var partSize int64
 	var concurrency, retries int
+	var obj objectFlags
 	cmd := &cobra.Command{
-		Use:   "put FILE URL",
+		Use:   "put FILE (URL | --store URL --key KEY)",
 		Short: "Upload a file (- for stdin) with write-once or compare-and-swap semantics",
 		Long: `put streams FILE to the object URL. Large files go through a multipart upload
 whose completion carries the condition, so the whole upload is atomic; when the
 condition fails the upload is aborted and nothing is left behind.
+
+The object is a URL (s3://bucket/path/key?endpoint=…, file:///dir/key, a
+path, mem://name/key), or --store URL --key KEY: the key taken byte for byte,
+never parsed as a URL. Use --key for a key that comes from elsewhere (an
+event's $CAIRN_KEY): in a URL, '#', '?', '%' and ".." would be refused or
+change which object is meant.
 
   --if-absent         write only if no object exists (exit 3 if one does)
   --if-match ETAG     replace only the version with this ETag (exit 3 otherwise)
@@ -47,9 +54,13 @@ condition fails the upload is aborted and nothing is left behind.
                       overwrite its successor's output (package fence)`,
 		Example: `  cairn put part-0001.parquet 's3://lake/datasets/orders/part-0001.parquet' --if-absent
   cairn put registry.json s3://lake/metastore/registry.json --if-match 9b2cf535f27731c974343645a3985328
+  cairn put - --store file:///srv/mirror --key "$CAIRN_KEY" --fence-token "$CAIRN_FENCING_TOKEN"
   cairn lock run s3://lake/locks/daily -- sh -c 'build > out.csv && cairn put out.csv s3://lake/reports/daily.csv --fence-token "$CAIRN_FENCING_TOKEN"'`,
-		Args: cobra.ExactArgs(2),
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := obj.args(args[1:]); err != nil {
+				return err
+			}
 			n := 0
 			for _, b := range []bool{ifAbsent, ifMatch != "", retryOnChange} {
 				if b {
@@ -63,10 +74,10 @@ condition fails the upload is aborted and nothing is left behind.
 				if n > 0 {
 					return usagef("--fence-token decides by itself which version it may replace; drop --if-absent, --if-match and --retry-on-change")
 				}
-				return putFenced(cmd, e, args[0], args[1], fenceToken, contentType, partSize)
+				return putFenced(cmd, e, args[0], &obj, args[1:], fenceToken, contentType, partSize)
 			}
 			ctx := cmd.Context()
-			s, key, err := objstore.OpenObject(ctx, args[1], nil)
+			s, key, err := obj.open(ctx, args[1:])
 			if err != nil {
 				return err
 			}
@@ -126,13 +137,15 @@ condition fails the upload is aborted and nothing is left behind.
 		},
 	}
 	cmd.Flags().BoolVar(&ifAbsent, "if-absent", false, "write only if the key is free (If-None-Match: *)")
-	cmd.Flags().StringVar(&ifMatch, "if-match", "", "replace only the object with this ETag")
+	nonEmptyVar(cmd.Flags(), &ifMatch, "if-match", "", "replace only the object with this ETag",
+		"an empty ETag would make the write unconditional").check = checkETag
 	cmd.Flags().StringVar(&contentType, "content-type", "", "the object's Content-Type (default: from the key's or the file's extension, else application/octet-stream)")
-	cmd.Flags().StringVar(&fenceToken, "fence-token", "", "write only if this fencing token is at least the highest the object has seen (e.g. \"$CAIRN_FENCING_TOKEN\")")
+	nonEmptyVar(cmd.Flags(), &fenceToken, "fence-token", "", "write only if this fencing token is at least the highest the object has seen (e.g. \"$CAIRN_FENCING_TOKEN\")", fenceTokenEmpty)
 	cmd.Flags().BoolVar(&retryOnChange, "retry-on-change", false, "replace the current version; start over if it changes during the upload")
 	cmd.Flags().IntVar(&retries, "retries", 5, "attempts for --retry-on-change")
 	cmd.Flags().Int64Var(&partSize, "part-size", 16<<20, "multipart part size in bytes")
 	cmd.Flags().IntVar(&concurrency, "concurrency", 4, "parts uploaded at once")
+	obj.register(cmd)
 	return cmd
 }
 
@@ -140,7 +153,7 @@ condition fails the upload is aborted and nothing is left behind.
 // unset $CAIRN_FENCING_TOKEN.
 func parseFenceToken(v string) (int64, error) {
 	if strings.TrimSpace(v) == "" {
-		return 0, usagef("--fence-token is empty: pass the token your lock handed out (CAIRN_FENCING_TOKEN is set only in commands run by 'cairn lock run', 'cairn lock tree' and 'cairn serve')")
+		return 0, usagef("--fence-token is empty: %s", fenceTokenEmpty)
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	if err != nil || n < 0 {
@@ -149,15 +162,27 @@ func parseFenceToken(v string) (int64, error) {
 	return n, nil
 }
 
+// fenceTokenEmpty is what to do about an empty --fence-token.
+const fenceTokenEmpty = "pass the token your lock handed out (CAIRN_FENCING_TOKEN is set only in commands run by 'cairn lock run', 'cairn lock tree' and 'cairn serve')"
+
+// checkETag refuses an --if-match that is an empty ETag once its quotes and
+// spaces are dropped (`""`).
+func checkETag(v string) error {
+	if objstore.NormalizeETag(v) == "" {
+		return fmt.Errorf("%q is an empty ETag, which would make the write unconditional", v)
+	}
+	return nil
+}
+
 // putFenced is put --fence-token: fence.Put, which reads the object's token
 // and writes conditionally on the version it judged.
-func putFenced(cmd *cobra.Command, e *env, file, url, rawToken, contentType string, partSize int64) error {
+func putFenced(cmd *cobra.Command, e *env, file string, obj *objectFlags, urls []string, rawToken, contentType string, partSize int64) error {
 	token, err := parseFenceToken(rawToken)
 	if err != nil {
 		return err
 	}
 	ctx := cmd.Context()
-	s, key, err := objstore.OpenObject(ctx, url, nil)
+	s, key, err := obj.open(ctx, urls)
 	if err != nil {
 		return err
 	}
@@ -222,10 +247,10 @@ package to enforce the same rules in every cairn client.`,
 			return err
 		},
 	}
-	gen.Flags().StringVar(&bucket, "bucket", "", "bucket name")
-	gen.Flags().StringArrayVar(&createOnly, "create-only", nil, "prefix where objects are write-once (repeatable)")
-	gen.Flags().StringArrayVar(&cas, "cas", nil, "prefix where writes must be compare-and-swap (repeatable)")
-	gen.Flags().StringVar(&principal, "principal", "", "IAM principal ARN the policy applies to (default: everyone)")
+	nonEmptyVar(gen.Flags(), &bucket, "bucket", "", "bucket name", "name the bucket")
+	nonEmptyArrayVar(gen.Flags(), &createOnly, "create-only", "prefix where objects are write-once (repeatable)", "an empty prefix would cover the whole bucket; name a prefix")
+	nonEmptyArrayVar(gen.Flags(), &cas, "cas", "prefix where writes must be compare-and-swap (repeatable)", "an empty prefix would cover the whole bucket; name a prefix")
+	nonEmptyVar(gen.Flags(), &principal, "principal", "", "IAM principal ARN the policy applies to (default: everyone)", "an empty principal would mean everyone; drop --principal to mean that")
 	cmd.AddCommand(gen)
 	return cmd
 }
