@@ -13,7 +13,9 @@
 //
 // Writes take a [Condition]: [IfAbsent] (If-None-Match: *) creates an object only if
 // the key is free; [IfMatch] replaces it only if its current ETag is the one given
-// (compare-and-swap). Many "S3-compatible" servers accept these headers and ignore
+// (compare-and-swap); an empty ETag (IfMatch("") after a lookup that failed) is
+// never "unconditional": it matches no object, and the write fails with
+// [ErrPreconditionFailed]. Many "S3-compatible" servers accept these headers and ignore
 // them; MinIO itself ignores If-Match on DeleteObject and destination conditions on
 // CopyObject. So a Store never trusts a header: backends that implement conditions
 // themselves (mem, fs) declare what they enforce, and for the others (s3) [Probe]
@@ -85,6 +87,11 @@
 // leading "/", no empty segment ("a//b") and no "." or ".." segment. These rules are
 // the intersection of what AWS S3, MinIO and a local directory accept, so a key that
 // works on one backend works on all. Spaces, "+", "%", and any other Unicode are fine.
+//
+// Store URLs ([Open], [ParseURL], [SplitObjectURL]) never reach outside what they
+// name: a ".." segment in any encoding, a fragment ("#") and a second "?" are
+// refused with [ErrInvalidURL] before anything is cleaned. A key from elsewhere
+// (an event) is passed to the Store's methods, never built into a URL.
 //
 // # Errors
 //
