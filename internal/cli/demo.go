@@ -81,6 +81,13 @@ has it at the end, every effect written once and the bucket's final state.`,
 			} else if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
+			// The store's file:// URL is built from it: relative, it
+			// would be read as a host ("file://rel/bucket").
+			abs, err := filepath.Abs(dir)
+			if err != nil {
+				return usagef("--dir: %v", err)
+			}
+			dir = abs
 			if storeURL == "" {
 				bucket := filepath.Join(dir, "bucket")
 				if err := os.MkdirAll(bucket, 0o755); err != nil {

@@ -242,3 +242,17 @@ func TestHandlerPatternWithHostileKeys(t *testing.T) {
 		t.Errorf("the tree around the mirror changed:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 }
+
+// `demo --dir` with a relative directory builds its store's file:// URL from
+// the absolute path (it was "file://rel/bucket", a URL whose host is "rel",
+// refused).
+func TestDemoRelativeDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if code, _, stderr := runBin(t, dir, nil, "demo", "--dir", "rel", "--writes", "20", "--keys", "5"); code != 0 {
+		t.Fatalf("demo --dir rel: exit %d: %s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "rel", "bucket")); err != nil {
+		t.Errorf("the demo's bucket is not under rel/: %v", err)
+	}
+}
