@@ -3,6 +3,7 @@ package objstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -27,14 +28,34 @@ type Condition struct {
 	// Absent: write only if no object exists at the key (If-None-Match: *).
 	Absent bool
 	// Match: write only if the current object's ETag equals Match (If-Match).
+	// A Match that is only quotes, "W/" or spaces (`""`) is an empty ETag,
+	// not "no condition": Store refuses it (see IfMatch).
 	Match string
+
+	// emptyMatch: made by IfMatch with an empty ETag.
+	emptyMatch bool
 }
 
 // IfAbsent is the write-once condition (If-None-Match: *).
 func IfAbsent() Condition { return Condition{Absent: true} }
 
-// IfMatch is the compare-and-swap condition (If-Match: etag).
-func IfMatch(etag string) Condition { return Condition{Match: NormalizeETag(etag)} }
+// IfMatch is the compare-and-swap condition (If-Match: etag). An empty etag
+// (most often a lookup that failed) is never "unconditional": no object has
+// an empty ETag, so every Store operation given IfMatch("") fails with
+// ErrPreconditionFailed and writes nothing.
+func IfMatch(etag string) Condition {
+	m := NormalizeETag(etag)
+	return Condition{Match: m, emptyMatch: m == ""}
+}
+
+// checkEmptyMatch refuses a condition whose ETag is empty: IfMatch(""), or a
+// Match that normalizes to "" (`""`, "W/\"\"", " ").
+func (c Condition) checkEmptyMatch() error {
+	if c.emptyMatch || (c.Match != "" && NormalizeETag(c.Match) == "") {
+		return fmt.Errorf("%w: if-match with an empty ETag, which no object has (an empty ETag is most often a lookup that failed); nothing was written", ErrPreconditionFailed)
+	}
+	return nil
+}
 
 // Replacing is the condition for replacing exactly what a read saw: if-match
 // its ETag, or if-absent when the read found nothing (err is ErrNotFound). Any
@@ -50,10 +71,12 @@ func Replacing(info Info, err error) (Condition, error) {
 }
 
 // IsZero reports whether c is unconditional.
-func (c Condition) IsZero() bool { return !c.Absent && c.Match == "" }
+func (c Condition) IsZero() bool { return !c.Absent && c.Match == "" && !c.emptyMatch }
 
 func (c Condition) String() string {
 	switch {
+	case c.emptyMatch || (c.Match != "" && NormalizeETag(c.Match) == ""):
+		return "invalid(if-match with an empty ETag)"
 	case c.Absent && c.Match != "":
 		return "invalid(if-absent and if-match)"
 	case c.Absent:

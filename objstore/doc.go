@@ -13,7 +13,9 @@
 //
 // Writes take a [Condition]: [IfAbsent] (If-None-Match: *) creates an object only if
 // the key is free; [IfMatch] replaces it only if its current ETag is the one given
-// (compare-and-swap). Many "S3-compatible" servers accept these headers and ignore
+// (compare-and-swap); an empty ETag (IfMatch("") after a lookup that failed) is
+// never "unconditional": it matches no object, and the write fails with
+// [ErrPreconditionFailed]. Many "S3-compatible" servers accept these headers and ignore
 // them; MinIO itself ignores If-Match on DeleteObject and destination conditions on
 // CopyObject. So a Store never trusts a header: backends that implement conditions
 // themselves (mem, fs) declare what they enforce, and for the others (s3) [Probe]
@@ -93,6 +95,11 @@
 // encoding-type=url so that XML never has to carry them. NUL is refused because
 // S3's XML listings, MinIO, PostgreSQL text and a process environment cannot carry
 // it. Text output of the CLI escapes control characters; --json keeps them exact.
+//
+// Store URLs ([Open], [ParseURL], [SplitObjectURL]) never reach outside what they
+// name: a ".." segment in any encoding, a fragment ("#") and a second "?" are
+// refused with [ErrInvalidURL] before anything is cleaned. A key from elsewhere
+// (an event) is passed to the Store's methods, never built into a URL.
 //
 // # Errors
 //

@@ -35,13 +35,36 @@ func FuzzValidateKey(f *testing.F) {
 }
 
 func FuzzParseURL(f *testing.F) {
-	for _, s := range []string{"s3://b/p?endpoint=http://x", "file:///d", "rel/dir", "mem://n", "://", "s3://%zz", ""} {
+	for _, s := range []string{"s3://b/p?endpoint=http://x", "file:///d", "rel/dir", "mem://n", "://", "s3://%zz", "",
+		"file:///d/..%2Fx", "file:///d/%2e%2E/x", "d/../x", "s3://b/k#?endpoint=x", `file:///d/..\x`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
 		u, err := objstore.ParseURL(raw)
-		if err == nil && u.Scheme == "" {
+		if err != nil {
+			return
+		}
+		if u.Scheme == "" {
 			t.Fatalf("parsed %q without a scheme", raw)
+		}
+		// Nothing that climbs survives parsing.
+		for _, p := range []string{u.Host, u.Path, u.Opaque} {
+			for _, seg := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
+				if seg == ".." {
+					t.Fatalf("parsed %q with a \"..\" segment: %#v", raw, u)
+				}
+			}
+		}
+		if u.Fragment != "" || strings.Contains(u.RawQuery, "?") {
+			t.Fatalf("parsed %q keeping a fragment or a second '?': %#v", raw, u)
+		}
+		// A URL's key is a clean relative path once split off.
+		if _, key, err := objstore.SplitObjectURL(raw); err == nil && u.Scheme == "file" {
+			for _, seg := range strings.Split(key, "/") {
+				if seg == ".." {
+					t.Fatalf("SplitObjectURL(%q) gave key %q", raw, key)
+				}
+			}
 		}
 	})
 }

@@ -173,6 +173,9 @@ func normPut(opts *PutOptions) (PutOptions, error) {
 	if opts != nil {
 		o = *opts
 	}
+	if err := o.If.checkEmptyMatch(); err != nil {
+		return o, err
+	}
 	o.If.Match = NormalizeETag(o.If.Match)
 	if len(o.Metadata) > 0 {
 		if err := ValidateMetadata(o.Metadata); err != nil {
@@ -276,6 +279,9 @@ func (s *Store) Delete(ctx context.Context, key string, cond Condition) error {
 	if err := ValidateKey(key); err != nil {
 		return wrapErr("delete", key, err)
 	}
+	if err := cond.checkEmptyMatch(); err != nil {
+		return wrapErr("delete", key, err)
+	}
 	cond.Match = NormalizeETag(cond.Match)
 	if cond.Absent {
 		return wrapErr("delete", key, fmt.Errorf("%w: delete takes only an if-match condition", ErrNotSupported))
@@ -297,6 +303,9 @@ func (s *Store) Copy(ctx context.Context, src, dst string, cond Condition) (Info
 		return Info{}, wrapErr("copy", src, err)
 	}
 	if err := ValidateKey(dst); err != nil {
+		return Info{}, wrapErr("copy", dst, err)
+	}
+	if err := cond.checkEmptyMatch(); err != nil {
 		return Info{}, wrapErr("copy", dst, err)
 	}
 	cond.Match = NormalizeETag(cond.Match)

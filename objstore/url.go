@@ -34,6 +34,14 @@ func Schemes() []string { return openers.Schemes() }
 // mistyped URL, never a path. A URL other than file:// must name its bucket
 // (or store name): "s3:///reports/" is what an unset $BUCKET leaves, and is
 // refused rather than read as anything else.
+//
+// No store URL reaches outside what it names: a ".." path segment is refused
+// (ErrInvalidURL) in every form, before anything is cleaned or resolved —
+// written out, percent-encoded in any case ("%2E%2E", ".%2e"), ended by an
+// encoded slash ("..%2F") or a backslash. So is a fragment ("#…"), which a key
+// holding '#' would become, and a second '?' in the query, which a key holding
+// '?' leaves. Keys holding '#', '?', '%' or spaces are passed apart from the
+// URL (the Store methods take keys; the CLI has --store URL --key KEY).
 func ParseURL(raw string) (*url.URL, error) {
 	if strings.TrimSpace(raw) == "" {
 		return nil, fmt.Errorf("%w: empty; use s3://bucket/prefix, file:///dir, a directory path or mem://name", ErrInvalidURL)
@@ -42,11 +50,19 @@ func ParseURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("%w: %q starts with the URL scheme %q but has no \"://\": write %s://… (or ./%s if it really is a local path)", ErrInvalidURL, raw, scheme+":", scheme, raw)
 	}
 	if !strings.Contains(raw, "://") {
+		// A local path: its ".." segments are refused before filepath.Abs
+		// cleans them away.
+		if hasDotDot(raw) {
+			return nil, fmt.Errorf("%w: %q has a \"..\" segment: a store path never climbs out of what it names; give the directory without \"..\" (e.g. its absolute path), and a key apart with --store DIR --key KEY", ErrInvalidURL, raw)
+		}
 		abs, err := filepath.Abs(raw)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %q: %v", ErrInvalidURL, raw, err)
 		}
 		return &url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}, nil
+	}
+	if strings.Contains(raw, "#") {
+		return nil, fmt.Errorf("%w: %q has a '#': a URL's fragment is no part of a store or key, so what follows it would be dropped; a key holding '#' goes apart from the URL (cairn: --store URL --key KEY)", ErrInvalidURL, raw)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -56,6 +72,13 @@ func ParseURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("%w: %q has no scheme; use s3://, file://, mem:// or a plain directory path", ErrInvalidURL, raw)
 	}
 	u.Scheme = strings.ToLower(u.Scheme)
+	// url.Parse has decoded the path: "%2E%2E" and "..%2F" are ".." now.
+	if hasDotDot(u.Host) || hasDotDot(u.Path) || hasDotDot(u.Opaque) {
+		return nil, fmt.Errorf("%w: %q has a \"..\" segment (perhaps percent-encoded): a store URL never climbs out of what it names; a key from elsewhere goes apart from the URL (cairn: --store URL --key KEY)", ErrInvalidURL, raw)
+	}
+	if strings.Contains(u.RawQuery, "?") {
+		return nil, fmt.Errorf("%w: %q has a second '?': a key holding '?' makes the rest of it parameters; pass such a key apart from the URL (cairn: --store URL --key KEY)", ErrInvalidURL, raw)
+	}
 	if u.Host == "" && u.Scheme != "file" {
 		part, example := "store name", u.Scheme+"://NAME"
 		if u.Scheme == "s3" {
@@ -64,6 +87,18 @@ func ParseURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("%w: %q has no %s: it goes right after %s:// (%s%s); is the variable that should hold it unset?", ErrInvalidURL, raw, part, u.Scheme, example, u.EscapedPath())
 	}
 	return u, nil
+}
+
+// hasDotDot reports whether p has a ".." segment, with '/' or '\\' as the
+// separator (Windows and some S3-compatible servers take a backslash for a
+// slash).
+func hasDotDot(p string) bool {
+	for _, seg := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // schemePrefix reports whether raw starts with "scheme:" (RFC 3986 scheme
@@ -118,6 +153,16 @@ func SplitObjectURL(raw string) (storeURL, key string, err error) {
 		p := filepath.Clean(filepath.FromSlash(u.Path))
 		if p == string(filepath.Separator) || p == "." {
 			return "", "", fmt.Errorf("%w: %q names a directory, not an object", ErrInvalidURL, raw)
+		}
+		// Cleaning drops these, and would name another object than the
+		// key the URL was built from ("dir/./k", "dir//k" and "dir/k/" would
+		// all be "dir/k"). ".." never gets here (ParseURL refuses it).
+		if strings.Contains(raw, "://") { // not a local path, which ParseURL made a clean URL
+			for _, seg := range strings.Split(strings.TrimPrefix(u.Path, "/"), "/") {
+				if seg == "" || seg == "." {
+					return "", "", fmt.Errorf("%w: %q has an empty or \".\" path segment (or ends with \"/\"), which would be dropped and name another object; pass a key from elsewhere apart from the URL (cairn: --store URL --key KEY)", ErrInvalidURL, raw)
+				}
+			}
 		}
 		root := filepath.Dir(p)
 		for d := filepath.Dir(p); ; d = filepath.Dir(d) {

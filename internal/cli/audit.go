@@ -154,11 +154,11 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&storeURL, "store", "", "the bucket (store URL) to audit")
-	fs.StringVar(&ledgerURL, "ledger", ledger.DefaultURL, "ledger URL")
-	fs.StringVar(&inventory, "inventory", "", "read the objects from an S3 Inventory report (CSV) instead of LISTing: the URL of its manifest.json")
-	fs.StringVar(&bucket, "bucket", "", "bucket name the events carry (default: the s3:// URL's bucket)")
-	fs.StringArrayVar(&o.Prefixes, "prefix", nil, "audit only keys under this prefix (repeatable)")
+	nonEmptyVar(fs, &storeURL, "store", "", "the bucket (store URL) to audit", "name the store to audit")
+	nonEmptyVar(fs, &ledgerURL, "ledger", ledger.DefaultURL, "ledger URL", "drop --ledger for the default ("+ledger.DefaultURL+")")
+	nonEmptyVar(fs, &inventory, "inventory", "", "read the objects from an S3 Inventory report (CSV) instead of LISTing: the URL of its manifest.json", "name the manifest.json, or drop --inventory to LIST")
+	nonEmptyVar(fs, &bucket, "bucket", "", "bucket name the events carry (default: the s3:// URL's bucket)", "name the bucket, or drop --bucket")
+	nonEmptyArrayVar(fs, &o.Prefixes, "prefix", "audit only keys under this prefix (repeatable)", "an empty prefix would audit the whole bucket; drop --prefix to mean that")
 	durflag.Var(fs, &o.Grace, "grace", audit.DefaultGrace, "skip objects modified more recently (their events may still be coming); 0: none")
 	durflag.Var(fs, &o.Horizon, "horizon", 30*24*time.Hour, "skip missing objects older than this (the ledger's retention)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "report only; resubmit nothing")

@@ -52,7 +52,7 @@ the fs store's target is >= 0.5 (conditional within 2x of plain).`,
 			return e.printResults(bench.Objstore(cmd.Context(), s, opts))
 		},
 	}
-	cmd.Flags().StringVar(&storeURL, "store", "./cairn-data/bench", "store URL to benchmark (scratch keys go under cairn-bench/)")
+	nonEmptyVar(cmd.Flags(), &storeURL, "store", "./cairn-data/bench", "store URL to benchmark (scratch keys go under cairn-bench/)", "name the store, or drop --store for ./cairn-data/bench")
 	cmd.Flags().IntVar(&opts.Ops, "ops", 400, "operations per variant")
 	cmd.Flags().IntVar(&opts.Size, "size", 4096, "object size in bytes")
 	return cmd
@@ -159,7 +159,7 @@ object-store ledger's prefix): point them at scratch locations.`,
 			return e.printResults(bench.Ledger(cmd.Context(), opts))
 		},
 	}
-	cmd.Flags().StringArrayVar(&opts.URLs, "ledger", nil, "ledger URL, repeatable (scratch: it is wiped; default ./cairn-data/bench-ledger.db)")
+	nonEmptyArrayVar(cmd.Flags(), &opts.URLs, "ledger", "ledger URL, repeatable (scratch: it is wiped; default ./cairn-data/bench-ledger.db)", "name the ledger, or drop --ledger for the default")
 	cmd.Flags().IntVar(&opts.Events, "events", 1_000_000, "events to record")
 	cmd.Flags().IntVar(&opts.Keys, "keys", 100_000, "distinct keys")
 	cmd.Flags().IntVar(&opts.NaiveEvents, "naive-events", 10_000, "events for the naive baseline")
@@ -202,7 +202,7 @@ ledger's).`,
 	cmd.Flags().IntVar(&opts.ExecEvents, "exec-events", 3000, "events for the exec handler run (0 skips it)")
 	cmd.Flags().IntVar(&opts.Senders, "senders", 64, "concurrent webhook senders")
 	cmd.Flags().IntVar(&opts.Concurrency, "concurrency", 64, "handlers at once")
-	cmd.Flags().StringVar(&opts.LedgerURL, "ledger", "", "ledger URL (default: a fresh SQLite file); wiped by nothing: refused if it holds work to do")
+	nonEmptyVar(cmd.Flags(), &opts.LedgerURL, "ledger", "", "ledger URL (default: a fresh SQLite file); wiped by nothing: refused if it holds work to do", "drop --ledger for a fresh SQLite file")
 	cmd.Flags().StringVar(&opts.Only, "only", "", "run only the noop or the exec handler")
 	cmd.Flags().IntVar(&opts.Rounds, "rounds", 3, "rounds of each side, alternating (events/s is the median round's)")
 	cmd.Flags().BoolVar(&opts.SkipBaseline, "skip-baseline", false, "profiling: run cairn only")
@@ -251,7 +251,7 @@ Everything the bench writes is under cairn-bench-fs/ and is deleted after.`,
 			return e.printResults(bench.Fs(ctx, opts))
 		},
 	}
-	cmd.Flags().StringVar(&storeURL, "store", "", "store URL (s3://… or a directory)")
+	nonEmptyVar(cmd.Flags(), &storeURL, "store", "", "store URL (s3://… or a directory)", "name the store")
 	cmd.Flags().IntVar(&opts.Objects, "objects", 10000, "objects in the renamed folders")
 	cmd.Flags().IntVar(&opts.Concurrency, "concurrency", 0, "cairn's copies and deletes in flight (default: the folder package's)")
 	cmd.Flags().IntVar(&opts.Rounds, "rounds", 3, "rounds of ceiling measurement and cairn rename")
@@ -290,7 +290,7 @@ delete, and how to delete it). Only a killed process leaves them behind.`,
 			return e.printResults(bench.Audit(ctx, opts))
 		},
 	}
-	cmd.Flags().StringVar(&storeURL, "store", "", "store URL")
+	nonEmptyVar(cmd.Flags(), &storeURL, "store", "", "store URL", "name the store")
 	cmd.Flags().IntVar(&opts.Objects, "objects", 100000, "objects to audit")
 	return cmd
 }

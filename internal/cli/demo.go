@@ -81,6 +81,13 @@ has it at the end, every effect written once and the bucket's final state.`,
 			} else if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
+			// The store's file:// URL is built from it: relative, it
+			// would be read as a host ("file://rel/bucket").
+			abs, err := filepath.Abs(dir)
+			if err != nil {
+				return usagef("--dir: %v", err)
+			}
+			dir = abs
 			if storeURL == "" {
 				bucket := filepath.Join(dir, "bucket")
 				if err := os.MkdirAll(bucket, 0o755); err != nil {
@@ -167,10 +174,10 @@ has it at the end, every effect written once and the bucket's final state.`,
 	fs.Float64Var(&o.Reorder, "reorder", 0.2, "share of a key's overwrites delivered out of order")
 	fs.Float64Var(&o.Lost, "lost", 0.01, "share of events never delivered")
 	fs.Uint64Var(&o.Seed, "seed", uint64(time.Now().UnixNano()), "random seed for the faults")
-	fs.StringVar(&storeURL, "store", "", "bucket to write (default: a local directory under --dir)")
-	fs.StringVar(&ledgerURL, "ledger", "", "ledger URL (default: SQLite under --dir)")
+	nonEmptyVar(fs, &storeURL, "store", "", "bucket to write (default: a local directory under --dir)", "name the bucket, or drop --store for a local directory")
+	nonEmptyVar(fs, &ledgerURL, "ledger", "", "ledger URL (default: SQLite under --dir)", "drop --ledger for SQLite under --dir")
 	fs.BoolVar(&o.Crash, "crash", false, "kill cairn's daemon once while a handler is stuck (its claims expire), start another, and let the stuck handler write late")
-	fs.StringVar(&dir, "dir", "", "keep the demo's bucket, ledger and serving tables here (default: a temporary directory, removed)")
+	nonEmptyVar(fs, &dir, "dir", "", "keep the demo's bucket, ledger and serving tables here (default: a temporary directory, removed)", "an empty --dir would be a temporary directory, removed at the end; drop the flag to mean that")
 	return cmd
 }
 

@@ -27,14 +27,16 @@ response was lost is resolved by reading back, never applied twice.
 Documents are stored in an envelope that carries a revision and writer nonces;
 'doc get' prints just the value. URLs name one object: s3://bucket/path/key.json,
 file:///dir/key.json (the directory store is the nearest ancestor holding
-.cairn/), mem://name/key.`,
+.cairn/), mem://name/key; or --store URL --key KEY, the key taken byte for
+byte (never parsed as a URL: use it for a key from elsewhere, e.g. an event's
+$CAIRN_KEY).`,
 	}
 	cmd.AddCommand(docGetCmd(e), docCreateCmd(e), docUpdateCmd(e))
 	return cmd
 }
 
-func openDoc(cmd *cobra.Command, raw string) (*docstore.Store, string, error) {
-	s, key, err := objstore.OpenObject(cmd.Context(), raw, nil)
+func openDoc(cmd *cobra.Command, obj *objectFlags, urls []string) (*docstore.Store, string, error) {
+	s, key, err := obj.open(cmd.Context(), urls)
 	if err != nil {
 		return nil, "", err // a bad URL or key exits 2
 	}
@@ -70,15 +72,16 @@ func (e *env) printDoc(m docstore.Meta, value []byte, showValue bool) error {
 
 func docGetCmd(e *env) *cobra.Command {
 	var raw bool
+	var obj objectFlags
 	cmd := &cobra.Command{
-		Use:   "get URL",
+		Use:   "get (URL | --store URL --key KEY)",
 		Short: "Print a document's value (with --json: key, etag, rev, value and a fenced document's fence_token)",
 		Long: `get prints a document's value. A fenced document (written by 'doc update
 --fence-token') is stored as {"cairn_fence": N, "value": …}: get prints the
 value, and --json adds "fence_token": N; --raw prints the stored form.`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, key, err := openDoc(cmd, args[0])
+			d, key, err := openDoc(cmd, &obj, args)
 			if err != nil {
 				return err
 			}
@@ -101,6 +104,7 @@ value, and --json adds "fence_token": N; --raw prints the stored form.`,
 		},
 	}
 	cmd.Flags().BoolVar(&raw, "raw", false, "print the value as stored (a fenced document's wrapper included)")
+	obj.register(cmd)
 	return cmd
 }
 
@@ -117,11 +121,15 @@ func readInput(e *env, path string) ([]byte, error) {
 
 func docCreateCmd(e *env) *cobra.Command {
 	var file string
+	var obj objectFlags
 	cmd := &cobra.Command{
-		Use:   "create URL --file F",
+		Use:   "create (URL | --store URL --key KEY) --file F",
 		Short: "Create a document from a JSON file (- for stdin); exit 3 if it exists",
-		Args:  cobra.ExactArgs(1),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := obj.args(args); err != nil {
+				return err
+			}
 			if file == "" {
 				return usagef("--file is required (use - for stdin)")
 			}
@@ -135,7 +143,7 @@ func docCreateCmd(e *env) *cobra.Command {
 			if err := unfencedValue(data); err != nil {
 				return err
 			}
-			d, key, err := openDoc(cmd, args[0])
+			d, key, err := openDoc(cmd, &obj, args)
 			if err != nil {
 				return err
 			}
@@ -147,7 +155,8 @@ func docCreateCmd(e *env) *cobra.Command {
 			return e.printDoc(m, nil, false)
 		},
 	}
-	cmd.Flags().StringVar(&file, "file", "", "JSON file with the initial value (- for stdin)")
+	nonEmptyVar(cmd.Flags(), &file, "file", "", "JSON file with the initial value (- for stdin)", "name a file, or - for stdin")
+	obj.register(cmd)
 	return cmd
 }
 
@@ -155,8 +164,9 @@ func docUpdateCmd(e *env) *cobra.Command {
 	var sets []string
 	var merge, fenceToken string
 	var create, unfenced bool
+	var obj objectFlags
 	cmd := &cobra.Command{
-		Use:   "update URL (--set PATH=VALUE … | --merge F)",
+		Use:   "update (URL | --store URL --key KEY) (--set PATH=VALUE … | --merge F)",
 		Short: "Update fields of a document with compare-and-swap; prints the new ETag",
 		Long: `update applies --merge (a JSON merge patch, RFC 7386, from a file or - for
 stdin) and then each --set (PATH is dot-separated object keys; VALUE is JSON,
@@ -176,8 +186,11 @@ below it are still refused. The top-level field cairn_fence is reserved.`,
 		Example: `  cairn doc update s3://lake/metastore/registry.json --set datasets.orders.version=7 --set owner=data-eng
   echo '{"paused": true}' | cairn doc update file:///srv/state/job.json --merge -
   cairn doc update s3://lake/state/compact.json --set done=true --create --fence-token "$CAIRN_FENCING_TOKEN"`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := obj.args(args); err != nil {
+				return err
+			}
 			if len(sets) == 0 && merge == "" {
 				return usagef("give at least one --set PATH=VALUE or --merge FILE")
 			}
@@ -218,7 +231,7 @@ below it are still refused. The top-level field cairn_fence is reserved.`,
 					return err
 				}
 			}
-			d, key, err := openDoc(cmd, args[0])
+			d, key, err := openDoc(cmd, &obj, args)
 			if err != nil {
 				return err
 			}
@@ -270,10 +283,11 @@ below it are still refused. The top-level field cairn_fence is reserved.`,
 		},
 	}
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "PATH=VALUE to set (repeatable)")
-	cmd.Flags().StringVar(&merge, "merge", "", "JSON merge patch file (- for stdin)")
+	nonEmptyVar(cmd.Flags(), &merge, "merge", "", "JSON merge patch file (- for stdin)", "name a file, or - for stdin")
 	cmd.Flags().BoolVar(&create, "create", false, "create the document if it does not exist")
-	cmd.Flags().StringVar(&fenceToken, "fence-token", "", "update only if this fencing token is at least the highest the document has recorded (e.g. \"$CAIRN_FENCING_TOKEN\")")
+	nonEmptyVar(cmd.Flags(), &fenceToken, "fence-token", "", "update only if this fencing token is at least the highest the document has recorded (e.g. \"$CAIRN_FENCING_TOKEN\")", fenceTokenEmpty)
 	cmd.Flags().BoolVar(&unfenced, "unfenced", false, "update a fenced document without a token, keeping its mark")
+	obj.register(cmd)
 	return cmd
 }
 

@@ -62,7 +62,7 @@ changed meanwhile (named on stderr), 130 interrupted by Ctrl-C (SIGINT), 143 by
 SIGTERM.`,
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&f.store, "store", "", "store URL; folders are then paths inside it")
+	nonEmptyVar(pf, &f.store, "store", "", "store URL; folders are then paths inside it, taken byte for byte (never parsed as URLs)", "name the store, or drop --store and give folders as URLs")
 	pf.IntVar(&f.concurrency, "concurrency", 16, "copies or deletes in flight")
 	pf.BoolVar(&f.localLock, "local-lock", false, "lock in this process only (nothing else touches the bucket)")
 	durflag.Var(pf, &f.lockTTL, "lock-ttl", 30*time.Second, "TTL of the distributed lock session (a killed holder's locks go after it)")
@@ -106,7 +106,7 @@ SIGTERM.`,
 				return ops.Snapshot(cmd.Context(), folders[0], w)
 			})
 		}}
-	snap.Flags().StringVarP(&out, "output", "o", "", "archive file (default stdout)")
+	snap.Flags().VarP(&nonEmpty{p: &out, why: "name the file, or - for stdout"}, "output", "o", "archive file (default stdout)")
 	recov := &cobra.Command{Use: "recover --store URL", Short: "Finish every interrupted folder operation in a store", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.store == "" {

@@ -62,7 +62,7 @@ or an object store (s3://bucket/prefix?…, file:///dir: the ledger kept in the
 store itself, no database);
 default ./cairn-data/ledger.db.`,
 	}
-	cmd.PersistentFlags().StringVar(&url, "ledger", ledger.DefaultURL, "ledger URL")
+	nonEmptyVar(cmd.PersistentFlags(), &url, "ledger", ledger.DefaultURL, "ledger URL", "drop --ledger for the default ("+ledger.DefaultURL+")")
 	var status, prefix, bucket string
 	var limit int
 	ls := &cobra.Command{
@@ -114,9 +114,9 @@ default ./cairn-data/ledger.db.`,
 			return nil
 		},
 	}
-	ls.Flags().StringVar(&status, "status", "", "only records with this status")
-	ls.Flags().StringVar(&prefix, "prefix", "", "only keys with this prefix")
-	ls.Flags().StringVar(&bucket, "bucket", "", "only this bucket")
+	nonEmptyVar(ls.Flags(), &status, "status", "", "only records with this status", "an empty filter would list every status; drop --status to mean that")
+	nonEmptyVar(ls.Flags(), &prefix, "prefix", "", "only keys with this prefix", "an empty filter would list every key; drop --prefix to mean that")
+	nonEmptyVar(ls.Flags(), &bucket, "bucket", "", "only this bucket", "an empty filter would list every bucket; drop --bucket to mean that")
 	ls.Flags().IntVar(&limit, "limit", 1000, "at most this many records")
 	show := &cobra.Command{
 		Use:   "show BUCKET/KEY",

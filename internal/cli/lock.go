@@ -50,12 +50,15 @@ writes and have it refuse tokens lower than the highest it has seen.`,
 
 func lockRunCmd(e *env) *cobra.Command {
 	var ttl, wait time.Duration
+	var obj objectFlags
 	cmd := &cobra.Command{
-		Use:   "run URL [--ttl 30s] [--wait 0|DUR] -- CMD ARGS…",
+		Use:   "run (URL | --store URL --key KEY) [--ttl 30s] [--wait 0|DUR] -- CMD ARGS…",
 		Short: "Run a command while holding a lease; CAIRN_FENCING_TOKEN is in its environment",
 		Long: `run takes the lease named by URL (e.g. s3://bucket/locks/deploy or
 file:///srv/data/locks/deploy), runs CMD with CAIRN_FENCING_TOKEN and
 CAIRN_LEASE set, renews the lease while CMD runs, and releases it after.
+--store URL --key KEY names the lease's object apart from a URL (the key taken
+byte for byte).
 
 Exit codes: CMD's own exit code; 3 if the lease could not be acquired within
 --wait (0: try once); 4 if the lease was lost while CMD ran (CMD then gets
@@ -63,8 +66,12 @@ SIGTERM, and SIGKILL 10s later).`,
 		Example: `  cairn lock run s3://ops/locks/deploy --ttl 30s --wait 5m -- ./deploy.sh
   cairn lock run file:///srv/data/locks/compact -- sh -c 'compact --fencing-token "$CAIRN_FENCING_TOKEN"'`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) < 2 || cmd.ArgsLenAtDash() != 1 {
-				return errors.New("give the lease's URL, then the command after --: cairn lock run URL -- CMD ARGS…")
+			urls := 1
+			if obj.given() {
+				urls = 0
+			}
+			if len(args) < urls+1 || cmd.ArgsLenAtDash() != urls {
+				return errors.New("give the lease's URL (or --store URL --key KEY), then the command after --: cairn lock run URL -- CMD ARGS…")
 			}
 			return nil
 		},
@@ -73,7 +80,9 @@ SIGTERM, and SIGKILL 10s later).`,
 				return usagef("--ttl must be at least 1s")
 			}
 			ctx := cmd.Context()
-			s, key, err := objstore.OpenObject(ctx, args[0], nil)
+			urls, argv := args[:cmd.ArgsLenAtDash()], args[cmd.ArgsLenAtDash():]
+			name := obj.name(urls)
+			s, key, err := obj.open(ctx, urls)
 			if err != nil {
 				return err
 			}
@@ -81,13 +90,13 @@ SIGTERM, and SIGKILL 10s later).`,
 			m := lease.New(s, &lease.Options{TTL: ttl})
 			l, err := acquireWithin(ctx, wait, key, m.TryAcquire, m.Acquire)
 			if errors.Is(err, lease.ErrNotAcquired) {
-				return fmt.Errorf("lease %s is held by another holder (see 'cairn lock status'): %w", args[0], err)
+				return fmt.Errorf("lease %s is held by another holder (see 'cairn lock status'): %w", name, err)
 			}
 			if err != nil {
 				return err
 			}
-			e.log.Info("lease acquired", "lease", args[0], "token", l.Token())
-			code, lost := runHeld(e, args[1:], []string{"CAIRN_FENCING_TOKEN=" + strconv.FormatInt(l.Token(), 10), "CAIRN_LEASE=" + args[0]},
+			e.log.Info("lease acquired", "lease", name, "token", l.Token())
+			code, lost := runHeld(e, argv, []string{"CAIRN_FENCING_TOKEN=" + strconv.FormatInt(l.Token(), 10), "CAIRN_LEASE=" + name},
 				l.Done(), l.Err)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
@@ -95,7 +104,7 @@ SIGTERM, and SIGKILL 10s later).`,
 				e.log.Warn("releasing the lease failed; it expires by itself after the TTL", "err", rerr)
 			}
 			if lost {
-				return fmt.Errorf("lease %s was lost while the command ran (%w); it was sent SIGTERM", args[0], l.Err())
+				return fmt.Errorf("lease %s was lost while the command ran (%w); it was sent SIGTERM", name, l.Err())
 			}
 			if code != 0 {
 				return exitError{code, fmt.Errorf("command exited with status %d", code)}
@@ -105,6 +114,7 @@ SIGTERM, and SIGKILL 10s later).`,
 	}
 	durflag.Var(cmd.Flags(), &ttl, "ttl", 30*time.Second, "lease time-to-live (renewed every ttl/3)")
 	durflag.Var(cmd.Flags(), &wait, "wait", 0, "how long to wait for the lease (0: try once)")
+	obj.register(cmd)
 	return cmd
 }
 
@@ -171,12 +181,14 @@ func runHeld(e *env, argv, extraEnv []string, done <-chan struct{}, why func() e
 }
 
 func lockStatusCmd(e *env) *cobra.Command {
-	return &cobra.Command{
-		Use:   "status URL",
+	var obj objectFlags
+	cmd := &cobra.Command{
+		Use:   "status (URL | --store URL --key KEY)",
 		Short: "Show a lease's holder, fencing token and renewals",
-		Args:  cobra.ExactArgs(1),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, key, err := objstore.OpenObject(cmd.Context(), args[0], nil)
+			name := obj.name(args)
+			s, key, err := obj.open(cmd.Context(), args)
 			if err != nil {
 				return err
 			}
@@ -190,19 +202,21 @@ func lockStatusCmd(e *env) *cobra.Command {
 			}
 			held := st.Holder != ""
 			if e.json {
-				return e.writeJSON(map[string]any{"lease": args[0], "held": held, "state": st, "revision": meta.Rev,
+				return e.writeJSON(map[string]any{"lease": name, "held": held, "state": st, "revision": meta.Rev,
 					"last_write": meta.LastModified})
 			}
 			if !held {
-				fmt.Fprintf(e.stdout, "%s: free (last fencing token %d)\n", safetext.URL(args[0]), st.Token)
+				fmt.Fprintf(e.stdout, "%s: free (last fencing token %d)\n", obj.display(args), st.Token)
 				return nil
 			}
 			fmt.Fprintf(e.stdout, "%s: held by %s (pid %d on %s)\nfencing token: %d\nttl: %s, renewals: %d, revision %d\nacquired: %s (holder's clock)\nlast write: %s (store's clock); expires if not renewed within the ttl\n",
-				safetext.URL(args[0]), safetext.Escape(st.Holder), st.PID, safetext.Escape(st.Host), st.Token, time.Duration(st.TTLms)*time.Millisecond, st.Renewals, meta.Rev,
+				obj.display(args), safetext.Escape(st.Holder), st.PID, safetext.Escape(st.Host), st.Token, time.Duration(st.TTLms)*time.Millisecond, st.Renewals, meta.Rev,
 				st.Acquired, meta.LastModified.Format(time.RFC3339Nano))
 			return nil
 		},
 	}
+	obj.register(cmd)
+	return cmd
 }
 
 func lockTreeCmd(e *env) *cobra.Command {
@@ -273,9 +287,9 @@ lock's session was lost while CMD ran (CMD gets SIGTERM).`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&storeURL, "store", "", "store URL holding the lock documents")
-	cmd.Flags().StringArrayVar(&reads, "read", nil, "path to lock for reading (repeatable)")
-	cmd.Flags().StringArrayVar(&writes, "write", nil, "path to lock for writing (repeatable)")
+	nonEmptyVar(cmd.Flags(), &storeURL, "store", "", "store URL holding the lock documents", "name the store holding the locks")
+	nonEmptyArrayVar(cmd.Flags(), &reads, "read", "path to lock for reading (repeatable)", "name a path, e.g. /datasets/orders")
+	nonEmptyArrayVar(cmd.Flags(), &writes, "write", "path to lock for writing (repeatable)", "name a path, e.g. /datasets/orders")
 	durflag.Var(cmd.Flags(), &ttl, "ttl", 30*time.Second, "session time-to-live")
 	durflag.Var(cmd.Flags(), &wait, "wait", 0, "how long to wait (0: try once)")
 	_ = cmd.MarkFlagRequired("store")

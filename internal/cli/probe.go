@@ -89,7 +89,7 @@ With --require, probe exits with code 3 unless every named check is enforced.`,
 	}
 	cmd.Flags().IntVar(&racers, "racers", 16, "concurrent conditional writes of one key per round of the racing-creates and racing-updates checks")
 	cmd.Flags().IntVar(&rounds, "rounds", 3, "rounds of each racing check; every round must have exactly one winner")
-	cmd.Flags().StringSliceVar(&require, "require", nil, "exit 3 unless these checks are enforced (comma-separated: "+strings.Join(names, ", ")+")")
+	nonEmptyListVar(cmd.Flags(), &require, "require", "exit 3 unless these checks are enforced (comma-separated: "+strings.Join(names, ", ")+")", "an empty list would require nothing; drop --require to mean that")
 	cmd.Flags().BoolVar(&noCache, "no-cache", false, "do not save the verdict (neither in the local cache nor in the bucket)")
 	return cmd
 }

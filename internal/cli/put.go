@@ -26,12 +26,19 @@ func putCmd(e *env) *cobra.Command {
 	var ifMatch, contentType, fenceToken string
 	var partSize int64
 	var concurrency, retries int
+	var obj objectFlags
 	cmd := &cobra.Command{
-		Use:   "put FILE URL",
+		Use:   "put FILE (URL | --store URL --key KEY)",
 		Short: "Upload a file (- for stdin) with write-once or compare-and-swap semantics",
 		Long: `put streams FILE to the object URL. Large files go through a multipart upload
 whose completion carries the condition, so the whole upload is atomic; when the
 condition fails the upload is aborted and nothing is left behind.
+
+The object is a URL (s3://bucket/path/key?endpoint=…, file:///dir/key, a
+path, mem://name/key), or --store URL --key KEY: the key taken byte for byte,
+never parsed as a URL. Use --key for a key that comes from elsewhere (an
+event's $CAIRN_KEY): in a URL, '#', '?', '%' and ".." would be refused or
+change which object is meant.
 
   --if-absent         write only if no object exists (exit 3 if one does)
   --if-match ETAG     replace only the version with this ETag (exit 3 otherwise)
@@ -58,9 +65,13 @@ fenced write that lands meanwhile is never overwritten (a file is sent again,
 up to --retries times; stdin cannot be, and exits 3).`,
 		Example: `  cairn put part-0001.parquet 's3://lake/datasets/orders/part-0001.parquet' --if-absent
   cairn put registry.json s3://lake/metastore/registry.json --if-match 9b2cf535f27731c974343645a3985328
+  cairn put - --store file:///srv/mirror --key "$CAIRN_KEY" --fence-token "$CAIRN_FENCING_TOKEN"
   cairn lock run s3://lake/locks/daily -- sh -c 'build > out.csv && cairn put out.csv s3://lake/reports/daily.csv --fence-token "$CAIRN_FENCING_TOKEN"'`,
-		Args: cobra.ExactArgs(2),
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := obj.args(args[1:]); err != nil {
+				return err
+			}
 			n := 0
 			for _, b := range []bool{ifAbsent, ifMatch != "", retryOnChange} {
 				if b {
@@ -81,7 +92,7 @@ up to --retries times; stdin cannot be, and exits 3).`,
 				if err != nil {
 					return err
 				}
-				return putThroughFence(cmd, e, args[0], args[1], contentType, partSize,
+				return putThroughFence(cmd, e, args[0], &obj, args[1:], contentType, partSize,
 					func(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeker, o *fence.Options) (objstore.Info, error) {
 						return fence.Put(ctx, s, key, body, token, o) // fence.ErrStale exits 3
 					})
@@ -90,10 +101,10 @@ up to --retries times; stdin cannot be, and exits 3).`,
 				if n > 0 {
 					return usagef("--unfenced replaces the current version by itself (conditionally, starting over if it changes); drop --if-absent, --if-match and --retry-on-change")
 				}
-				return putThroughFence(cmd, e, args[0], args[1], contentType, partSize, fence.PutKeepingMark)
+				return putThroughFence(cmd, e, args[0], &obj, args[1:], contentType, partSize, fence.PutKeepingMark)
 			}
 			ctx := cmd.Context()
-			s, key, err := objstore.OpenObject(ctx, args[1], nil)
+			s, key, err := obj.open(ctx, args[1:])
 			if err != nil {
 				return err
 			}
@@ -178,14 +189,16 @@ up to --retries times; stdin cannot be, and exits 3).`,
 		},
 	}
 	cmd.Flags().BoolVar(&ifAbsent, "if-absent", false, "write only if the key is free (If-None-Match: *)")
-	cmd.Flags().StringVar(&ifMatch, "if-match", "", "replace only the object with this ETag")
+	nonEmptyVar(cmd.Flags(), &ifMatch, "if-match", "", "replace only the object with this ETag",
+		"an empty ETag would make the write unconditional").check = checkETag
 	cmd.Flags().StringVar(&contentType, "content-type", "", "the object's Content-Type (default: from the key's or the file's extension, else application/octet-stream)")
-	cmd.Flags().StringVar(&fenceToken, "fence-token", "", "write only if this fencing token is at least the highest the object has seen (e.g. \"$CAIRN_FENCING_TOKEN\")")
+	nonEmptyVar(cmd.Flags(), &fenceToken, "fence-token", "", "write only if this fencing token is at least the highest the object has seen (e.g. \"$CAIRN_FENCING_TOKEN\")", fenceTokenEmpty)
 	cmd.Flags().BoolVar(&retryOnChange, "retry-on-change", false, "replace the current version; start over if it changes during the upload")
 	cmd.Flags().BoolVar(&unfenced, "unfenced", false, "write without a fencing token over an object that carries a fencing mark, keeping the mark")
 	cmd.Flags().IntVar(&retries, "retries", 5, "attempts for --retry-on-change (and for a plain put whose object changed during the upload)")
 	cmd.Flags().Int64Var(&partSize, "part-size", 16<<20, "multipart part size in bytes")
 	cmd.Flags().IntVar(&concurrency, "concurrency", 4, "parts uploaded at once")
+	obj.register(cmd)
 	return cmd
 }
 
@@ -193,7 +206,7 @@ up to --retries times; stdin cannot be, and exits 3).`,
 // unset $CAIRN_FENCING_TOKEN.
 func parseFenceToken(v string) (int64, error) {
 	if strings.TrimSpace(v) == "" {
-		return 0, usagef("--fence-token is empty: pass the token your lock handed out (CAIRN_FENCING_TOKEN is set only in commands run by 'cairn lock run', 'cairn lock tree' and 'cairn serve')")
+		return 0, usagef("--fence-token is empty: %s", fenceTokenEmpty)
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	if err != nil || n < 0 {
@@ -202,13 +215,25 @@ func parseFenceToken(v string) (int64, error) {
 	return n, nil
 }
 
+// fenceTokenEmpty is what to do about an empty --fence-token.
+const fenceTokenEmpty = "pass the token your lock handed out (CAIRN_FENCING_TOKEN is set only in commands run by 'cairn lock run', 'cairn lock tree' and 'cairn serve')"
+
+// checkETag refuses an --if-match that is an empty ETag once its quotes and
+// spaces are dropped (`""`).
+func checkETag(v string) error {
+	if objstore.NormalizeETag(v) == "" {
+		return fmt.Errorf("%q is an empty ETag, which would make the write unconditional", v)
+	}
+	return nil
+}
+
 // putThroughFence is put --fence-token (fence.Put) and put --unfenced
 // (fence.PutKeepingMark): both read the object's mark and write conditionally
 // on the version they judged, so they may send the body more than once.
-func putThroughFence(cmd *cobra.Command, e *env, file, url, contentType string, partSize int64,
+func putThroughFence(cmd *cobra.Command, e *env, file string, obj *objectFlags, urls []string, contentType string, partSize int64,
 	write func(context.Context, *objstore.Store, string, io.ReadSeeker, *fence.Options) (objstore.Info, error)) error {
 	ctx := cmd.Context()
-	s, key, err := objstore.OpenObject(ctx, url, nil)
+	s, key, err := obj.open(ctx, urls)
 	if err != nil {
 		return err
 	}
@@ -309,10 +334,10 @@ package to enforce the same rules in every cairn client.`,
 			return err
 		},
 	}
-	gen.Flags().StringVar(&bucket, "bucket", "", "bucket name")
-	gen.Flags().StringArrayVar(&createOnly, "create-only", nil, "prefix where objects are write-once (repeatable)")
-	gen.Flags().StringArrayVar(&cas, "cas", nil, "prefix where writes must be compare-and-swap (repeatable)")
-	gen.Flags().StringVar(&principal, "principal", "", "IAM principal ARN the policy applies to (default: everyone)")
+	nonEmptyVar(gen.Flags(), &bucket, "bucket", "", "bucket name", "name the bucket")
+	nonEmptyArrayVar(gen.Flags(), &createOnly, "create-only", "prefix where objects are write-once (repeatable)", "an empty prefix would cover the whole bucket; name a prefix")
+	nonEmptyArrayVar(gen.Flags(), &cas, "cas", "prefix where writes must be compare-and-swap (repeatable)", "an empty prefix would cover the whole bucket; name a prefix")
+	nonEmptyVar(gen.Flags(), &principal, "principal", "", "IAM principal ARN the policy applies to (default: everyone)", "an empty principal would mean everyone; drop --principal to mean that")
 	cmd.AddCommand(gen)
 	return cmd
 }

@@ -69,11 +69,11 @@ Replaying processed records re-runs finished work; it needs --force.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&url, "ledger", ledger.DefaultURL, "ledger URL")
-	fs.StringVar(&statuses, "status", "dead", "statuses to replay, comma-separated: dead, failed, processed")
-	fs.StringVar(&bucket, "bucket", "", "only this bucket")
-	fs.StringVar(&prefix, "prefix", "", "only keys under this prefix")
-	fs.StringVar(&key, "key", "", "only this key (with --bucket)")
+	nonEmptyVar(fs, &url, "ledger", ledger.DefaultURL, "ledger URL", "drop --ledger for the default ("+ledger.DefaultURL+")")
+	nonEmptyVar(fs, &statuses, "status", "dead", "statuses to replay, comma-separated: dead, failed, processed", "name the statuses, or drop --status for dead")
+	nonEmptyVar(fs, &bucket, "bucket", "", "only this bucket", "an empty filter would replay every bucket; drop --bucket to mean that")
+	nonEmptyVar(fs, &prefix, "prefix", "", "only keys under this prefix", "an empty filter would replay every key; drop --prefix to mean that")
+	nonEmptyVar(fs, &key, "key", "", "only this key (with --bucket)", "an empty filter would replay every key; drop --key to mean that")
 	durflag.Var(fs, &since, "since", 0, "only records updated within this long")
 	fs.BoolVar(&dryRun, "dry-run", false, "count only")
 	fs.BoolVar(&force, "force", false, "allow replaying processed records")

@@ -17,8 +17,14 @@
 //     even then. A crash between the sidecar and the data rename leaves the
 //     sidecar describing both the old and the new file, so either is labelled
 //     correctly.
-//   - Keys cannot escape the root: every path is resolved through os.Root, and
-//     the portable key rules of objstore reject "..", absolute keys and NUL.
+//   - No operation touches a path outside the root, whatever the key and
+//     whatever symbolic links the tree holds: the Backend itself refuses a key
+//     that is not a clean relative path (empty, absolute, with an empty, "." or
+//     ".." segment, or NUL) with objstore.ErrInvalidKey, before and apart from
+//     objstore's portable key rules; and every path is resolved through
+//     os.Root, which follows a symbolic link only while it stays inside the
+//     root, also when a folder is swapped for a link mid-operation. A key whose
+//     path leads out through a link is objstore.ErrInvalidKey.
 //   - Temporary data of a dead writer does not stay: a writer holds a
 //     flock(2) on each of its temporary files (.cairn/tmp) from the moment it
 //     creates it until it is renamed into place or removed, and on the lock
@@ -426,8 +432,27 @@ func (b *Backend) Capabilities() (objstore.Capabilities, bool) {
 // MinPartSize is 1 byte.
 func (b *Backend) MinPartSize() int64 { return 1 }
 
+// checkKey refuses, at the lowest layer, every key that is not a clean
+// relative path (objstore.Store refuses them first; this holds for callers of
+// the Backend too): empty, absolute, with an empty, "." or ".." segment, or
+// with NUL. os.Root then confines what is left to the root, symbolic links
+// included.
 func checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: the key is empty", objstore.ErrInvalidKey)
+	case strings.HasPrefix(key, "/"):
+		return fmt.Errorf("%w: the key starts with \"/\"; the fs store keeps keys relative to its root", objstore.ErrInvalidKey)
+	case strings.IndexByte(key, 0) >= 0:
+		return fmt.Errorf("%w: the key holds NUL, which no file name can", objstore.ErrInvalidKey)
+	}
 	for _, seg := range strings.Split(key, "/") {
+		switch seg {
+		case "":
+			return fmt.Errorf("%w: the key has an empty segment (\"//\" or a trailing \"/\")", objstore.ErrInvalidKey)
+		case ".", "..":
+			return fmt.Errorf("%w: the key has a %q segment; the fs store never resolves one (it would name another file, or one outside its root)", objstore.ErrInvalidKey, seg)
+		}
 		if seg == internalDir {
 			return fmt.Errorf("%w: %q is reserved for the fs store's bookkeeping, at any depth (a directory store nested in another keeps its own there)", objstore.ErrInvalidKey, internalDir)
 		}
@@ -544,8 +569,17 @@ func (b *Backend) mapErr(key string, err error) error {
 		return fmt.Errorf("%w: no object at this key", objstore.ErrNotFound)
 	case errors.Is(err, syscall.ENAMETOOLONG):
 		return fmt.Errorf("%w: a segment is too long for a file name: %v", objstore.ErrInvalidKey, err)
+	case escapes(err):
+		return fmt.Errorf("%w: its path leads out of the store's root through a symbolic link, which the fs store never follows: %v", objstore.ErrInvalidKey, err)
 	}
 	return err
+}
+
+// escapes reports os.Root's refusal of a path that leaves the root (through
+// a symbolic link: keys with ".." never get there). os does not export the
+// error, only its text.
+func escapes(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "path escapes from parent")
 }
 
 // stat returns the current object at key, or exists=false.

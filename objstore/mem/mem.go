@@ -60,6 +60,10 @@ var (
 
 func init() {
 	objstore.Register("mem", func(_ context.Context, u *url.URL) (objstore.Backend, error) {
+		if u.RawQuery != "" {
+			// A key holding '?' would otherwise lose its tail unseen.
+			return nil, fmt.Errorf("%w: mem URLs take no parameters (got %q); a key holding '?' goes apart from the URL (cairn: --store URL --key KEY)", objstore.ErrInvalidURL, "?"+u.RawQuery)
+		}
 		name := u.Host + u.Path
 		namedMu.Lock()
 		defer namedMu.Unlock()
