@@ -131,6 +131,8 @@ type Work struct {
 	Attempt int
 	// Source delivered the accepted event (e.g. "webhook").
 	Source string
+
+	replays int // the record's explicit replays (refusalGuard)
 }
 
 // Payload is Work as JSON: what the exec handler reads on stdin and the HTTP
@@ -197,8 +199,8 @@ type Source interface {
 
 // Refused counts n records a pull source refused (they break the event
 // package's limits or parse as no event) in cairn_intake_rejected_total, when
-// s is a *Pipeline. Sources also log each refusal with the message's place
-// (offset, stream sequence, message id), so nothing is dropped unseen.
+// s is a *Pipeline. cairn's own sources submit RefusedEvent instead, which
+// keeps the message as a visible, replayable dead letter and counts it.
 func Refused(s Sink, source string, n int) {
 	if p, ok := s.(*Pipeline); ok && n > 0 {
 		p.m.rejected.WithLabelValues(source, "invalid_record").Add(float64(n))
@@ -215,7 +217,7 @@ var ErrInvalidEvent = errors.New("invalid event")
 
 // workFromClaim builds the handler's view of a claim.
 func workFromClaim(c ledger.Claim) Work {
-	return Work{Event: c.Event(), Token: c.Token, Attempt: c.Attempts, Source: c.Source}
+	return Work{Event: c.Event(), Token: c.Token, Attempt: c.Attempts, Source: c.Source, replays: c.Replays}
 }
 
 // panicError turns a handler panic into a retryable error.

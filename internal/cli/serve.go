@@ -59,6 +59,7 @@ type serveFlags struct {
 	readToken     string
 	statusOrigins []string
 	handlerState  string
+	processOwn    bool
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
@@ -87,6 +88,7 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.readToken, "read-token", "", "token that reading the status page (GET /) and GET /api/v1/status requires: a browser signs in with any user name and the token as the password, API clients send Authorization: Bearer TOKEN; none: anyone who reaches --listen can read keys and handler errors")
 	fs.StringArrayVar(&f.statusOrigins, "status-allow-origin", nil, "origin (scheme://host[:port]) besides the status page's own whose Replay form posts are accepted, repeatable: e.g. the https origin a TLS-terminating proxy serves the page at")
 	fs.StringVar(&f.handlerState, "handler-state", "", "directory where running exec handlers are recorded, so that a restart kills what a killed daemon left running (default: beside a SQLite or file:// ledger, else $XDG_STATE_HOME/cairn/handlers)")
+	fs.BoolVar(&f.processOwn, "process-own-objects", false, "run the handler for events about cairn's own objects too (keys under cairn-probe/, cairn-locks/, cairn-journal/, cairn-ledger/ at the bucket's root), which are skipped by default")
 	durflag.Var(fs, &f.retention, "retention", 30*24*time.Hour, "purge processed records older than this, hourly (0: never); the audit's horizon")
 }
 
@@ -214,7 +216,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p, err := intake.New(led, h, &intake.Options{Concurrency: f.concurrency, Lease: f.lease, Timeout: f.timeout,
-		Grace: f.grace, Registerer: reg, Logger: log, EveryVersion: f.everyVersion})
+		Grace: f.grace, Registerer: reg, Logger: log, EveryVersion: f.everyVersion, ProcessOwnObjects: f.processOwn})
 	if err != nil {
 		return err
 	}
@@ -240,6 +242,13 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		}
 		d.Jobs = append(d.Jobs, auditjob.New(auditStore, led, f.bucket, f.auditEvery,
 			&auditjob.Options{Audit: &audit.Options{Grace: f.auditGrace, Horizon: horizon}, Logger: log, OnReport: lastAudit.Store}))
+	}
+	wo.Refusals = func() []web.Refusal {
+		var out []web.Refusal
+		for _, r := range p.Refusals() {
+			out = append(out, web.Refusal{Source: r.Source, Reason: r.Reason, Count: r.Count, First: r.First, Last: r.Last, Answer: r.Answer, Detail: r.Detail})
+		}
+		return out
 	}
 	wo.Activity, wo.LastAudit = p.Activity, func() *web.Audit {
 		r := lastAudit.Load()
