@@ -49,7 +49,8 @@
 // and ValidateBucket return a plain error saying what is wrong). ParseAll
 // keeps the good records of a message with bad ones and names each bad one.
 // Every record is held to the limits of Validate (bucket name, key of 1 to
-// 1,024 bytes of UTF-8 without control characters, hex sequencer). Arbitrary
+// 1,024 bytes of UTF-8 without NUL — control characters are fine — and a hex
+// sequencer). Arbitrary
 // input never panics (fuzzed).
 package event
 
@@ -186,8 +187,16 @@ func validSequencer(s string) bool {
 }
 
 // ValidateKey checks an object key against the limits cairn holds events to:
-// 1 to MaxKeyLen bytes of valid UTF-8 without NUL or other control characters
-// (C0, DEL and C1). Spaces, "+", "%", "..", unicode and the rest are fine.
+// 1 to MaxKeyLen bytes of valid UTF-8 without NUL. That is every key S3 can
+// store and announce: control characters (newline, tab, ESC, DEL, C1) are
+// accepted and kept byte-exact, as are spaces, "+", "%", "..", "//", a
+// leading "/" and any other Unicode. Text output escapes them; JSON carries
+// them exactly.
+//
+// NUL alone is refused, because no object carrying it can travel the way
+// cairn hands work on: S3's XML listings cannot represent U+0000, MinIO
+// refuses such keys, PostgreSQL text cannot store it, and a process
+// environment (CAIRN_KEY for an exec handler) cannot carry it.
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
@@ -197,10 +206,8 @@ func ValidateKey(key string) error {
 	case !utf8.ValidString(key):
 		return errors.New("not valid UTF-8")
 	}
-	for i, r := range key {
-		if r < 0x20 || 0x7f <= r && r < 0xa0 {
-			return fmt.Errorf("control character %U at byte %d", r, i)
-		}
+	if i := strings.IndexByte(key, 0); i >= 0 {
+		return fmt.Errorf("NUL at byte %d: no S3 listing, PostgreSQL ledger or handler environment can carry it, so no object with this key can be processed", i)
 	}
 	return nil
 }

@@ -267,6 +267,7 @@ func TestS3BodyRoundTrip(t *testing.T) {
 		{Bucket: "b", Key: "dir/ünï cødé +&=?%.txt", ETag: "abc", Size: 12, Sequencer: "0A1B", Kind: event.Created, Name: "ObjectCreated:Put",
 			Time: time.Date(2026, 11, 22, 1, 2, 3, 0, time.UTC), RequestID: "r1", HostID: "h1", Region: "eu-west-1", VersionID: "v1"},
 		{Bucket: "b", Key: "gone", Sequencer: "0A1C", Kind: event.Removed, Name: "ObjectRemoved:Delete"},
+		{Bucket: "b", Key: "new\nline\ttab\r\x1b[2J\x7f\u009b", Sequencer: "0A1D", Kind: event.Created, Name: "ObjectCreated:Put"},
 	}
 	out, err := event.Parse(event.S3Body(in...))
 	if err != nil {

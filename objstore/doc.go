@@ -81,10 +81,14 @@
 //
 // # Keys
 //
-// Keys are UTF-8, 1 to 1024 bytes, with no NUL or other control characters, no
-// leading "/", no empty segment ("a//b") and no "." or ".." segment. These rules are
-// the intersection of what AWS S3, MinIO and a local directory accept, so a key that
-// works on one backend works on all. Spaces, "+", "%", and any other Unicode are fine.
+// Keys are UTF-8, 1 to 1024 bytes, with no NUL, no leading "/", no empty segment
+// ("a//b") and no "." or ".." segment. These rules are the intersection of what AWS
+// S3, MinIO and a local directory accept, so a key that works on one backend works
+// on all. Spaces, "+", "%", control characters (newline, tab, ESC, DEL, C1) and any
+// other Unicode are fine and kept byte-exact: the S3 backend lists with
+// encoding-type=url so that XML never has to carry them. NUL is refused because
+// S3's XML listings, MinIO, PostgreSQL text and a process environment cannot carry
+// it. Text output of the CLI escapes control characters; --json keeps them exact.
 //
 // # Errors
 //

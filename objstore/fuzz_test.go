@@ -11,7 +11,7 @@ import (
 )
 
 func FuzzValidateKey(f *testing.F) {
-	for _, s := range []string{"a", "a/b", "a//b", "../x", "a/./b", "ünï/日本", "a\x00", "/abs", "dir/", "%2F+ "} {
+	for _, s := range []string{"a", "a/b", "a//b", "../x", "a/./b", "ünï/日本", "a\x00", "/abs", "dir/", "%2F+ ", "new\nline", "tab\t/\x1b[2J\x7f\u009b", "\x00"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, key string) {

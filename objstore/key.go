@@ -41,10 +41,8 @@ func validateKey(key string, prefix bool) error {
 	case strings.HasPrefix(key, "/"):
 		return fmt.Errorf("the key starts with \"/\"; drop the leading slash")
 	}
-	for i, r := range key {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("the key has control character %U at byte %d", r, i)
-		}
+	if i := strings.IndexByte(key, 0); i >= 0 {
+		return fmt.Errorf("the key has NUL at byte %d: S3's XML listings, MinIO, PostgreSQL text and a process environment cannot carry it; drop or replace it", i)
 	}
 	segs := strings.Split(key, "/")
 	for i, s := range segs {

@@ -56,6 +56,7 @@ func Run(t *testing.T, h Harness) {
 		{"RecordAndClaim", testRecordAndClaim},
 		{"RecordAndClaimOldestFirst", testRecordAndClaimOldestFirst},
 		{"EventRoundTrip", testEventRoundTrip},
+		{"OddKeys", testOddKeys},
 		{"Lookup", testLookup},
 		{"ReplayAndPurge", testReplayPurge},
 		{"EveryVersion", testEveryVersion},

@@ -472,3 +472,81 @@ func testList(t *testing.T, h Harness) {
 		t.Fatalf("counts %v", counts)
 	}
 }
+
+// oddKeys are keys S3 stores and event.Validate accepts that a backend could
+// mangle: control characters (newline, tab, CR, ESC, DEL, C1), SQL LIKE and
+// glob metacharacters, path-like keys, Unicode and the longest key.
+var oddKeys = []string{"odd/new\nline", "odd/tab\tkey", "odd/cr\r\nlf", "odd/esc\x1b]0;t\a\x1b[2J", "odd/del\x7f", "odd/c1\u0085\u009b2J",
+	"odd/\x01\x02\x1f", "odd/a\x01", "odd/a/b", "odd/100%_*?[x]", "odd/quote'\"\\", "../../etc/passwd", "a//b", "/lead", "odd/trail/", "odd/ünï 日本 🪨",
+	"odd/" + strings.Repeat("\n", event.MaxKeyLen-4)}
+
+// testOddKeys: every key event.Validate accepts is recorded, claimed, looked
+// up, listed, filtered by prefix and replayed byte-exact.
+func testOddKeys(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	l, _ := h.New(t, nil)
+	var evs []event.Event
+	for _, k := range oddKeys {
+		e := ev(k, "01")
+		if err := e.Validate(); err != nil {
+			t.Fatalf("the suite's key %q is not a valid event key: %v", k, err)
+		}
+		evs = append(evs, e)
+	}
+	if ds := must(l.Record(ctx, "s", evs))(t); !slices.Equal(outcomes(ds), slices.Repeat([]ledger.Outcome{ledger.New}, len(evs))) {
+		t.Fatalf("decisions %v", outcomes(ds))
+	}
+	// The same keys again are duplicates: no backend folded two keys into one.
+	if ds := must(l.Record(ctx, "s", evs))(t); !slices.Equal(outcomes(ds), slices.Repeat([]ledger.Outcome{ledger.Duplicate}, len(evs))) {
+		t.Fatalf("decisions on redelivery %v", outcomes(ds))
+	}
+	recs := must(l.Lookup(ctx, "b", oddKeys))(t)
+	for _, k := range oddKeys {
+		if r, ok := recs[k]; !ok || r.Key != k || r.Event() != evs[slices.Index(oddKeys, k)] {
+			t.Errorf("Lookup[%q] = %+v (found %v)", k, r.Event(), ok)
+		}
+		if rs := must(l.Get(ctx, "b", k))(t); len(rs) != 1 || rs[0].Key != k {
+			t.Errorf("Get(%q) = %+v", k, rs)
+		}
+	}
+	var listed []string
+	for _, c := range must(l.List(ctx, ledger.Filter{Limit: 100}))(t) {
+		listed = append(listed, c.Key)
+	}
+	want := slices.Sorted(slices.Values(oddKeys))
+	if !slices.Equal(listed, want) {
+		t.Errorf("List:\n got %q\nwant %q (byte order)", listed, want)
+	}
+	for prefix, want := range map[string][]string{"odd/a": {"odd/a\x01", "odd/a/b"}, "odd/\x01": {"odd/\x01\x02\x1f"}, "odd/100%_": {"odd/100%_*?[x]"},
+		"odd/new\n": {"odd/new\nline"}, "odd/\n": {oddKeys[len(oddKeys)-1]}, "odd/%": nil, "odd/_": nil} {
+		var got []string
+		for _, c := range must(l.List(ctx, ledger.Filter{Prefix: prefix, Limit: 100}))(t) {
+			got = append(got, c.Key)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("List with prefix %q: %q, want %q", prefix, got, want)
+		}
+	}
+	cs := must(l.Claim(ctx, 100, time.Minute))(t)
+	if len(cs) != len(oddKeys) {
+		t.Fatalf("claimed %d of %d keys", len(cs), len(oddKeys))
+	}
+	for _, c := range cs {
+		i := slices.Index(oddKeys, c.Key)
+		if i < 0 || c.Event() != evs[i] {
+			t.Errorf("claim of %q carries %+v", c.Key, c.Event())
+			continue
+		}
+		if err := l.Fail(ctx, c, "fails for "+c.Key, false); err != nil {
+			t.Errorf("fail %q: %v", c.Key, err)
+		}
+	}
+	for _, k := range []string{"odd/new\nline", "odd/100%_*?[x]", oddKeys[len(oddKeys)-1]} {
+		if n := must(l.Replay(ctx, ledger.Selection{Bucket: "b", Key: k}))(t); n != 1 {
+			t.Errorf("Replay of key %q replayed %d records, want 1", k, n)
+		}
+	}
+	if n := must(l.Replay(ctx, ledger.Selection{Prefix: "odd/\x01"}))(t); n != 1 {
+		t.Errorf("Replay of prefix %q replayed %d records, want 1", "odd/\x01", n)
+	}
+}

@@ -44,6 +44,11 @@ type Instance struct {
 	// and recorded for a pinned server version): the probe must find exactly
 	// that. Backends that declare their own capabilities need not set it.
 	Declared *objstore.Capabilities
+	// MangledListings, if set, says why this server cannot list keys holding
+	// control characters XML cannot carry (it ignores encoding-type=url): its
+	// listings of such keys must then fail with objstore.ErrNotSupported,
+	// never yield wrong names. Default "": listings are byte-exact.
+	MangledListings string
 }
 
 // Harness makes stores for the suite.
@@ -73,6 +78,7 @@ func Run(t *testing.T, h Harness) {
 		{"List", testList},
 		{"ListPaging", testListPaging},
 		{"OddKeys", testOddKeys},
+		{"ControlCharacterKeys", testControlCharacterKeys},
 		{"ObjectAndFolder", testObjectAndFolder},
 		{"InvalidKeys", testInvalidKeys},
 		{"Upload", testUpload},
@@ -514,6 +520,91 @@ func testOddKeys(t *testing.T, in Instance) {
 	}
 }
 
+// controlKeys hold every kind of control character S3 stores in a key (C0
+// including newline, tab and CR, ESC, DEL, C1), some sorting before "/" and
+// so testing that listings keep UTF-8 byte order, and "\r\n", which an XML
+// parser would turn into "\n".
+var controlKeys = []string{"cc/new\nline", "cc/tab\tkey", "cc/cr\r\nlf", "cc/lone\rcr", "cc/a\x01", "cc/a/b", "cc/a\x1f", "cc/a0",
+	"cc/esc\x1b]0;t\a\x1b[2J", "cc/del\x7f", "cc/c1\u0085\u009b2J", "cc/dir\n/x", "cc/dir\n/y\t", "cc/\x02lead", "cc/trail\x03"}
+
+// testControlCharacterKeys: keys with control characters are objects like any
+// other, byte-exact through every operation and listing.
+func testControlCharacterKeys(t *testing.T, in Instance) {
+	ctx, s := ctxT(t), in.Store
+	putAll(t, ctx, s, controlKeys)
+	for _, k := range controlKeys {
+		data, info := mustGet(t, ctx, s, k)
+		if string(data) != k || info.Key != k {
+			t.Errorf("get %q = %q (key %q)", k, data, info.Key)
+		}
+		if hi, err := s.Head(ctx, k); err != nil || hi.Key != k || hi.Size != int64(len(k)) {
+			t.Errorf("head %q: %+v %v", k, hi, err)
+		}
+	}
+	if in.MangledListings != "" {
+		for _, err := range s.List(ctx, "cc/", nil) {
+			if !errors.Is(err, objstore.ErrNotSupported) || !strings.Contains(err.Error(), "U+FFFD") {
+				t.Errorf("list on a server that mangles control characters: %v, want ErrNotSupported saying so", err)
+			}
+			break
+		}
+		t.Logf("listings of keys with control characters XML cannot carry are refused: %s", in.MangledListings)
+	} else {
+		listControlKeys(t, ctx, s)
+	}
+	// Tab, newline and CR are XML characters: every server lists them.
+	if got := keysOf(t, s, ctx, "cc/dir\n/", nil); !slices.Equal(got, []string{"cc/dir\n/x", "cc/dir\n/y\t"}) {
+		t.Errorf("list under a prefix with a newline: %q", got)
+	}
+	if got := keysOf(t, s, ctx, "cc/tab\t", nil); !slices.Equal(got, []string{"cc/tab\tkey"}) {
+		t.Errorf("list under a prefix with a tab: %q", got)
+	}
+	if got := keysOf(t, s, ctx, "cc/cr\r", nil); !slices.Equal(got, []string{"cc/cr\r\nlf"}) {
+		t.Errorf("list under a prefix with a CR: %q", got)
+	}
+	if _, err := s.Copy(ctx, "cc/new\nline", "cc/copy\tof\r\n", objstore.Condition{}); err != nil {
+		t.Errorf("copy: %v", err)
+	} else if data, _ := mustGet(t, ctx, s, "cc/copy\tof\r\n"); string(data) != "cc/new\nline" {
+		t.Errorf("copy holds %q", data)
+	}
+	if err := s.Delete(ctx, "cc/del\x7f", objstore.Condition{}); err != nil {
+		t.Errorf("delete: %v", err)
+	}
+	if _, _, err := s.Get(ctx, "cc/del\x7f"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("get after delete: %v", err)
+	}
+	failed, err := s.DeleteMany(ctx, append(slices.Clone(controlKeys), "cc/copy\tof\r\n"), 2)
+	if err != nil || len(failed) != 0 {
+		t.Fatalf("DeleteMany: %v %v", failed, err)
+	}
+	for _, k := range controlKeys {
+		if _, err := s.Head(ctx, k); !errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("head %q after DeleteMany: %v, want ErrNotFound", k, err)
+		}
+	}
+}
+
+// listControlKeys checks listings of controlKeys: byte-exact names in UTF-8
+// byte order, paged, after a start key, and rolled up by a delimiter.
+func listControlKeys(t *testing.T, ctx context.Context, s *objstore.Store) {
+	want := slices.Clone(controlKeys)
+	slices.Sort(want)
+	if got := keysOf(t, s, ctx, "cc/", nil); !slices.Equal(got, want) {
+		t.Errorf("list of control-character keys:\n got %q\nwant %q", got, want)
+	}
+	if got := keysOf(t, s, ctx, "cc/", &objstore.ListOptions{PageSize: 2}); !slices.Equal(got, want) {
+		t.Errorf("paged list of control-character keys:\n got %q\nwant %q", got, want)
+	}
+	if got := keysOf(t, s, ctx, "cc/", &objstore.ListOptions{StartAfter: "cc/a\x01"}); !slices.Equal(got, want[slices.Index(want, "cc/a\x01")+1:]) {
+		t.Errorf("list after %q:\n got %q", "cc/a\x01", got)
+	}
+	wantDelim := []string{"cc/\x02lead", "cc/a\x01", "cc/a\x1f", "cc/a/(prefix)", "cc/a0", "cc/c1\u0085\u009b2J", "cc/cr\r\nlf", "cc/del\x7f",
+		"cc/dir\n/(prefix)", "cc/esc\x1b]0;t\a\x1b[2J", "cc/lone\rcr", "cc/new\nline", "cc/tab\tkey", "cc/trail\x03"}
+	if got := keysOf(t, s, ctx, "cc/", &objstore.ListOptions{Delimiter: "/"}); !slices.Equal(got, wantDelim) {
+		t.Errorf("list with delimiter:\n got %q\nwant %q", got, wantDelim)
+	}
+}
+
 // testObjectAndFolder: S3 lets "x" and "x/y" coexist; a directory store cannot.
 // Either both work, or the second write fails with a clear ErrInvalidKey and
 // nothing is lost.
@@ -537,7 +628,7 @@ func testObjectAndFolder(t *testing.T, in Instance) {
 
 func testInvalidKeys(t *testing.T, in Instance) {
 	ctx, s := ctxT(t), in.Store
-	bad := []string{"", "/abs", "a//b", "a/../b", "..", ".", "./a", "a/.", "a\x00b", "tab\tkey", "dir/", string([]byte{0xff, 0xfe}), strings.Repeat("x", objstore.MaxKeyLen+1)}
+	bad := []string{"", "/abs", "a//b", "a/../b", "..", ".", "./a", "a/.", "a\x00b", "nul at end\x00", "dir/", string([]byte{0xff, 0xfe}), strings.Repeat("x", objstore.MaxKeyLen+1)}
 	for _, k := range bad {
 		_, err := s.PutBytes(ctx, k, []byte("x"), nil)
 		if !errors.Is(err, objstore.ErrInvalidKey) {

@@ -37,6 +37,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
@@ -437,7 +438,8 @@ func (b *Backend) Delete(ctx context.Context, key string, cond objstore.Conditio
 // the last entry yielded, and nothing at or before it, or at or before
 // StartAfter, is yielded.
 func (b *Backend) List(ctx context.Context, prefix, cursor string, opts objstore.ListOptions) (objstore.ListPage, error) {
-	in := &s3.ListObjectsV2Input{Bucket: &b.bucket, Prefix: aws.String(prefix), MaxKeys: aws.Int32(int32(opts.PageSize))}
+	in := &s3.ListObjectsV2Input{Bucket: &b.bucket, Prefix: aws.String(prefix), MaxKeys: aws.Int32(int32(opts.PageSize)),
+		EncodingType: types.EncodingTypeUrl}
 	if opts.Delimiter != "" {
 		in.Delimiter = aws.String(opts.Delimiter)
 	}
@@ -452,17 +454,24 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, opts objstore
 	if err != nil {
 		return objstore.ListPage{}, b.mapErr(err, false)
 	}
+	keys, prefixes, err := listedNames(out)
+	if err != nil {
+		return objstore.ListPage{}, err
+	}
+	if err := b.checkReplaced(ctx, out.EncodingType, keys); err != nil {
+		return objstore.ListPage{}, err
+	}
 	// Merge objects and common prefixes, both sorted, into one ordered page.
 	page := objstore.ListPage{Entries: make([]objstore.Info, 0, len(out.Contents)+len(out.CommonPrefixes))}
 	ci, pi := 0, 0
 	for ci < len(out.Contents) || pi < len(out.CommonPrefixes) {
 		var e objstore.Info
-		if pi < len(out.CommonPrefixes) && (ci == len(out.Contents) || aws.ToString(out.CommonPrefixes[pi].Prefix) < aws.ToString(out.Contents[ci].Key)) {
-			e = objstore.Info{Key: aws.ToString(out.CommonPrefixes[pi].Prefix), IsPrefix: true}
+		if pi < len(prefixes) && (ci == len(keys) || prefixes[pi] < keys[ci]) {
+			e = objstore.Info{Key: prefixes[pi], IsPrefix: true}
 			pi++
 		} else {
 			o := out.Contents[ci]
-			e = infoFrom(aws.ToString(o.Key), o.Size, o.ETag, o.LastModified, nil, nil, nil)
+			e = infoFrom(keys[ci], o.Size, o.ETag, o.LastModified, nil, nil, nil)
 			ci++
 		}
 		if e.Key <= last || e.Key <= opts.StartAfter && opts.StartAfter != "" {
@@ -475,6 +484,74 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, opts objstore
 		page.Next = joinCursor(aws.ToString(out.NextContinuationToken), last)
 	}
 	return page, nil
+}
+
+// checkReplaced catches a server that ignores encoding-type=url and writes
+// a key's control characters into its XML listing as U+FFFD (versitygw 1.8,
+// gofakes3 1.2): a key with U+FFFD in such a listing is asked for by HEAD,
+// and if it is not there the listing cannot name the real key. That is an
+// error, never a silently wrong name (a caller would read, copy or audit a
+// key that does not exist, and skip the one that does).
+func (b *Backend) checkReplaced(ctx context.Context, enc types.EncodingType, keys []string) error {
+	if enc == types.EncodingTypeUrl {
+		return nil
+	}
+	for _, k := range keys {
+		if !strings.ContainsRune(k, utf8.RuneError) {
+			continue
+		}
+		if _, err := b.Head(ctx, k); errors.Is(err, objstore.ErrNotFound) {
+			return fmt.Errorf("%w: list: the server names key %q, which does not exist: it ignores encoding-type=url and replaced characters XML cannot carry (control characters) with U+FFFD, so it cannot list such keys; rename them with another client or use a server that URL-encodes listings (AWS S3, MinIO)", objstore.ErrNotSupported, k)
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// xmlSafe reports a string XML 1.0 can carry as text (tab, newline and CR
+// are escaped by the SDK as character references, so they survive).
+func xmlSafe(s string) bool {
+	for _, r := range s {
+		if r < 0x20 && r != '\t' && r != '\n' && r != '\r' || r == 0xFFFE || r == 0xFFFF {
+			return false
+		}
+	}
+	return true
+}
+
+// listedNames returns the keys and common prefixes of a listing, decoded.
+// Listings are asked for with encoding-type=url: XML 1.0 cannot carry most
+// control characters (S3 and MinIO send them raw, making the body unreadable;
+// others replace them with U+FFFD) and its parsers turn "\r" and "\r\n" into
+// "\n", so only URL-encoded names come back byte-exact. A server that says
+// it encoded (EncodingType "url" in the answer) is decoded; one that ignores
+// the parameter sends names as they are.
+func listedNames(out *s3.ListObjectsV2Output) (keys, prefixes []string, err error) {
+	encoded := out.EncodingType == types.EncodingTypeUrl
+	decode := func(s string) (string, error) {
+		if !encoded {
+			return s, nil
+		}
+		d, err := url.QueryUnescape(s)
+		if err != nil {
+			return "", fmt.Errorf("list: the server sent the URL-encoded name %q, which does not decode (%v); report it to the server's maintainers", s, err)
+		}
+		return d, nil
+	}
+	keys = make([]string, len(out.Contents))
+	for i, o := range out.Contents {
+		if keys[i], err = decode(aws.ToString(o.Key)); err != nil {
+			return nil, nil, err
+		}
+	}
+	prefixes = make([]string, len(out.CommonPrefixes))
+	for i, p := range out.CommonPrefixes {
+		if prefixes[i], err = decode(aws.ToString(p.Prefix)); err != nil {
+			return nil, nil, err
+		}
+	}
+	return keys, prefixes, nil
 }
 
 // A cursor is the server's continuation token, NUL, and the last key yielded
@@ -586,8 +663,28 @@ func (b *Backend) Uploads(ctx context.Context) (int, error) {
 
 // DeleteBatch implements objstore.BatchDeleter with DeleteObjects (up to
 // 1,000 keys a request, quiet mode: only failures come back).
+//
+// A key holding a character XML 1.0 cannot carry (a C0 control other than tab,
+// newline and CR; U+FFFE, U+FFFF) is deleted by its own DeleteObject request:
+// the SDK writes such a character into the DeleteObjects body as U+FFFD, so
+// the server would be asked to delete another key, answer that it is not
+// there, and the object would stay while DeleteBatch reported it gone.
 func (b *Backend) DeleteBatch(ctx context.Context, keys []string) (map[string]error, error) {
 	failed := map[string]error{}
+	var batch []string
+	for _, k := range keys {
+		if xmlSafe(k) {
+			batch = append(batch, k)
+			continue
+		}
+		if err := b.Delete(ctx, k, objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			failed[k] = err
+		}
+	}
+	keys = batch
 	for start := 0; start < len(keys); start += 1000 {
 		chunk := keys[start:min(start+1000, len(keys))]
 		objs := make([]types.ObjectIdentifier, len(chunk))
