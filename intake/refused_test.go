@@ -192,7 +192,7 @@ func TestRefusedReplay(t *testing.T) {
 	ctx := context.Background()
 	// A message refused by an older cairn that this one accepts: kept
 	// with the reason the older one gave.
-	fixed, _ := intake.RefusedEvent(event.S3Body(ev("now-accepted key", 7)), event.ErrUnknownEventType, nil)
+	fixed, _ := intake.RefusedEvent(event.S3Body(ev("now-accepted\nkey", 7)), event.ErrUnknownEventType, nil)
 	still, _ := intake.RefusedEvent([]byte(`{"hello":"world"}`), event.ErrUnknownFormat, nil)
 	ds, err := p.Submit(ctx, "webhook", []event.Event{fixed, still})
 	if err != nil || ds[0].Outcome != ledger.New || ds[1].Outcome != ledger.New {
@@ -217,7 +217,7 @@ func TestRefusedReplay(t *testing.T) {
 		t.Errorf("still refused: %+v", r)
 	}
 	waitFor(t, func() bool { return len(h.keys()) == 1 })
-	if ks := h.keys(); ks[0] != "b/now-accepted key" {
+	if ks := h.keys(); ks[0] != "b/now-accepted\nkey" {
 		t.Fatalf("the handler ran for %q, want the replayed event's key", ks)
 	}
 	h.mu.Lock()
