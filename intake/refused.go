@@ -101,13 +101,13 @@ func RefusedEvent(body []byte, err error, rejected []*event.ParseError) (ev even
 		return event.Event{}, false
 	}
 	var reasons []string
-	if err != nil {
-		reasons = append(reasons, err.Error())
-	} else {
-		err = rejected[0]
-	}
 	for _, pe := range rejected {
 		reasons = append(reasons, pe.Error())
+	}
+	if len(rejected) > 0 {
+		err = rejected[0] // ParseAll's err is for the message as a whole, then nothing is rejected
+	} else {
+		reasons = append(reasons, err.Error())
 	}
 	reason := strings.Join(reasons, "; ")
 	if len(rejected) > 1 {
