@@ -47,9 +47,9 @@ func rec(key string) string {
 }
 
 // A poison message (garbage, or only bad records) is kept as a refused
-// message and acknowledged, never
-// redelivered, and never holds up the messages behind it; a message with good
-// and bad records has its good ones recorded.
+// message and acknowledged, never redelivered, and never holds up the
+// messages behind it; a message with good and bad records has its good ones
+// recorded (and is kept too).
 func TestPoisonMessages(t *testing.T) {
 	t.Parallel()
 	natsURL := testenv.NATS(t)

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-s3/cairn"
 	"github.com/cairn-s3/cairn/audit"
 	"github.com/cairn-s3/cairn/intake"
 	"github.com/cairn-s3/cairn/intake/auditjob"
@@ -240,8 +241,11 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		if horizon <= 0 {
 			horizon = -1
 		}
+		// The audit records into the ledger itself, not through the
+		// pipeline's Submit: it skips cairn's own objects alike.
+		skipOwn := func(key string) bool { _, own := cairn.OwnKey(key); return own && !f.processOwn }
 		d.Jobs = append(d.Jobs, auditjob.New(auditStore, led, f.bucket, f.auditEvery,
-			&auditjob.Options{Audit: &audit.Options{Grace: f.auditGrace, Horizon: horizon}, Logger: log, OnReport: lastAudit.Store}))
+			&auditjob.Options{Audit: &audit.Options{Grace: f.auditGrace, Horizon: horizon, Skip: skipOwn}, Logger: log, OnReport: lastAudit.Store}))
 	}
 	wo.Refusals = func() []web.Refusal {
 		var out []web.Refusal
