@@ -81,6 +81,58 @@
 // the defence: commit effects conditionally on it and refuse a lower token
 // than the highest seen for the key.
 //
+// # Refused messages
+//
+// A message cairn cannot accept (not JSON, no shape it knows, an event type it
+// does not know, a record breaking the limits, a body over the size limit) is
+// never answered with a status a queueing sender retries: MinIO with a
+// queue_dir, SNS and EventBridge API destinations retry any non-2xx answer,
+// and MinIO's queue holds every later event of the bucket behind the one it
+// retries. It is answered 2xx and kept as a dead letter in the ledger:
+//
+//   - bucket RefusedBucket ("cairn:refused", a name no S3 bucket can have: S3
+//     and every S3 server refuse ':'), key the hex SHA-256 of the message, and
+//     a fixed sequencer, so a redelivery of the same message is a duplicate of
+//     its record, never a second one;
+//   - event name "cairn:Refused:" and the class (Malformed, UnknownFormat,
+//     UnknownEventType, TooLarge), source the source that delivered it;
+//   - the reason (every refused record's field and error) where an event keeps
+//     its request id, and the message itself, if it is valid UTF-8 of at most
+//     MaxKeptMessage bytes, where an event keeps its host id;
+//   - status dead, with the reason and the message's first bytes as its last
+//     error: it is listed by `cairn ledger ls --status dead`, on the status
+//     page and in its API, and counted in cairn_intake_rejected_total.
+//
+// The record is made by the ledger's ordinary Record (no backend method of its
+// own): it is recorded as new work, and the pipeline's first claim of it fails
+// it at once as permanent with the reason, without running the handler. The
+// handler never runs for it at all. Replaying it (`cairn replay --bucket
+// cairn:refused [--key K]`, or the status page's Replay) parses the kept
+// message again: the events it yields now (after an upgrade of cairn that
+// accepts them) are recorded from the source that delivered it, with their
+// own sequencers, and run the handler as any other event; the record is then
+// processed, its result saying how many events were recorded. A message that
+// still cannot be accepted, or was not kept (too large, not UTF-8), goes back
+// to dead with the reason. (Where a message's records are refused in part,
+// the others are recorded at once; a replay records them again as
+// duplicates.)
+//
+// Why not one record per refused object, under its bucket and key: a refused
+// record may not name an object at all (not JSON, no bucket), and re-parsing
+// the message keeps the sequencer S3 gave the change, so the replayed event
+// is ordered against the key's other events like the original; an audit's
+// unsequenced resubmission could only ask for the key's current state.
+//
+// # cairn's own objects
+//
+// cairn keeps objects of its own in the buckets it works on (cairn.OwnPrefixes
+// at the bucket's root: the probe's, locks', journals' and an object-store
+// ledger's). Submit, where every source passes, answers their events Ignored
+// without recording them (Options.ProcessOwnObjects turns this off), counts
+// them in cairn_intake_own_objects_skipped_total and says once per prefix in
+// the log what it skipped and why. cairn serve's audit leaves them out alike
+// (audit.Options.Skip).
+//
 // # Handler results
 //
 // nil: processed. An error wrapped with Permanent: the record is dead at once

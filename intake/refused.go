@@ -18,47 +18,7 @@ import (
 	"github.com/cairn-s3/cairn/ledger"
 )
 
-// Refused messages.
-//
-// A message cairn cannot accept (not JSON, no shape it knows, an event type it
-// does not know, a record breaking the limits, a body over the size limit) is
-// never answered with a status a queueing sender retries: MinIO with a
-// queue_dir, SNS and EventBridge API destinations retry any non-2xx answer,
-// and MinIO's queue holds every later event of the bucket behind the one it
-// retries. It is answered 2xx and kept as a dead letter in the ledger:
-//
-//   - bucket RefusedBucket ("cairn:refused", a name no S3 bucket can have: S3
-//     and every S3 server refuse ':'), key the hex SHA-256 of the message, and
-//     a fixed sequencer, so a redelivery of the same message is a duplicate of
-//     its record, never a second one;
-//   - event name "cairn:Refused:" and the class (Malformed, UnknownFormat,
-//     UnknownEventType, TooLarge), source the source that delivered it;
-//   - the reason (every refused record's field and error) where an event keeps
-//     its request id, and the message itself, if it is valid UTF-8 of at most
-//     MaxKeptMessage bytes, where an event keeps its host id;
-//   - status dead, with the reason and the message's first bytes as its last
-//     error: it is listed by `cairn ledger ls --status dead`, on the status
-//     page and in its API, and counted in cairn_intake_rejected_total.
-//
-// The record is made by the ledger's ordinary Record (no backend method of its
-// own): it is recorded as new work, and the pipeline's first claim of it fails
-// it at once as permanent with the reason, without running the handler. The
-// handler never runs for it at all. Replaying it (`cairn replay --bucket
-// cairn:refused [--key K]`, or the status page's Replay) parses the kept
-// message again: the events it yields now (after an upgrade of cairn that
-// accepts them) are recorded from the source that delivered it, with their
-// own sequencers, and run the handler as any other event; the record is then
-// processed, its result saying how many events were recorded. A message that
-// still cannot be accepted, or was not kept (too large, not UTF-8), goes back
-// to dead with the reason. (Where a message's records are refused in part,
-// the others are recorded at once; a replay records them again as
-// duplicates.)
-//
-// Why not one record per refused object, under its bucket and key: a refused
-// record may not name an object at all (not JSON, no bucket), and re-parsing
-// the message keeps the sequencer S3 gave the change, so the replayed event
-// is ordered against the key's other events like the original; an audit's
-// unsequenced resubmission could only ask for the key's current state.
+// Refused messages: see "Refused messages" in the package doc.
 const (
 	// RefusedBucket is the bucket name refused messages are kept under.
 	RefusedBucket = "cairn:refused"
@@ -164,10 +124,12 @@ func clipText(s string, n int) string {
 }
 
 // refusedCause is the last error a refused message's record is failed with.
-func refusedCause(ev event.Event) string {
+// lead says when ("refused at intake", "replayed, still refused"); reason is
+// why.
+func refusedCause(ev event.Event, lead, reason string) string {
 	class := strings.TrimPrefix(ev.Name, RefusedPrefix)
 	var b strings.Builder
-	fmt.Fprintf(&b, "refused at intake (%s): %s", class, ev.RequestID)
+	fmt.Fprintf(&b, "%s (%s): %s", lead, class, reason)
 	if ev.HostID != "" {
 		fmt.Fprintf(&b, "; message (%d bytes): %s", ev.Size, clipText(ev.HostID, excerpt))
 	} else {
@@ -190,7 +152,7 @@ func (g refusalGuard) Handle(ctx context.Context, w Work) (string, error) {
 		return g.next.Handle(ctx, w)
 	}
 	if w.replays == 0 {
-		return "", Permanent(errors.New(refusedCause(w.Event)))
+		return "", Permanent(errors.New(refusedCause(w.Event, "refused at intake", w.Event.RequestID)))
 	}
 	return g.p.replayRefused(ctx, w)
 }
@@ -203,13 +165,13 @@ func (p *Pipeline) replayRefused(ctx context.Context, w Work) (string, error) {
 	}
 	evs, rejected, err := event.ParseAll([]byte(w.Event.HostID))
 	if err != nil {
-		return "", Permanent(fmt.Errorf("replayed, still refused: %w", err))
+		return "", Permanent(errors.New(refusedCause(w.Event, "replayed, still refused", err.Error())))
 	}
 	var ds []ledger.Decision
 	if len(evs) > 0 {
 		if ds, err = p.Submit(ctx, w.Source, evs); err != nil {
 			if errors.Is(err, ErrInvalidEvent) {
-				return "", Permanent(fmt.Errorf("replayed, still refused: %w", err))
+				return "", Permanent(errors.New(refusedCause(w.Event, "replayed, still refused", err.Error())))
 			}
 			return "", err // the ledger did not record: retried
 		}
@@ -230,7 +192,11 @@ func (p *Pipeline) replayRefused(ctx context.Context, w Work) (string, error) {
 		for i, pe := range rejected {
 			reasons[i] = pe.Error()
 		}
-		return "", Permanent(fmt.Errorf("%s; still refused: %s", summary, strings.Join(reasons, "; ")))
+		lead := "replayed, still refused"
+		if len(ds) > 0 {
+			lead = summary + "; still refused"
+		}
+		return "", Permanent(errors.New(refusedCause(w.Event, lead, strings.Join(reasons, "; "))))
 	}
 	return summary, nil
 }
