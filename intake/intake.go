@@ -121,7 +121,16 @@
 // record may not name an object at all (not JSON, no bucket), and re-parsing
 // the message keeps the sequencer S3 gave the change, so the replayed event
 // is ordered against the key's other events like the original; an audit's
-// unsequenced resubmission could only ask for the key's current state.
+// unsequenced resubmission could only ask for the key's current state. And
+// why no ledger method of its own: every backend (three, and more to come)
+// would need one, while the ledger's Record, Fail and Replay already make a
+// durable, listable, replayable dead letter. The costs: the record is pending
+// for the moment between its recording and its first claim (usually the same
+// transaction: RecordAndClaim); its reason and message show as request_id and
+// host_id in `cairn ledger ls --json`; and a worker that claims from the
+// ledger without this package's Pipeline (an older cairn sharing the ledger)
+// would hand it to its handler, whose bucket name, cairn:refused, says what
+// it is.
 //
 // # cairn's own objects
 //
@@ -146,7 +155,8 @@
 //   - ErrInvalidEvent: Submit refused a submission with an event that breaks
 //     the limits every event is held to (event.Event.Validate); nothing of it
 //     was recorded. It also wraps the *event.ParseError naming the field
-//     (errors.As). A source should drop or dead-letter the record, not retry.
+//     (errors.As). A source should not retry it: submit RefusedEvent for the
+//     message instead, which keeps it as a visible dead letter.
 //   - ErrClosed: the pipeline is not running — Submit or Ready after Run
 //     returned, or a submission still pending when Run shut down (it was
 //     not recorded; deliver it again to the next pipeline).
