@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,12 @@ type Options struct {
 	// false: Submit answers them Ignored without recording them, and says
 	// so once per prefix in the log.
 	ProcessOwnObjects bool
+	// OwnPrefixes adds, per bucket name, key prefixes of cairn's own objects
+	// beyond cairn.OwnPrefixes, skipped alike: cairn serve adds the prefix an
+	// s3:// --ledger keeps the ledger under (its writes would otherwise come
+	// back as events, each recorded in the ledger, whose write is another
+	// event) and cairn.OwnPrefixes under an s3:// --store's prefix.
+	OwnPrefixes map[string][]string
 }
 
 // Defaults of Options.
@@ -236,7 +243,7 @@ func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event)
 			return nil, fmt.Errorf("intake: event %d of %d: %w: %w", i+1, len(evs), ErrInvalidEvent, err)
 		}
 		if !p.o.ProcessOwnObjects {
-			if prefix, ok := cairn.OwnKey(ev.Key); ok {
+			if prefix, ok := p.ownKey(ev.Bucket, ev.Key); ok {
 				own = append(own, i)
 				p.skipOwn(source, prefix, ev)
 				continue
@@ -277,6 +284,20 @@ func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event)
 		ds[i], got = got[0], got[1:]
 	}
 	return ds, nil
+}
+
+// ownKey reports whether key in bucket is one of cairn's own objects, and
+// under which prefix.
+func (p *Pipeline) ownKey(bucket, key string) (string, bool) {
+	if prefix, ok := cairn.OwnKey(key); ok {
+		return prefix, true
+	}
+	for _, prefix := range p.o.OwnPrefixes[bucket] {
+		if prefix != "" && strings.HasPrefix(key, prefix) {
+			return prefix, true
+		}
+	}
+	return "", false
 }
 
 // skipOwn counts an event for one of cairn's own objects that Submit skips,

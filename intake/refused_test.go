@@ -282,3 +282,28 @@ func TestOwnObjectsSkipped(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnPrefixesPerBucket: Options.OwnPrefixes (cairn serve: an s3://
+// ledger's prefix) skips keys under those prefixes in that bucket only.
+func TestOwnPrefixesPerBucket(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t, nil)
+	h := &calls{}
+	p, err := intake.New(l, h, &intake.Options{Registerer: prometheus.NewRegistry(), OwnPrefixes: map[string][]string{"b": {"ledger/"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, p)
+	other := ev("ledger/shards/000/head.json", 3)
+	other.Bucket = "c"
+	evs := []event.Event{ev("ledger/shards/000/head.json", 1), ev("ledgers/x", 2), other}
+	ds, err := p.Submit(context.Background(), "webhook", evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []ledger.Outcome{ledger.Ignored, ledger.New, ledger.New} {
+		if ds[i].Outcome != want {
+			t.Errorf("%s/%s: %s, want %s", evs[i].Bucket, evs[i].Key, ds[i].Outcome, want)
+		}
+	}
+}

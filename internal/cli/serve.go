@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -89,7 +90,7 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.readToken, "read-token", "", "token that reading the status page (GET /) and GET /api/v1/status requires: a browser signs in with any user name and the token as the password, API clients send Authorization: Bearer TOKEN; none: anyone who reaches --listen can read keys and handler errors")
 	fs.StringArrayVar(&f.statusOrigins, "status-allow-origin", nil, "origin (scheme://host[:port]) besides the status page's own whose Replay form posts are accepted, repeatable: e.g. the https origin a TLS-terminating proxy serves the page at")
 	fs.StringVar(&f.handlerState, "handler-state", "", "directory where running exec handlers are recorded, so that a restart kills what a killed daemon left running (default: beside a SQLite or file:// ledger, else $XDG_STATE_HOME/cairn/handlers)")
-	fs.BoolVar(&f.processOwn, "process-own-objects", false, "run the handler for events about cairn's own objects too (keys under cairn-probe/, cairn-locks/, cairn-journal/, cairn-ledger/ at the bucket's root), which are skipped by default")
+	fs.BoolVar(&f.processOwn, "process-own-objects", false, "run the handler for events about cairn's own objects too, which are skipped by default: keys under cairn-probe/, cairn-locks/, cairn-journal/, cairn-ledger/ at the bucket's root (and under an s3:// --store's prefix), and an s3:// --ledger's own prefix")
 	durflag.Var(fs, &f.retention, "retention", 30*24*time.Hour, "purge processed records older than this, hourly (0: never); the audit's horizon")
 }
 
@@ -217,7 +218,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p, err := intake.New(led, h, &intake.Options{Concurrency: f.concurrency, Lease: f.lease, Timeout: f.timeout,
-		Grace: f.grace, Registerer: reg, Logger: log, EveryVersion: f.everyVersion, ProcessOwnObjects: f.processOwn})
+		Grace: f.grace, Registerer: reg, Logger: log, EveryVersion: f.everyVersion, ProcessOwnObjects: f.processOwn, OwnPrefixes: ownPrefixes(&f)})
 	if err != nil {
 		return err
 	}
@@ -243,7 +244,16 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		}
 		// The audit records into the ledger itself, not through the
 		// pipeline's Submit: it skips cairn's own objects alike.
-		skipOwn := func(key string) bool { _, own := cairn.OwnKey(key); return own && !f.processOwn }
+		extra := ownPrefixes(&f)[f.bucket]
+		skipOwn := func(key string) bool {
+			if f.processOwn {
+				return false
+			}
+			if _, own := cairn.OwnKey(key); own {
+				return true
+			}
+			return slices.ContainsFunc(extra, func(p string) bool { return strings.HasPrefix(key, p) })
+		}
 		d.Jobs = append(d.Jobs, auditjob.New(auditStore, led, f.bucket, f.auditEvery,
 			&auditjob.Options{Audit: &audit.Options{Grace: f.auditGrace, Horizon: horizon, Skip: skipOwn}, Logger: log, OnReport: lastAudit.Store}))
 	}
@@ -353,4 +363,28 @@ func openSource(ctx context.Context, raw string, log *slog.Logger) (intake.Sourc
 		return nil, usagef("--source %q: %s", safetext.Redact(raw), safetext.Redact(err.Error()))
 	}
 	return s, nil
+}
+
+// ownPrefixes are the prefixes of cairn's own objects serve knows of beyond
+// cairn.OwnPrefixes, per bucket: where an s3:// --ledger keeps the ledger
+// (a bare bucket keeps it under cairn-ledger/, skipped anyway), and
+// cairn.OwnPrefixes under an s3:// --store's prefix (the probe, locks and
+// journals of a store rooted there).
+func ownPrefixes(f *serveFlags) map[string][]string {
+	m := map[string][]string{}
+	if u, err := url.Parse(f.ledgerURL); err == nil && u.Scheme == "s3" && u.Host != "" {
+		if p := strings.Trim(u.Path, "/"); p != "" {
+			m[u.Host] = append(m[u.Host], p+"/")
+		}
+	}
+	if f.storeURL != "" {
+		if u, err := objstore.ParseURL(f.storeURL); err == nil && u.Scheme == "s3" && u.Host != "" {
+			if p := strings.Trim(u.Path, "/"); p != "" {
+				for _, own := range cairn.OwnPrefixes() {
+					m[u.Host] = append(m[u.Host], p+"/"+own)
+				}
+			}
+		}
+	}
+	return m
 }
