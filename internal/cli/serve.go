@@ -105,8 +105,13 @@ worker at a time, with nothing lost when anything crashes.
 
 Events arrive by webhook (POST /v1/events: MinIO's webhook target as-is, S3
 Records, SNS, EventBridge) and from pull sources (--source nats://…, kafka://…,
-sqs://…). Deliveries are acknowledged only once recorded in the ledger. Workers
-claim work from the ledger with a lease and a fencing token and run the handler:
+sqs://…). Deliveries are acknowledged only once recorded in the ledger. A
+message cairn cannot accept is acknowledged too (a sender retrying it would hold
+back every later event) and kept as a dead letter in bucket cairn:refused, with
+its reason: cairn ledger ls --status dead lists it, cairn replay parses it again.
+Events for cairn's own objects (cairn-probe/, cairn-locks/, cairn-journal/,
+cairn-ledger/) are skipped (--process-own-objects). Workers claim work from the
+ledger with a lease and a fencing token and run the handler:
 
   --handler-exec 'CMD ARGS'  run by /bin/sh -c with CAIRN_BUCKET, CAIRN_KEY,
       CAIRN_VERSION_ID, CAIRN_ETAG, CAIRN_SIZE, CAIRN_SEQUENCER, CAIRN_EVENT
