@@ -109,6 +109,77 @@ func TestServeMinIOWebhookEveryKey(t *testing.T) {
 	}
 }
 
+// TestServeMinIORefusalDoesNotStall: a message the webhook cannot accept
+// (here a body over --max-body: the event of a 953-byte key) is answered
+// 2xx and kept as a dead letter, so MinIO's queue_dir moves on and the
+// uploads after it are processed; the dead letter is on the status API with
+// its reason. (A 413 would be retried by MinIO for ever, every later event of
+// the bucket waiting behind it.)
+func TestServeMinIORefusalDoesNotStall(t *testing.T) {
+	t.Parallel()
+	e := newE2E(t, "0")
+	out := t.TempDir()
+	script := filepath.Join(t.TempDir(), "keys.sh")
+	if err := os.WriteFile(script, []byte(keyScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.serveArgs = []string{"--ledger", e.ledger, "--handler-exec", script, "--lease", "5s", "--max-body", "2600"}
+	e.serveEnv = append(e.serveEnv, "OUT="+out)
+	e.serve(t)
+	e.minio(t)
+	ctx := context.Background()
+	long := strings.Repeat(strings.Repeat("x", 190)+"/", 5) + "end" // MinIO takes up to 255 bytes a segment
+	keys := []string{long}
+	for i := range 4 {
+		keys = append(keys, fmt.Sprintf("after-%d.txt", i))
+	}
+	for _, k := range keys {
+		if _, err := e.store.PutBytes(ctx, k, []byte("data"), nil); err != nil {
+			t.Fatalf("put %q: %v", k, err)
+		}
+	}
+	file := func(k string) string {
+		sum := sha256.Sum256([]byte(k))
+		return filepath.Join(out, hex.EncodeToString(sum[:])) + ".env"
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for _, k := range keys[1:] {
+		for {
+			if _, err := os.Stat(file(k)); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%q, uploaded after a refused event, was not processed in 90s: the refusal stalls MinIO's queue", k)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if _, err := os.Stat(file(long)); err == nil {
+		t.Fatal("the handler ran for the refused event")
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/api/v1/status", e.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Dead []struct {
+			Bucket    string `json:"bucket"`
+			Name      string `json:"event_name"`
+			LastError string `json:"last_error"`
+		} `json:"dead"`
+		Refusals []struct {
+			Reason string `json:"reason"`
+			Count  int    `json:"count"`
+		} `json:"refusals"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || len(st.Dead) != 1 || st.Dead[0].Bucket != "cairn:refused" || st.Dead[0].Name != "cairn:Refused:TooLarge" ||
+		!strings.Contains(st.Dead[0].LastError, "larger than the limit of 2600 bytes") || len(st.Refusals) != 1 || st.Refusals[0].Reason != "TooLarge" {
+		t.Fatalf("status API: %+v %v, want the refused event as a dead letter with its reason, and the refusal listed", st, err)
+	}
+}
+
 func grepLines(s, sub string) string {
 	var out []string
 	for _, l := range strings.Split(s, "\n") {
