@@ -13,6 +13,22 @@
 //     with an "s3:" prefix, keys with "/" sent as %2F, ObjectRemoved:NoOP);
 //   - s3:TestEvent, recognised and marked Test so it can be ignored.
 //
+// # Kinds
+//
+// Every event name AWS S3 and MinIO document is classified deliberately:
+// Created when content was written (ObjectCreated:Put, Post, Copy,
+// CompleteMultipartUpload; EventBridge "Object Created"), Removed when
+// content went away by a request or a lifecycle rule (ObjectRemoved:Delete,
+// DeleteMarkerCreated, MinIO's DeleteAllVersions,
+// LifecycleExpiration:Delete and DeleteMarkerCreated, MinIO's
+// LifecycleDelMarkerExpiration:Delete; "Object Deleted" whatever its reason),
+// and Other when the content is unchanged or there is no object: restores,
+// storage class and tier transitions, replication status, tags, ACLs,
+// annotations, MinIO's metadata-only ObjectCreated:PutTagging,
+// DeleteTagging, PutRetention and PutLegalHold, its reads, scanner warnings,
+// bucket events and ObjectRemoved:NoOP. Other and Test events are
+// Ignorable; they may lack a key (bucket events) or a bucket.
+//
 // Keys in S3, SNS and MinIO records are form-URL-encoded ("+" for space) and are
 // decoded; EventBridge keys arrive as they are. The AWS schema comes from
 // github.com/aws/aws-lambda-go/events rather than being declared again here.
@@ -43,15 +59,17 @@
 //   - ErrUnknownFormat: no shape fits — not a JSON object, or not an S3,
 //     SNS, SQS, EventBridge or MinIO notification (an SNS subscription
 //     confirmation, say).
-//   - ErrUnknownEventType: an event name outside the S3 families.
+//   - ErrUnknownEventType: an event name cairn does not know (every name AWS
+//     S3 and MinIO document is known, see Kinds above; an unknown
+//     ObjectRemoved name is refused, since it cannot be told whether content
+//     went away), or an EventBridge detail-type outside S3's list.
 //
 // Event.Validate returns a *ParseError wrapping ErrMalformed too (ValidateKey
 // and ValidateBucket return a plain error saying what is wrong). ParseAll
 // keeps the good records of a message with bad ones and names each bad one.
 // Every record is held to the limits of Validate (bucket name, key of 1 to
 // 1,024 bytes of UTF-8 without NUL — control characters are fine — and a hex
-// sequencer). Arbitrary
-// input never panics (fuzzed).
+// sequencer). Arbitrary input never panics (fuzzed).
 package event
 
 import (
@@ -67,10 +85,10 @@ type Kind string
 
 // The kinds of event.
 const (
-	Created Kind = "created" // ObjectCreated:* / "Object Created"
-	Removed Kind = "removed" // ObjectRemoved:Delete, DeleteMarkerCreated / "Object Deleted"
+	Created Kind = "created" // ObjectCreated:Put, Post, Copy, CompleteMultipartUpload / "Object Created"
+	Removed Kind = "removed" // ObjectRemoved:*, LifecycleExpiration:* (not NoOP) / "Object Deleted" (any reason)
 	Test    Kind = "test"    // s3:TestEvent: ignore
-	Other   Kind = "other"   // restores, replication, tagging, ACLs, NoOP removals: ignore
+	Other   Kind = "other"   // restores, transitions, replication, tags, ACLs, reads, bucket events, NoOP: ignore
 )
 
 // Format names the shape an event arrived in.
@@ -243,13 +261,17 @@ func truncate(s string, n int) string {
 // or refuse. It returns a *ParseError naming the field ("bucket", "key" or
 // "sequencer") wrapping ErrMalformed. Parse validates every record; call it
 // for events built by other means before submitting them.
+//
+// An Ignorable event (Test or Other) need not name an object: MinIO's bucket
+// events carry no key, S3's test event no object. What it does carry is held
+// to the same limits.
 func (e Event) Validate() error { return e.validate("", "bucket", "key", "sequencer") }
 
 func (e Event) validate(path, bucketField, keyField, seqField string) error {
-	if err := ValidateBucket(e.Bucket); err != nil {
+	if err := ValidateBucket(e.Bucket); err != nil && !(e.Ignorable() && e.Bucket == "") {
 		return malformed(join(path, bucketField), "%v", err)
 	}
-	if err := ValidateKey(e.Key); err != nil {
+	if err := ValidateKey(e.Key); err != nil && !(e.Ignorable() && e.Key == "") {
 		return malformed(join(path, keyField), "%v", err)
 	}
 	if !validSequencer(e.Sequencer) {
@@ -258,24 +280,70 @@ func (e Event) validate(path, bucketField, keyField, seqField string) error {
 	return nil
 }
 
+// kinds classifies every event name AWS S3 (event versions 2.1 to 2.3, and
+// the API's current list) and MinIO (its internal/event names) send, without
+// the "s3:" prefix. An event is a change (Created, Removed) when the object's
+// content at its key appeared, was replaced or went away; the rest is Other:
+// the content is unchanged, or there is no object at all. Names are listed
+// exactly; families are in kindFamilies. TestEventNames names each one and why.
+var kinds = map[string]Kind{
+	// Content written: every creation API of S3 and MinIO.
+	"ObjectCreated:Put": Created, "ObjectCreated:Post": Created, "ObjectCreated:Copy": Created,
+	"ObjectCreated:CompleteMultipartUpload": Created,
+	// MinIO files metadata-only updates under ObjectCreated. The content is
+	// unchanged, and PutObjectTagging/Retention/LegalHold take a versionId: the
+	// event can name a noncurrent version with a fresh sequencer (MinIO's is
+	// the time of the event), which as a change would make the ledger accept an
+	// old version as the key's state. The write that made the content has its
+	// own event; an audit finds an object whose event was lost.
+	"ObjectCreated:PutTagging": Other, "ObjectCreated:DeleteTagging": Other,
+	"ObjectCreated:PutRetention": Other, "ObjectCreated:PutLegalHold": Other,
+	// Content gone from the key: a version deleted or a delete marker placed,
+	// by a request or by a lifecycle rule (S3 sends LifecycleExpiration:*,
+	// never ObjectRemoved:*, for those; MinIO sends ObjectRemoved:* and, for
+	// rules that drop every version, DeleteAllVersions and
+	// LifecycleDelMarkerExpiration:Delete). Like S3's ObjectRemoved:Delete of
+	// one version, each is handed on: a removal handler is idempotent.
+	"ObjectRemoved:Delete": Removed, "ObjectRemoved:DeleteMarkerCreated": Removed,
+	"ObjectRemoved:DeleteAllVersions": Removed,
+	"LifecycleExpiration:Delete":      Removed, "LifecycleExpiration:DeleteMarkerCreated": Removed,
+	"LifecycleDelMarkerExpiration:Delete": Removed,
+	// MinIO's delete of a key that did not exist: nothing changed.
+	"ObjectRemoved:NoOP": Other,
+	// Subscription wildcards, as hand-written senders use them.
+	"ObjectCreated:*": Created, "ObjectRemoved:*": Removed, "LifecycleExpiration:*": Removed,
+	"TestEvent": Test,
+}
+
+// kindFamilies classify the other names of a family, by the part before the
+// first ":". None of them changes an object's content: restores (a temporary
+// copy of an archived object), storage class and access tier transitions
+// (S3 lifecycle and Intelligent-Tiering, MinIO's ObjectTransition), lost
+// Reduced Redundancy data (the key still lists; an overwrite restores it),
+// replication status on the source (a replica's own writes are announced by
+// the destination bucket), tags, ACLs and annotations, MinIO's reads
+// (ObjectAccessed) and scanner warnings (Scanner:ManyVersions, LargeVersions,
+// BigPrefix), and MinIO's bucket events (no object at all). A name outside
+// every family and the list above is ErrUnknownEventType, and so is an
+// unknown ObjectRemoved name (it cannot be told whether content went away).
+// An unknown ObjectCreated name is Created: every creation S3 announces is
+// one, and a handler run for unchanged content is a Duplicate in the ledger.
+var kindFamilies = map[string]Kind{
+	"ObjectCreated": Created,
+	"ObjectRestore": Other, "LifecycleTransition": Other, "IntelligentTiering": Other, "ObjectTransition": Other,
+	"ReducedRedundancyLostObject": Other, "Replication": Other, "ObjectTagging": Other, "ObjectAcl": Other,
+	"ObjectAnnotation": Other, "ObjectAccessed": Other, "Scanner": Other, "BucketCreated": Other, "BucketRemoved": Other,
+}
+
 // kindOf classifies an S3 event name (with or without the "s3:" prefix).
 func kindOf(name string) (Kind, error) {
 	n := strings.TrimPrefix(name, "s3:")
+	if k, ok := kinds[n]; ok {
+		return k, nil
+	}
 	family, _, _ := strings.Cut(n, ":")
-	switch {
-	case n == "TestEvent":
-		return Test, nil
-	case n == "ObjectRemoved:NoOP":
-		return Other, nil
-	case family == "ObjectCreated":
-		return Created, nil
-	case n == "ObjectRemoved:Delete" || n == "ObjectRemoved:DeleteMarkerCreated" || n == "ObjectRemoved:*":
-		return Removed, nil
+	if k, ok := kindFamilies[family]; ok {
+		return k, nil
 	}
-	switch family {
-	case "ObjectRemoved", "ObjectRestore", "ReducedRedundancyLostObject", "Replication", "LifecycleExpiration",
-		"LifecycleTransition", "IntelligentTiering", "ObjectTagging", "ObjectAcl", "ObjectAccessed", "ObjectTransition", "ObjectLegalHold", "ObjectRetention":
-		return Other, nil
-	}
-	return "", fmt.Errorf("%w: %q is not an S3 event name", ErrUnknownEventType, name)
+	return "", fmt.Errorf("%w: %q is not an S3 or MinIO event name cairn knows; if your server sends it, report it with the record", ErrUnknownEventType, truncate(name, 80))
 }

@@ -12,7 +12,8 @@ import (
 // a second meaning).
 func FuzzFastPath(f *testing.F) {
 	files, _ := filepath.Glob("testdata/*.json")
-	for _, name := range files {
+	more, _ := filepath.Glob("testdata/*/*.json")
+	for _, name := range append(files, more...) {
 		data, err := os.ReadFile(name)
 		if err == nil {
 			f.Add(data)
