@@ -91,14 +91,15 @@
 // retries. It is answered 2xx and kept as a dead letter in the ledger:
 //
 //   - bucket RefusedBucket ("cairn:refused", a name no S3 bucket can have: S3
-//     and every S3 server refuse ':'), key the hex SHA-256 of the message, and
-//     a fixed sequencer, so a redelivery of the same message is a duplicate of
-//     its record, never a second one;
+//     and every S3 server refuse ':'), key the hex SHA-256 of the message (of
+//     its first bytes when it is over the size limit), and a fixed sequencer,
+//     so a redelivery of the same message is a duplicate of its record, never
+//     a second one;
 //   - event name "cairn:Refused:" and the class (Malformed, UnknownFormat,
 //     UnknownEventType, TooLarge), source the source that delivered it;
 //   - the reason (every refused record's field and error) where an event keeps
-//     its request id, and the message itself, if it is valid UTF-8 of at most
-//     MaxKeptMessage bytes, where an event keeps its host id;
+//     its request id, and the message itself, if it is valid UTF-8 without NUL
+//     of at most MaxKeptMessage bytes, where an event keeps its host id;
 //   - status dead, with the reason and the message's first bytes as its last
 //     error: it is listed by `cairn ledger ls --status dead`, on the status
 //     page and in its API, and counted in cairn_intake_rejected_total.

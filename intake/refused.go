@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -83,8 +84,8 @@ func refusedEvent(class, reason string, body []byte, complete bool) event.Event 
 	ev := event.Event{Bucket: RefusedBucket, Key: hex.EncodeToString(sum[:]), Sequencer: refusedSeq, Kind: event.Created,
 		Name: RefusedPrefix + class, Size: int64(len(body)), Time: time.Now().UTC(), Format: FormatRefused,
 		RequestID: clipText(reason, maxReason)}
-	if complete && len(body) <= MaxKeptMessage && utf8.Valid(body) {
-		ev.HostID = string(body)
+	if complete && len(body) <= MaxKeptMessage && utf8.Valid(body) && !bytes.ContainsRune(body, 0) {
+		ev.HostID = string(body) // no NUL: PostgreSQL's text cannot hold it
 	}
 	return ev
 }
@@ -111,9 +112,10 @@ func metricReason(class string) string {
 	return "malformed"
 }
 
-// clipText cuts s to at most n bytes at a character boundary, as valid UTF-8.
+// clipText cuts s to at most n bytes at a character boundary, as valid UTF-8
+// without NUL (which PostgreSQL's text cannot hold).
 func clipText(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 	if len(s) <= n {
 		return s
 	}
