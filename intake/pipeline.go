@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -222,6 +223,10 @@ type submission struct {
 //     as such, never validated as an S3 event, and its reason is logged at
 //     warn (the first of each reason at once, then one line per interval
 //     with how many followed) and kept for the status page (Refusals).
+//   - NUL in a text field event.Validate does not cover (ETag, version id,
+//     name, request and host ids, region) becomes U+FFFD: no ledger backend
+//     stores it alike (PostgreSQL refuses it), and a refusal there would be
+//     answered as the ledger's failure, which a sender retries for ever.
 func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event) ([]ledger.Decision, error) {
 	for _, ev := range evs {
 		p.m.received.WithLabelValues(source, string(ev.Format)).Inc()
@@ -254,6 +259,7 @@ func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event)
 				"source", source, "bucket", ev.Bucket, "key", ev.Key)
 		}
 	}
+	evs = withoutNUL(evs)
 	if len(own) == 0 {
 		return p.submit(ctx, source, evs)
 	}
@@ -284,6 +290,35 @@ func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event)
 		ds[i], got = got[0], got[1:]
 	}
 	return ds, nil
+}
+
+// withoutNUL returns evs with NUL replaced by U+FFFD in the text fields no
+// limit of event.Validate covers (ETag, version id, name, request and host
+// ids, region): PostgreSQL's text cannot hold NUL, and a backend's refusal
+// would be answered as the ledger's failure (the webhook's 503), which a
+// sender retries for ever. The caller's slice is not changed.
+func withoutNUL(evs []event.Event) []event.Event {
+	var out []event.Event
+	for i, ev := range evs {
+		fields := []*string{&ev.ETag, &ev.VersionID, &ev.Name, &ev.RequestID, &ev.HostID, &ev.Region}
+		changed := false
+		for _, f := range fields {
+			if strings.IndexByte(*f, 0) >= 0 {
+				*f, changed = strings.ReplaceAll(*f, "\x00", "\uFFFD"), true
+			}
+		}
+		if !changed {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(evs)
+		}
+		out[i] = ev
+	}
+	if out == nil {
+		return evs
+	}
+	return out
 }
 
 // ownKey reports whether key in bucket is one of cairn's own objects, and

@@ -132,6 +132,13 @@ func TestWebhookBadRecordsOnEveryLedger(t *testing.T) {
 					t.Fatalf("body %q: %d %+v, want 200, kept", body, status, r)
 				}
 			}
+			// NUL in a field no limit covers (ETag, version id, request id):
+			// recorded on every backend, never a 503 retried for ever.
+			nulRec := strings.Replace(rawRecord("bkt", "nul-fields", "01"), `"eTag":"e"`, `"eTag":"e\u0000t","versionId":"v\u0000","responseElements":{"x-amz-request-id":"r\u0000"}`, 1)
+			if status, r := post(`{"Records":[` + nulRec + `]}`); status != http.StatusOK || len(r.Decisions) != 1 {
+				t.Fatalf("NUL in ETag, version id and request id: %d %+v, want 200 recorded", status, r)
+			}
+			good++
 			refused := 2
 			for _, key := range bad {
 				if key != "" {
