@@ -128,6 +128,10 @@ type Options struct {
 	Progress func(listed int64)
 	// MaxFindings caps Report.Findings. Default 1000.
 	MaxFindings int
+	// Skip, if set, leaves out the objects whose key it reports: they are
+	// listed (counted in Listed) but neither judged nor resubmitted. cairn
+	// serve skips cairn's own objects so (cairn.OwnKey), as its intake does.
+	Skip func(key string) bool
 	// Objects, if set, replaces the LIST: e.g. the rows of an S3 Inventory
 	// report (see Inventory). Objects outside Prefixes are skipped. Gone
 	// objects are not looked for (an inventory's rows are not in key order).
@@ -445,6 +449,9 @@ func (a *auditor) judgeWith(ctx context.Context, page []objstore.Info, recs map[
 	var resubmit []event.Event
 	var findings []Finding
 	for _, info := range page {
+		if a.o.Skip != nil && a.o.Skip(info.Key) {
+			continue
+		}
 		f := Finding{Key: info.Key, ETag: info.ETag, Modified: info.LastModified}
 		r, ok := recs[info.Key]
 		if ok {

@@ -158,8 +158,8 @@ func (e *ConflictError) Error() string {
 
 // JournalPrefix and LockPrefix are reserved.
 const (
-	JournalPrefix = "cairn-journal/"
-	LockPrefix    = "cairn-locks/"
+	JournalPrefix = cairn.JournalPrefix
+	LockPrefix    = cairn.LockPrefix
 )
 
 // Locker takes hierarchical locks on folder paths ("/a/b").

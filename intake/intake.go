@@ -81,6 +81,68 @@
 // the defence: commit effects conditionally on it and refuse a lower token
 // than the highest seen for the key.
 //
+// # Refused messages
+//
+// A message cairn cannot accept (not JSON, no shape it knows, an event type it
+// does not know, a record breaking the limits, a body over the size limit) is
+// never answered with a status a queueing sender retries: MinIO with a
+// queue_dir, SNS and EventBridge API destinations retry any non-2xx answer,
+// and MinIO's queue holds every later event of the bucket behind the one it
+// retries. It is answered 2xx and kept as a dead letter in the ledger:
+//
+//   - bucket RefusedBucket ("cairn:refused", a name no S3 bucket can have: S3
+//     and every S3 server refuse ':'), key the hex SHA-256 of the message (of
+//     its first bytes when it is over the size limit), and a fixed sequencer,
+//     so a redelivery of the same message is a duplicate of its record, never
+//     a second one;
+//   - event name "cairn:Refused:" and the class (Malformed, UnknownFormat,
+//     UnknownEventType, TooLarge), source the source that delivered it;
+//   - the reason (every refused record's field and error) where an event keeps
+//     its request id, and the message itself, if it is valid UTF-8 without NUL
+//     of at most MaxKeptMessage bytes, where an event keeps its host id;
+//   - status dead, with the reason and the message's first bytes as its last
+//     error: it is listed by `cairn ledger ls --status dead`, on the status
+//     page and in its API, and counted in cairn_intake_rejected_total.
+//
+// The record is made by the ledger's ordinary Record (no backend method of its
+// own): it is recorded as new work, and the pipeline's first claim of it fails
+// it at once as permanent with the reason, without running the handler. The
+// handler never runs for it at all. Replaying it (`cairn replay --bucket
+// cairn:refused [--key K]`, or the status page's Replay) parses the kept
+// message again: the events it yields now (after an upgrade of cairn that
+// accepts them) are recorded from the source that delivered it, with their
+// own sequencers, and run the handler as any other event; the record is then
+// processed, its result saying how many events were recorded. A message that
+// still cannot be accepted, or was not kept (too large, not UTF-8), goes back
+// to dead with the reason. (Where a message's records are refused in part,
+// the others are recorded at once; a replay records them again as
+// duplicates.)
+//
+// Why not one record per refused object, under its bucket and key: a refused
+// record may not name an object at all (not JSON, no bucket), and re-parsing
+// the message keeps the sequencer S3 gave the change, so the replayed event
+// is ordered against the key's other events like the original; an audit's
+// unsequenced resubmission could only ask for the key's current state. And
+// why no ledger method of its own: every backend (three, and more to come)
+// would need one, while the ledger's Record, Fail and Replay already make a
+// durable, listable, replayable dead letter. The costs: the record is pending
+// for the moment between its recording and its first claim (usually the same
+// transaction: RecordAndClaim); its reason and message show as request_id and
+// host_id in `cairn ledger ls --json`; and a worker that claims from the
+// ledger without this package's Pipeline (an older cairn sharing the ledger)
+// would hand it to its handler, whose bucket name, cairn:refused, says what
+// it is.
+//
+// # cairn's own objects
+//
+// cairn keeps objects of its own in the buckets it works on (cairn.OwnPrefixes
+// at the bucket's root: the probe's, locks', journals' and an object-store
+// ledger's). Submit, where every source passes, answers their events Ignored
+// without recording them (Options.ProcessOwnObjects turns this off), counts
+// them in cairn_intake_own_objects_skipped_total and says once per prefix in
+// the log what it skipped and why. cairn serve's audit leaves them out alike
+// (audit.Options.Skip).
+//
 // # Handler results
 //
 // nil: processed. An error wrapped with Permanent: the record is dead at once
@@ -94,7 +156,8 @@
 //   - ErrInvalidEvent: Submit refused a submission with an event that breaks
 //     the limits every event is held to (event.Event.Validate); nothing of it
 //     was recorded. It also wraps the *event.ParseError naming the field
-//     (errors.As). A source should drop or dead-letter the record, not retry.
+//     (errors.As). A source should not retry it: submit RefusedEvent for the
+//     message instead, which keeps it as a visible dead letter.
 //   - ErrClosed: the pipeline is not running — Submit or Ready after Run
 //     returned, or a submission still pending when Run shut down (it was
 //     not recorded; deliver it again to the next pipeline).
@@ -131,6 +194,8 @@ type Work struct {
 	Attempt int
 	// Source delivered the accepted event (e.g. "webhook").
 	Source string
+
+	replays int // the record's explicit replays (refusalGuard)
 }
 
 // Payload is Work as JSON: what the exec handler reads on stdin and the HTTP
@@ -197,8 +262,8 @@ type Source interface {
 
 // Refused counts n records a pull source refused (they break the event
 // package's limits or parse as no event) in cairn_intake_rejected_total, when
-// s is a *Pipeline. Sources also log each refusal with the message's place
-// (offset, stream sequence, message id), so nothing is dropped unseen.
+// s is a *Pipeline. cairn's own sources submit RefusedEvent instead, which
+// keeps the message as a visible, replayable dead letter and counts it.
 func Refused(s Sink, source string, n int) {
 	if p, ok := s.(*Pipeline); ok && n > 0 {
 		p.m.rejected.WithLabelValues(source, "invalid_record").Add(float64(n))
@@ -215,7 +280,7 @@ var ErrInvalidEvent = errors.New("invalid event")
 
 // workFromClaim builds the handler's view of a claim.
 func workFromClaim(c ledger.Claim) Work {
-	return Work{Event: c.Event(), Token: c.Token, Attempt: c.Attempts, Source: c.Source}
+	return Work{Event: c.Event(), Token: c.Token, Attempt: c.Attempts, Source: c.Source, replays: c.Replays}
 }
 
 // panicError turns a handler panic into a retryable error.

@@ -22,6 +22,7 @@ type metrics struct {
 	rejected       *prometheus.CounterVec
 	settleRetries  *prometheus.CounterVec
 	settleGivenUp  *prometheus.CounterVec
+	ownSkipped     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, l *ledger.Ledger) (*metrics, error) {
@@ -43,17 +44,19 @@ func newMetrics(reg prometheus.Registerer, l *ledger.Ledger) (*metrics, error) {
 		leaseLosses: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "intake", Name: "lease_losses_total",
 			Help: "Claims whose lease was lost before the handler's outcome was recorded."}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "intake", Name: "rejected_total",
-			Help: "Deliveries rejected, by source and reason (malformed, unknown, unavailable)."}, []string{"source", "reason"}),
+			Help: "Messages refused, by source and reason: malformed, unknown (format or event type), too_large and invalid_record are content refusals, answered 2xx and kept as dead letters in bucket cairn:refused; unauthorized, origin, host, content_type and method are the webhook's refusals of how a sender is wired (4xx); unavailable: the ledger did not record (503)."}, []string{"source", "reason"}),
 		settleRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "intake", Name: "settle_retries_total",
 			Help: "Ledger writes of a handler's outcome (complete, fail, release) that failed for a transient reason and were retried."}, []string{"op"}),
 		settleGivenUp: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "intake", Name: "settle_given_up_total",
 			Help: "Handler outcomes (complete, fail, release) the ledger could not record before the claim's lease ran out: the work runs again."}, []string{"op"}),
+		ownSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "intake", Name: "own_objects_skipped_total",
+			Help: "Events for cairn's own objects (probe, locks, journal, object-store ledger) skipped, by prefix."}, []string{"prefix"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.received, m.decisions, m.claims, m.running, m.outcomes, m.handlerSeconds,
-		m.recordSeconds, m.leaseLosses, m.rejected, m.settleRetries, m.settleGivenUp, &ledgerCollector{l: l}} {
+		m.recordSeconds, m.leaseLosses, m.rejected, m.settleRetries, m.settleGivenUp, m.ownSkipped, &ledgerCollector{l: l}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairn-s3/cairn"
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/internal/backoff"
 	"github.com/cairn-s3/cairn/ledger"
@@ -52,6 +55,18 @@ type Options struct {
 	// Options.EveryVersion): the pipeline then warns, once, when events carry
 	// no version id, because their versions coalesce per key as without it.
 	EveryVersion bool
+	// ProcessOwnObjects hands events for cairn's own objects (keys under
+	// cairn.OwnPrefixes at the bucket's root: probe, lock, journal and
+	// object-store ledger objects) to the ledger like any other. Default
+	// false: Submit answers them Ignored without recording them, and says
+	// so once per prefix in the log.
+	ProcessOwnObjects bool
+	// OwnPrefixes adds, per bucket name, key prefixes of cairn's own objects
+	// beyond cairn.OwnPrefixes, skipped alike: cairn serve adds the prefix an
+	// s3:// --ledger keeps the ledger under (its writes would otherwise come
+	// back as events, each recorded in the ledger, whose write is another
+	// event) and cairn.OwnPrefixes under an s3:// --store's prefix.
+	OwnPrefixes map[string][]string
 }
 
 // Defaults of Options.
@@ -125,6 +140,8 @@ type Pipeline struct {
 	act activity
 
 	warnedUnversioned atomic.Bool
+	warnedOwn         sync.Map // own prefix → struct{}: said once in the log
+	refusals          *refusalLog
 
 	hctx     context.Context // handlers' parent context, cancelled after Grace at shutdown
 	handlers sync.WaitGroup
@@ -168,15 +185,18 @@ func New(l *ledger.Ledger, h Handler, opts *Options) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pipeline{
-		l: l, h: h, o: o, log: log, m: m,
+	p := &Pipeline{
+		l: l, o: o, log: log, m: m,
 		subs:      make(chan *submission, queueLen),
 		completes: make(chan *completion, queueLen),
 		wake:      make(chan struct{}, 1),
 		slotFreed: make(chan struct{}, 1),
 		maxYield:  maxYield,
 		closed:    make(chan struct{}),
-	}, nil
+		refusals:  newRefusalLog(log),
+	}
+	p.h = refusalGuard{p: p, next: h} // refused messages never reach h (refused.go)
+	return p, nil
 }
 
 type submission struct {
@@ -190,6 +210,23 @@ type submission struct {
 // Submit records evs from source and returns the ledger's decisions once they
 // are durable. It blocks until Run has started; after Run returned it fails
 // with ErrClosed.
+//
+// Every source passes here, so two decisions are made here once for all:
+//
+//   - Events for cairn's own objects (cairn.OwnKey: the probe's, locks',
+//     journals' and an object-store ledger's objects at the bucket's root)
+//     are answered Ignored and not recorded, unless
+//     Options.ProcessOwnObjects: they are not the user's data, and a
+//     whole-bucket subscription would run the handler for each. The first of
+//     each prefix is logged (info) with what was skipped and why.
+//   - A refused message (RefusedEvent: bucket RefusedBucket) is recorded
+//     as such, never validated as an S3 event, and its reason is logged at
+//     warn (the first of each reason at once, then one line per interval
+//     with how many followed) and kept for the status page (Refusals).
+//   - NUL in a text field event.Validate does not cover (ETag, version id,
+//     name, request and host ids, region) becomes U+FFFD: no ledger backend
+//     stores it alike (PostgreSQL refuses it), and a refusal there would be
+//     answered as the ledger's failure, which a sender retries for ever.
 func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event) ([]ledger.Decision, error) {
 	for _, ev := range evs {
 		p.m.received.WithLabelValues(source, string(ev.Format)).Inc()
@@ -197,19 +234,121 @@ func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event)
 	if len(evs) == 0 {
 		return nil, nil
 	}
+	var own []int // indexes of events for cairn's own objects, skipped
 	for i, ev := range evs {
 		if ev.Kind == event.Test {
 			continue // carries no object: the ledger ignores it
 		}
+		if ev.Bucket == RefusedBucket {
+			p.noteRefused(source, ev)
+			continue
+		}
 		if err := ev.Validate(); err != nil {
 			p.m.rejected.WithLabelValues(source, "invalid_record").Inc()
 			return nil, fmt.Errorf("intake: event %d of %d: %w: %w", i+1, len(evs), ErrInvalidEvent, err)
+		}
+		if !p.o.ProcessOwnObjects {
+			if prefix, ok := p.ownKey(ev.Bucket, ev.Key); ok {
+				own = append(own, i)
+				p.skipOwn(source, prefix, ev)
+				continue
+			}
 		}
 		if p.o.EveryVersion && ev.VersionID == "" && !event.IsAudit(ev.Name) && p.warnedUnversioned.CompareAndSwap(false, true) {
 			p.log.Warn("events carry no version id (an unversioned bucket, or a source that drops it): every-version processing cannot tell their versions apart, so they coalesce per key as without it; enable versioning on the bucket",
 				"source", source, "bucket", ev.Bucket, "key", ev.Key)
 		}
 	}
+	evs = withoutNUL(evs)
+	if len(own) == 0 {
+		return p.submit(ctx, source, evs)
+	}
+	// Record the rest, and answer the skipped ones Ignored in their places.
+	rest := make([]event.Event, 0, len(evs)-len(own))
+	skip := make(map[int]bool, len(own))
+	for _, i := range own {
+		skip[i] = true
+	}
+	for i, ev := range evs {
+		if !skip[i] {
+			rest = append(rest, ev)
+		}
+	}
+	var got []ledger.Decision
+	if len(rest) > 0 {
+		var err error
+		if got, err = p.submit(ctx, source, rest); err != nil {
+			return nil, err
+		}
+	}
+	ds := make([]ledger.Decision, len(evs))
+	for i, ev := range evs {
+		if skip[i] {
+			ds[i] = ledger.Decision{Outcome: ledger.Ignored, Bucket: ev.Bucket, Key: ev.Key, Seq: ev.Sequencer}
+			continue
+		}
+		ds[i], got = got[0], got[1:]
+	}
+	return ds, nil
+}
+
+// withoutNUL returns evs with NUL replaced by U+FFFD in the text fields no
+// limit of event.Validate covers (ETag, version id, name, request and host
+// ids, region): PostgreSQL's text cannot hold NUL, and a backend's refusal
+// would be answered as the ledger's failure (the webhook's 503), which a
+// sender retries for ever. The caller's slice is not changed.
+func withoutNUL(evs []event.Event) []event.Event {
+	var out []event.Event
+	for i, ev := range evs {
+		fields := []*string{&ev.ETag, &ev.VersionID, &ev.Name, &ev.RequestID, &ev.HostID, &ev.Region}
+		changed := false
+		for _, f := range fields {
+			if strings.IndexByte(*f, 0) >= 0 {
+				*f, changed = strings.ReplaceAll(*f, "\x00", "\uFFFD"), true
+			}
+		}
+		if !changed {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(evs)
+		}
+		out[i] = ev
+	}
+	if out == nil {
+		return evs
+	}
+	return out
+}
+
+// ownKey reports whether key in bucket is one of cairn's own objects, and
+// under which prefix.
+func (p *Pipeline) ownKey(bucket, key string) (string, bool) {
+	if prefix, ok := cairn.OwnKey(key); ok {
+		return prefix, true
+	}
+	for _, prefix := range p.o.OwnPrefixes[bucket] {
+		if prefix != "" && strings.HasPrefix(key, prefix) {
+			return prefix, true
+		}
+	}
+	return "", false
+}
+
+// skipOwn counts an event for one of cairn's own objects that Submit skips,
+// and says so in the log the first time for each prefix.
+func (p *Pipeline) skipOwn(source, prefix string, ev event.Event) {
+	p.m.ownSkipped.WithLabelValues(prefix).Inc()
+	if _, said := p.warnedOwn.LoadOrStore(prefix, struct{}{}); said {
+		return
+	}
+	p.log.Info("skipping events for cairn's own objects: they are cairn's probe verdicts, locks, journals or object-store ledger, not your data, and would run the handler for each; subscribe with a prefix filter to spare the deliveries (README: wiring), or set --process-own-objects (Options.ProcessOwnObjects) to process them",
+		"prefix", prefix, "source", source, "bucket", ev.Bucket, "key", ev.Key, "skipped_prefixes", cairn.OwnPrefixes())
+}
+
+// submit hands evs (checked by Submit) to the record loop and waits for the
+// ledger's decisions.
+func (p *Pipeline) submit(ctx context.Context, source string, evs []event.Event) ([]ledger.Decision, error) {
 	select {
 	case <-p.closed:
 		return nil, ErrClosed

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net"
@@ -86,33 +87,43 @@ func onLoopback(r *http.Request) bool {
 // browserGuard refuses what only a web page would send: it keeps pages the
 // operator has open in a browser from injecting events into a webhook they can
 // reach (a "simple" cross-origin POST needs no preflight), including by DNS
-// rebinding when the webhook has no token.
-func browserGuard(o WebhookOptions, w http.ResponseWriter, r *http.Request) bool {
+// rebinding when the webhook has no token. It answers the request and returns
+// the refusal's reason (origin, host, content_type), or "" to go on.
+func browserGuard(o WebhookOptions, w http.ResponseWriter, r *http.Request) (reason, detail string) {
 	if origin := r.Header.Get("Origin"); origin != "" && !slices.Contains(o.AllowedOrigins, origin) {
-		reply(w, http.StatusForbidden, WebhookResponse{Error: "requests from web pages (Origin " + strconv.Quote(origin) + ") are refused; event senders send no Origin header (see WebhookOptions.AllowedOrigins / --webhook-allow-origin)"})
-		return false
+		detail = "requests from web pages (Origin " + strconv.Quote(origin) + ") are refused; event senders send no Origin header (see WebhookOptions.AllowedOrigins / --webhook-allow-origin)"
+		reply(w, http.StatusForbidden, WebhookResponse{Error: detail})
+		return "origin", detail
 	}
 	if o.Token == "" && onLoopback(r) && !loopbackHost(r.Host) {
-		reply(w, http.StatusMisdirectedRequest, WebhookResponse{Error: "a webhook on loopback without a token answers only to loopback host names, not " + strconv.Quote(r.Host) + "; set a token to serve other names"})
-		return false
+		detail = "a webhook on loopback without a token answers only to loopback host names, not " + strconv.Quote(r.Host) + "; set a token to serve other names"
+		reply(w, http.StatusMisdirectedRequest, WebhookResponse{Error: detail})
+		return "host", detail
 	}
 	if !jsonType(r) {
 		w.Header().Set("Accept-Post", "application/json")
-		reply(w, http.StatusUnsupportedMediaType, WebhookResponse{Error: "Content-Type must be application/json (got " + strconv.Quote(r.Header.Get("Content-Type")) + "); with curl add -H 'Content-Type: application/json'", Field: "Content-Type"})
-		return false
+		detail = "Content-Type must be application/json (got " + strconv.Quote(r.Header.Get("Content-Type")) + "); with curl add -H 'Content-Type: application/json'"
+		reply(w, http.StatusUnsupportedMediaType, WebhookResponse{Error: detail, Field: "Content-Type"})
+		return "content_type", detail
 	}
-	return true
+	return "", ""
 }
 
 // WebhookResponse is the JSON body of a webhook reply.
 type WebhookResponse struct {
 	Decisions []ledger.Decision `json:"decisions,omitempty"`
-	Error     string            `json:"error,omitempty"`
-	// Field names the offending field of a malformed body.
+	// Error says why a request was refused (a 4xx or 503 answer).
+	Error string `json:"error,omitempty"`
+	// Field names the offending field of a refused request or message.
 	Field string `json:"field,omitempty"`
-	// Rejected lists the records of the body that were refused (each naming
-	// its field), when others were recorded: the reply is 200 for those, and
-	// sending the bad records again cannot succeed.
+	// Refused says why the message, or some of its records, could not be
+	// accepted; the answer is still 200, and Kept names the dead letter the
+	// message is kept as (see RefusedBucket). Decisions are those of the
+	// records that were accepted.
+	Refused string           `json:"refused,omitempty"`
+	Kept    *ledger.Decision `json:"kept,omitempty"`
+	// Rejected lists the refused records of the message (each naming its
+	// field).
 	Rejected []Rejection `json:"rejected,omitempty"`
 }
 
@@ -133,13 +144,29 @@ func rejections(pes []*event.ParseError) []Rejection {
 // Webhook returns the handler for POST /v1/events: it accepts every body the
 // event package parses (MinIO's webhook target posts here as-is; S3 Records,
 // SNS, EventBridge) and answers 200 only after the events are durable in the
-// ledger. Errors: 400 malformed body, 401 missing or wrong token, 403 a request
-// from a web page (an Origin header not in AllowedOrigins), 405 not a POST,
-// 413 body too large, 415 not JSON (Content-Type must be application/json or
-// +json; SNS's text/plain with its x-amz-sns-message-type header), 421 a
-// loopback webhook without a token asked for a non-loopback Host (DNS
-// rebinding), 422 unknown format or event type, 503 ledger unavailable (with
-// Retry-After; the sender should retry). A rejected request records nothing.
+// ledger.
+//
+// A message it cannot accept (not JSON, an unknown format or event type, a
+// record breaking the limits, a body over MaxBody) is answered 200 too, once
+// it is durable as a dead letter with its reason (see RefusedBucket; Refused
+// and Kept in the answer): a sender with a retry queue (MinIO's queue_dir,
+// SNS, an EventBridge API destination) retries any other answer for ever, and
+// MinIO's queue holds every later event of the bucket behind it.
+//
+// Refusals of how the sender is wired are answered 4xx: 401 missing or wrong
+// token, 403 a request from a web page (an Origin header not in
+// AllowedOrigins), 405 not a POST, 415 not JSON (Content-Type must be
+// application/json or +json; SNS's text/plain with its
+// x-amz-sns-message-type header), 421 a loopback webhook without a token
+// asked for a non-loopback Host (DNS rebinding). These concern every message
+// of the sender alike, not one message: no message gets past them until the
+// configuration is fixed, and then the sender's retries deliver everything
+// it queued, so nothing is lost by refusing (a 2xx would drop the events).
+// They are logged at warn (rate-limited) and listed by Pipeline.Refusals.
+// 400 answers a body that could not be read (the connection broke: the
+// sender sees no answer and delivers again). 503: the ledger did not record
+// (with Retry-After; the sender should retry). A refused request records
+// nothing.
 func (p *Pipeline) Webhook(o WebhookOptions) http.Handler {
 	if o.MaxBody <= 0 {
 		o.MaxBody = 4 << 20
@@ -154,14 +181,21 @@ func (p *Pipeline) Webhook(o WebhookOptions) http.Handler {
 	if o.Token != "" {
 		want = sha256.Sum256([]byte(o.Token))
 	}
+	// refuse notes a refusal of the sender's wiring (answered already).
+	refuse := func(reason string, status int, detail string) {
+		p.m.rejected.WithLabelValues(o.Source, reason).Inc()
+		p.refusals.note(o.Source, reason, "answered "+strconv.Itoa(status), detail)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			reply(w, http.StatusMethodNotAllowed, WebhookResponse{Error: "use POST"})
+			refuse("method", http.StatusMethodNotAllowed, r.Method+" "+r.URL.Path+": use POST")
 			return
 		}
-		if !browserGuard(o, w, r) {
-			p.m.rejected.WithLabelValues(o.Source, "refused").Inc()
+		if reason, detail := browserGuard(o, w, r); reason != "" {
+			status := map[string]int{"origin": http.StatusForbidden, "host": http.StatusMisdirectedRequest, "content_type": http.StatusUnsupportedMediaType}[reason]
+			refuse(reason, status, detail)
 			return
 		}
 		if o.Token != "" {
@@ -170,66 +204,60 @@ func (p *Pipeline) Webhook(o WebhookOptions) http.Handler {
 			if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="cairn"`)
 				reply(w, http.StatusUnauthorized, WebhookResponse{Error: "missing or wrong bearer token"})
+				detail := "no bearer token"
+				if ok {
+					detail = "wrong bearer token"
+				}
+				refuse("unauthorized", http.StatusUnauthorized, detail+" (from "+r.RemoteAddr+"); set the sender's auth token to --webhook-token")
 				return
 			}
 		}
+		var evs []event.Event
+		var rejected []*event.ParseError
+		var kept *event.Event
+		var perr error
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, o.MaxBody))
 		if err != nil {
 			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				reply(w, http.StatusRequestEntityTooLarge, WebhookResponse{Error: "body larger than the limit"})
+			if !errors.As(err, &tooBig) {
+				reply(w, http.StatusBadRequest, WebhookResponse{Error: "reading the body: " + err.Error()})
 				return
 			}
-			reply(w, http.StatusBadRequest, WebhookResponse{Error: "reading the body: " + err.Error()})
-			return
-		}
-		evs, rejected, err := event.ParseAll(body)
-		if err == nil && len(evs) == 0 && len(rejected) > 0 {
-			err = rejected[0] // every record is bad: the body is refused
-		}
-		if err != nil {
-			status := http.StatusBadRequest
-			if errors.Is(err, event.ErrUnknownFormat) || errors.Is(err, event.ErrUnknownEventType) {
-				status = http.StatusUnprocessableEntity
+			ev := refusedEvent(RefusedTooLarge, fmt.Sprintf("the body is larger than the limit of %d bytes (WebhookOptions.MaxBody, cairn serve --max-body); its first bytes are kept", o.MaxBody), body, false)
+			kept = &ev
+		} else {
+			evs, rejected, perr = event.ParseAll(body)
+			if ev, ok := RefusedEvent(body, perr, rejected); ok {
+				kept = &ev
 			}
-			resp := WebhookResponse{Error: err.Error()}
-			var pe *event.ParseError
-			if errors.As(err, &pe) {
-				resp.Field = pe.Field
-			}
-			if len(rejected) > 1 {
-				resp.Rejected = rejections(rejected)
-			}
-			p.m.rejected.WithLabelValues(o.Source, reason(status)).Inc()
-			reply(w, status, resp)
-			return
 		}
-		if len(rejected) > 0 {
-			// The good records are recorded; the bad ones are answered here
-			// (a retry could never succeed) and counted.
-			p.m.rejected.WithLabelValues(o.Source, "invalid_record").Add(float64(len(rejected)))
-			p.log.Warn("webhook: records refused", "source", o.Source, "refused", len(rejected), "first", rejected[0].Error())
+		all := evs
+		if kept != nil {
+			all = append(slices.Clip(evs), *kept)
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), o.Timeout)
 		defer cancel()
-		ds, err := p.Submit(ctx, o.Source, evs)
+		ds, err := p.Submit(ctx, o.Source, all)
 		if err != nil {
 			p.m.rejected.WithLabelValues(o.Source, "unavailable").Inc()
 			w.Header().Set("Retry-After", "1")
 			reply(w, http.StatusServiceUnavailable, WebhookResponse{Error: "the ledger did not record the events: " + err.Error()})
 			return
 		}
-		reply(w, http.StatusOK, WebhookResponse{Decisions: ds, Rejected: rejections(rejected)})
+		resp := WebhookResponse{Decisions: ds, Rejected: rejections(rejected)}
+		if kept != nil {
+			resp.Decisions, resp.Kept = ds[:len(evs)], &ds[len(evs)]
+			resp.Refused = kept.RequestID
+			if len(rejected) > 0 {
+				resp.Field = rejected[0].Field
+			}
+			var pe *event.ParseError
+			if resp.Field == "" && errors.As(perr, &pe) {
+				resp.Field = pe.Field
+			}
+		}
+		reply(w, http.StatusOK, resp)
 	})
-}
-
-func reason(status int) string {
-	switch status {
-	case http.StatusUnprocessableEntity:
-		return "unknown"
-	default:
-		return "malformed"
-	}
 }
 
 func reply(w http.ResponseWriter, status int, v any) {

@@ -51,10 +51,11 @@ func rawRecord(bucket, rawKey, seq string) string {
 		`"},"object":{"key":"` + rawKey + `","size":1,"eTag":"e","sequencer":"` + seq + `"}}}`
 }
 
-// On every ledger backend alike, a record the ledger must not see gets a 4xx
-// naming its field (never a 5xx a sender retries for ever), good records sent
-// at the same moment get 200, and in a body with both the good ones are
-// recorded and the bad ones reported.
+// On every ledger backend alike, a record the ledger must not see gets a 200
+// naming its field, its message kept as a dead letter (never a status a
+// sender retries for ever), good records sent at the same moment get 200, and
+// in a body with both the good ones are recorded and the bad ones reported
+// and kept.
 func TestWebhookBadRecordsOnEveryLedger(t *testing.T) {
 	t.Parallel()
 	bad := map[string]string{
@@ -102,8 +103,8 @@ func TestWebhookBadRecordsOnEveryLedger(t *testing.T) {
 				}
 				wg.Go(func() {
 					status, r := post(`{"Records":[` + rawRecord(b, key, seq) + `]}`)
-					if status != http.StatusBadRequest || r.Field == "" {
-						t.Errorf("%s: %d %+v, want 400 naming the field", what, status, r)
+					if status != http.StatusOK || r.Field == "" || r.Kept == nil || r.Kept.Bucket != intake.RefusedBucket {
+						t.Errorf("%s: %d %+v, want 200 naming the field, the message kept", what, status, r)
 					}
 				})
 				// Good deliveries at the same moment, some in the same
@@ -121,16 +122,34 @@ func TestWebhookBadRecordsOnEveryLedger(t *testing.T) {
 			wg.Wait()
 			// A body with both: 200, the good recorded, the bad reported.
 			status, r := post(`{"Records":[` + rawRecord("bkt", "mixed-good", "01") + `,` + rawRecord("bkt", "mixed%00bad", "01") + `]}`)
-			if status != http.StatusOK || len(r.Decisions) != 1 || len(r.Rejected) != 1 || r.Rejected[0].Field != "Records[1].s3.object.key" {
-				t.Fatalf("mixed body: %d %+v, want 200 with one decision and Records[1].s3.object.key rejected", status, r)
+			if status != http.StatusOK || len(r.Decisions) != 1 || len(r.Rejected) != 1 || r.Rejected[0].Field != "Records[1].s3.object.key" || r.Kept == nil {
+				t.Fatalf("mixed body: %d %+v, want 200 with one decision and Records[1].s3.object.key rejected and kept", status, r)
 			}
-			c, err := l.Counts(context.Background())
-			if err != nil {
-				t.Fatal(err)
+			// Bytes no ledger column takes (NUL, not UTF-8) in a body that
+			// is not JSON: still 200, kept without them.
+			for _, body := range []string{"{\"Records\": [\x00]}", "{\"Records\": \xff\xfe}"} {
+				if status, r := post(body); status != http.StatusOK || r.Kept == nil {
+					t.Fatalf("body %q: %d %+v, want 200, kept", body, status, r)
+				}
 			}
-			if n := sum(c); n != good+1 {
-				t.Fatalf("the ledger holds %d records (%v), want the %d good ones", n, c, good+1)
+			// NUL in a field no limit covers (ETag, version id, request id):
+			// recorded on every backend, never a 503 retried for ever.
+			nulRec := strings.Replace(rawRecord("bkt", "nul-fields", "01"), `"eTag":"e"`, `"eTag":"e\u0000t","versionId":"v\u0000","responseElements":{"x-amz-request-id":"r\u0000"}`, 1)
+			if status, r := post(`{"Records":[` + nulRec + `]}`); status != http.StatusOK || len(r.Decisions) != 1 {
+				t.Fatalf("NUL in ETag, version id and request id: %d %+v, want 200 recorded", status, r)
 			}
+			good++
+			refused := 2
+			for _, key := range bad {
+				if key != "" {
+					refused++
+				}
+			}
+			refused += 3 + 1 // the bucket and sequencer cases, the mixed body
+			waitFor(t, func() bool {
+				c, err := l.Counts(context.Background())
+				return err == nil && c[ledger.Dead] == refused && sum(c) == good+1+refused
+			})
 		})
 	}
 }

@@ -54,8 +54,9 @@ func post(t *testing.T, url, token string, body []byte) (int, intake.WebhookResp
 	return resp.StatusCode, r
 }
 
-// TestWebhookBadInput: every bad request gets a clear 4xx, records nothing,
-// and the server keeps serving.
+// TestWebhookBadInput: a request refused for how it is sent gets a clear 4xx
+// and records nothing; a message that cannot be accepted gets 200 and is kept
+// as a dead letter (TestWebhookRefusals); the server keeps serving.
 func TestWebhookBadInput(t *testing.T) {
 	l := newLedger(t, nil)
 	srv, _ := webhookServer(t, l, intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }))
@@ -73,23 +74,33 @@ func TestWebhookBadInput(t *testing.T) {
 	}{
 		{"no token", "", put, 401, "token"},
 		{"wrong token", "tok2", put, 401, "token"},
-		{"malformed JSON", "tok", []byte(`{"Records": [`), 400, "event"},
-		{"not an event", "tok", []byte(`{"hello": "world"}`), 422, "unknown event format"},
-		{"unknown event type", "tok", []byte(unknown), 422, "ObjectTeleported"},
-		{"oversized", "tok", bytes.Repeat([]byte(" "), 65<<10), 413, "larger"},
-		{"bad key encoding", "tok", []byte(strings.Replace(string(put), `"key": "dir%2F`, `"key": "%zz`, 1)), 400, "s3.object.key"},
+		{"malformed JSON", "tok", []byte(`{"Records": [`), 200, "event"},
+		{"not an event", "tok", []byte(`{"hello": "world"}`), 200, "unknown event format"},
+		{"unknown event type", "tok", []byte(unknown), 200, "ObjectTeleported"},
+		{"oversized", "tok", bytes.Repeat([]byte(" "), 65<<10), 200, "larger"},
+		{"bad key encoding", "tok", []byte(strings.Replace(string(put), `"key": "dir%2F`, `"key": "%zz`, 1)), 200, "s3.object.key"},
 	}
+	kept := 0
 	for _, tc := range cases {
 		status, r := post(t, url, tc.token, tc.body)
-		if status != tc.status || !strings.Contains(r.Error, tc.hint) {
-			t.Errorf("%s: %d %q, want %d mentioning %q", tc.name, status, r.Error, tc.status, tc.hint)
+		msg := r.Error
+		if status == 200 {
+			msg, kept = r.Refused, kept+1
+		}
+		if status != tc.status || !strings.Contains(msg, tc.hint) || (status == 200) != (r.Kept != nil) {
+			t.Errorf("%s: %d %+v, want %d mentioning %q", tc.name, status, r, tc.status, tc.hint)
 		}
 	}
 	if resp, err := http.Get(url); err != nil || resp.StatusCode != 405 {
 		t.Errorf("GET /v1/events: %v %v, want 405", resp, err)
 	}
-	if c, _ := l.Counts(context.Background()); sum(c) != 0 {
-		t.Fatalf("bad requests recorded something: %v", c)
+	if rs, err := l.List(context.Background(), ledger.Filter{}); err != nil || len(rs) != kept {
+		t.Fatalf("bad requests recorded %+v %v, want the %d kept messages only", rs, err, kept)
+	}
+	for _, r := range func() []ledger.Claim { rs, _ := l.List(context.Background(), ledger.Filter{}); return rs }() {
+		if r.Bucket != intake.RefusedBucket {
+			t.Fatalf("a bad request recorded %+v", r.Record)
+		}
 	}
 	// Still serving: the real body is recorded, and a duplicate flood of it
 	// from 32 senders records it once.
@@ -126,7 +137,8 @@ func TestWebhookBadInput(t *testing.T) {
 	}
 	m, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`cairn_intake_decisions_total{outcome="duplicate"} 319`, `cairn_intake_rejected_total{reason="malformed",source="webhook"} 2`,
+	for _, want := range []string{`cairn_intake_decisions_total{outcome="duplicate"} 319`, `cairn_intake_rejected_total{reason="malformed",source="webhook"} 2`, `cairn_intake_rejected_total{reason="unknown",source="webhook"} 2`,
+		`cairn_intake_rejected_total{reason="too_large",source="webhook"} 1`, `cairn_intake_rejected_total{reason="unauthorized",source="webhook"} 2`,
 		`cairn_intake_events_received_total{format="minio",source="webhook"} 320`, `cairn_ledger_records{status=`} {
 		if !strings.Contains(string(m), want) {
 			t.Errorf("metrics lack %s", want)

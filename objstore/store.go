@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cairn-s3/cairn"
 )
 
 // Options configure a Store. A nil *Options means all defaults.
@@ -55,7 +57,7 @@ func New(b Backend, opts *Options) *Store {
 		s.opts = *opts
 	}
 	if s.opts.ProbePrefix == "" {
-		s.opts.ProbePrefix = "cairn-probe/"
+		s.opts.ProbePrefix = cairn.ProbePrefix
 	}
 	if s.opts.ProbeTTL == 0 {
 		s.opts.ProbeTTL = DefaultProbeTTL

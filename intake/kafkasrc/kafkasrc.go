@@ -7,8 +7,12 @@
 // until they are recorded; the partition does not move on meanwhile, so
 // nothing is skipped. Rebalances are held off while a polled batch is being
 // recorded and committed, so a batch is never committed by a member that no
-// longer owns its partitions. A record that does not parse is logged with its
-// topic, partition and offset and committed past (redelivering it cannot help).//
+// longer owns its partitions. A record that does not parse (or holds records
+// that do not) is kept in the ledger as a refused message (intake.RefusedEvent:
+// a dead letter with its reason, replayable), logged with its topic,
+// partition and offset, and committed past once recorded (redelivering it
+// cannot help).
+//
 // Linking the package in registers the kafka:// scheme with intake.OpenSource.
 package kafkasrc
 
@@ -125,19 +129,12 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		fetches.EachRecord(func(r *kgo.Record) {
 			recs = append(recs, r)
 			got, rejected, err := event.ParseAll(r.Value)
-			if err == nil && len(got) == 0 && len(rejected) > 0 {
-				err = rejected[0]
-			}
-			if err != nil {
-				// A poison record never blocks the partition: it is refused
-				// with the reason logged and counted, and committed.
-				log.Error("record is not an event; refused and committed", "partition", r.Partition, "offset", r.Offset, "err", err)
-				intake.Refused(sink, "kafka", 1)
-				return
-			}
-			if len(rejected) > 0 {
-				log.Error("records of a message refused; the others are recorded", "partition", r.Partition, "offset", r.Offset, "refused", len(rejected), "first", rejected[0].Error())
-				intake.Refused(sink, "kafka", len(rejected))
+			if kept, ok := intake.RefusedEvent(r.Value, err, rejected); ok {
+				// A poison record never blocks the partition: it is kept
+				// as a dead letter with its reason (replayable), recorded
+				// with the others, and committed.
+				log.Warn("record refused in whole or part; kept as a dead letter", "partition", r.Partition, "offset", r.Offset, "bucket", kept.Bucket, "key", kept.Key, "reason", kept.RequestID)
+				got = append(got, kept)
 			}
 			evs = append(evs, got...)
 		})

@@ -8,8 +8,11 @@
 // server's redelivery timer is reset). If the ledger fails, the messages are
 // negatively acknowledged with a delay, so JetStream redelivers them; the
 // ledger drops the duplicates that redelivery can cause. A message that does
-// not parse is terminated (redelivering it cannot help) and logged with its
-// stream sequence.//
+// not parse (or has records that do not) is kept in the ledger as a refused
+// message (intake.RefusedEvent: a dead letter with its reason, replayable),
+// logged with its stream sequence, and acknowledged once recorded:
+// redelivering it cannot help.
+//
 // Linking the package in registers the nats:// scheme with intake.OpenSource.
 package natssrc
 
@@ -159,22 +162,15 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		var evs []event.Event
 		for m := range batch.Messages() {
 			got, rejected, err := event.ParseAll(m.Data())
-			if err == nil && len(got) == 0 && len(rejected) > 0 {
-				err = rejected[0]
-			}
-			if err == nil && len(rejected) > 0 {
-				log.Error("records of a message refused; the others are recorded", "refused", len(rejected), "first", rejected[0].Error())
-				intake.Refused(sink, "nats", len(rejected))
-			}
-			if err != nil {
-				intake.Refused(sink, "nats", 1)
+			if kept, ok := intake.RefusedEvent(m.Data(), err, rejected); ok {
+				// Kept as a dead letter with its reason (replayable) and
+				// acknowledged once recorded, with the good records.
 				seq := uint64(0)
 				if md, merr := m.Metadata(); merr == nil {
 					seq = md.Sequence.Stream
 				}
-				log.Error("message is not an event; terminated", "stream_seq", seq, "err", err)
-				_ = m.TermWithReason("cairn: " + err.Error())
-				continue
+				log.Warn("message refused in whole or part; kept as a dead letter", "stream_seq", seq, "bucket", kept.Bucket, "key", kept.Key, "reason", kept.RequestID)
+				got = append(got, kept)
 			}
 			msgs = append(msgs, m)
 			evs = append(evs, got...)

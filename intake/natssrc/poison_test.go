@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/intake"
 	"github.com/cairn-s3/cairn/intake/natssrc"
 	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/ledger"
@@ -19,12 +20,17 @@ import (
 type sink struct {
 	mu   sync.Mutex
 	keys []string
+	kept []string // refused messages (event names)
 }
 
 func (s *sink) Submit(_ context.Context, _ string, evs []event.Event) ([]ledger.Decision, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ev := range evs {
+		if ev.Bucket == intake.RefusedBucket {
+			s.kept = append(s.kept, ev.Name)
+			continue
+		}
 		s.keys = append(s.keys, ev.Key)
 	}
 	return make([]ledger.Decision, len(evs)), nil
@@ -40,9 +46,10 @@ func rec(key string) string {
 	return `{"eventVersion":"2.1","eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"bkt"},"object":{"key":"` + key + `","size":1,"sequencer":"0A"}}}`
 }
 
-// A poison message (garbage, or only bad records) is terminated, never
-// redelivered, and never holds up the messages behind it; a message with good
-// and bad records has its good ones recorded.
+// A poison message (garbage, or only bad records) is kept as a refused
+// message and acknowledged, never redelivered, and never holds up the
+// messages behind it; a message with good and bad records has its good ones
+// recorded (and is kept too).
 func TestPoisonMessages(t *testing.T) {
 	t.Parallel()
 	natsURL := testenv.NATS(t)
@@ -96,11 +103,17 @@ func TestPoisonMessages(t *testing.T) {
 	if got := strings.Join(s.got(), ","); got != "mixed-good,after" {
 		t.Fatalf("recorded %q, want mixed-good,after (each once)", got)
 	}
+	s.mu.Lock()
+	kept := strings.Join(s.kept, ",")
+	s.mu.Unlock()
+	if want := "cairn:Refused:UnknownFormat,cairn:Refused:Malformed,cairn:Refused:Malformed"; kept != want {
+		t.Fatalf("kept %q, want each poison message (and the mixed one) kept once as a refused message: %s", kept, want)
+	}
 	ci, err := js.ConsumerInfo("EV", "cairn")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ci.NumAckPending != 0 || ci.NumRedelivered != 0 {
-		t.Fatalf("consumer: %d pending acks, %d redelivered; poison messages must be terminated", ci.NumAckPending, ci.NumRedelivered)
+		t.Fatalf("consumer: %d pending acks, %d redelivered; poison messages must be acknowledged once kept", ci.NumAckPending, ci.NumRedelivered)
 	}
 }

@@ -247,7 +247,8 @@ func crashRedelivers(t *testing.T, q Queue) {
 	}
 }
 
-// poison: messages that are not events do not block the one behind them and
+// poison: messages that are not events do not block the one behind them, are
+// kept as refused messages (intake.RefusedEvent: visible and replayable) and
 // are given up on.
 func poison(t *testing.T, q Queue) {
 	s := newSink(t)
@@ -257,7 +258,14 @@ func poison(t *testing.T, q Queue) {
 	start(t, q.Source(t), s)
 	waitFor(t, "the message behind the poison ones recorded", func() bool { _, ok := records(t, s.l)["after"]; return ok })
 	waitFor(t, "the poison messages given up on", func() bool { return settled(t, q) })
-	if recs := records(t, s.l); len(recs) != 1 {
-		t.Fatalf("%d records, want 1", len(recs))
+	recs := records(t, s.l)
+	kept := 0
+	for _, r := range recs {
+		if r.Bucket == intake.RefusedBucket {
+			kept++
+		}
+	}
+	if len(recs)-kept != 1 || kept != 2 {
+		t.Fatalf("%d records, %d of them refused messages; want the good one, and each poison message kept as a refused message (intake.RefusedEvent)", len(recs), kept)
 	}
 }

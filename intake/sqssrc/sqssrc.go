@@ -18,8 +18,9 @@
 // to come back for ever. What happens to it is Options.Poison:
 //   - PoisonDLQ: it is left alone, and the queue's redrive policy moves it to
 //     the dead-letter queue after maxReceiveCount receives.
-//   - PoisonDelete: it is deleted at once, after its id, receive count, reason
-//     and body (up to 64 KiB, escaped) are logged at error level.
+//   - PoisonDelete: it is kept in the ledger as a dead letter with its reason
+//     (bucket intake.RefusedBucket: listed, and replayable once cairn accepts
+//     it), then deleted from the queue.
 //   - PoisonAuto (the default): PoisonDLQ when the queue has a redrive policy,
 //     PoisonDelete when it has none (read once with GetQueueAttributes). If the
 //     attributes cannot be read (no sqs:GetQueueAttributes permission), it is
@@ -27,9 +28,10 @@
 //     retention period ends, which is the lesser evil than deleting a message
 //     a dead-letter queue was configured to keep.
 //
-// Either way the refusal is counted in cairn_intake_rejected_total. Records
-// of a message that break the limits while others in it are good are refused
-// one by one (logged and counted), and the good ones are recorded.//
+// Either way the refusal is counted in cairn_intake_rejected_total. A
+// message some of whose records are refused has the good ones recorded and
+// is kept as a dead letter too.
+//
 // Linking the package in registers the sqs:// scheme with intake.OpenSource.
 package sqssrc
 
@@ -222,19 +224,28 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		var ok, bad []types.Message
 		var evs []event.Event
 		for _, m := range out.Messages {
-			got, rejected, err := event.ParseAll([]byte(aws.ToString(m.Body)))
+			body := []byte(aws.ToString(m.Body))
+			got, rejected, err := event.ParseAll(body)
 			if err == nil && len(got) == 0 && len(rejected) > 0 {
 				err = rejected[0]
 			}
-			if err != nil {
+			if err != nil && poison != PoisonDelete {
+				// Left for the queue's redrive policy: its dead-letter
+				// queue keeps it.
 				intake.Refused(sink, "sqs", 1)
 				s.logPoison(log, poison, m, err)
 				bad = append(bad, m)
 				continue
 			}
-			if len(rejected) > 0 {
-				log.Error("records of a message refused; the others are recorded", "message_id", aws.ToString(m.MessageId), "refused", len(rejected), "first", rejected[0].Error())
-				intake.Refused(sink, "sqs", len(rejected))
+			if err != nil {
+				s.logPoison(log, poison, m, err) // with its body: the queue's copy is deleted
+			}
+			if kept, k := intake.RefusedEvent(body, err, rejected); k {
+				// Kept in the ledger as a dead letter with its reason
+				// (replayable), recorded with the good records, then
+				// deleted from the queue like them.
+				log.Warn("message refused in whole or part; kept as a dead letter", "message_id", aws.ToString(m.MessageId), "bucket", kept.Bucket, "key", kept.Key, "reason", kept.RequestID)
+				got = append(got, kept)
 			}
 			ok = append(ok, m)
 			evs = append(evs, got...)

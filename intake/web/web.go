@@ -1,7 +1,8 @@
 // Package web is cairn serve's status page and its JSON API: the ledger's
 // totals, throughput over the last hour, the queue's depth and age, current
-// claims, recent failures, dead letters with Replay actions, and the last
-// audit. The page is server-rendered HTML with its styles embedded: no
+// claims, recent failures, dead letters with Replay actions (refused messages
+// among them, in bucket cairn:refused), the messages the intake refused and
+// why, and the last audit. The page is server-rendered HTML with its styles embedded: no
 // front-end build, and every view works without JavaScript.
 //
 // Routes: GET / (the page), GET /api/v1/status (the same as JSON), POST
@@ -104,6 +105,9 @@ type Options struct {
 	Activity func() []int
 	// LastAudit, if set, returns the last audit's report (nil if none yet).
 	LastAudit func() *Audit
+	// Refusals, if set, returns the messages the intake refused since it
+	// started (intake.Pipeline.Refusals), the most recent first.
+	Refusals func() []Refusal
 	// Title of the page. Default "cairn".
 	Title string
 }
@@ -154,6 +158,23 @@ func (a *Audit) MarshalJSON() ([]byte, error) {
 	return json.Marshal(a.Detail)
 }
 
+// Refusal is one source's refused messages of one reason, as the page shows
+// them (the fields of intake.Refusal: the page does not import the intake).
+// A content refusal (Malformed, UnknownFormat, UnknownEventType, TooLarge)
+// was answered 2xx and kept as a dead letter in bucket cairn:refused (listed
+// with the dead letters, replayable); a wiring refusal of the webhook
+// (unauthorized, origin, host, content_type, method) was answered 4xx, and
+// the sender retries it until its configuration is fixed.
+type Refusal struct {
+	Source string    `json:"source"`
+	Reason string    `json:"reason"`
+	Count  int64     `json:"count"`
+	First  time.Time `json:"first"`
+	Last   time.Time `json:"last"`
+	Answer string    `json:"answer"`
+	Detail string    `json:"detail"`
+}
+
 // Status is what the page shows; GET /api/v1/status returns it as JSON.
 type Status struct {
 	Now           time.Time       `json:"now"`
@@ -166,6 +187,7 @@ type Status struct {
 	Claims        []ledger.Record `json:"claims"`
 	Failures      []ledger.Record `json:"failures"`
 	Dead          []ledger.Record `json:"dead"`
+	Refusals      []Refusal       `json:"refusals"`
 	Audit         *Audit          `json:"last_audit,omitempty"`
 	Actions       bool            `json:"actions_enabled"`
 }
@@ -256,6 +278,10 @@ func (h *handler) status(ctx context.Context) (*Status, error) {
 	}
 	if h.o.LastAudit != nil {
 		st.Audit = h.o.LastAudit()
+	}
+	st.Refusals = []Refusal{}
+	if h.o.Refusals != nil {
+		st.Refusals = append(st.Refusals, h.o.Refusals()...)
 	}
 	return st, nil
 }

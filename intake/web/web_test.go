@@ -652,3 +652,41 @@ func mustReq(t *testing.T, u string) *http.Request {
 	}
 	return req
 }
+
+// TestStatusShowsRefusals: the messages the intake refused are on the page
+// (reason, count, what was done, the last detail, escaped) and in the API.
+func TestStatusShowsRefusals(t *testing.T) {
+	t.Parallel()
+	l := ledgerWith(t)
+	now := time.Now()
+	rs := []web.Refusal{
+		{Source: "webhook", Reason: "UnknownEventType", Count: 3, First: now.Add(-time.Minute), Last: now,
+			Answer: "kept as a dead letter: cairn:refused/ab12", Detail: `unknown event type: "s3:Object<Teleported>"`},
+		{Source: "webhook", Reason: "unauthorized", Count: 7, First: now, Last: now, Answer: "answered 401", Detail: "wrong bearer token"},
+	}
+	srv := httptest.NewServer(web.Handler(l, &web.Options{Refusals: func() []web.Refusal { return rs }}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`id="refusals"`, "UnknownEventType", "kept as a dead letter: cairn:refused/ab12", "s3:Object&lt;Teleported&gt;", "answered 401", "<td>7</td>"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	resp, err = http.Get(srv.URL + "/api/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Refusals []web.Refusal `json:"refusals"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || len(st.Refusals) != 2 || st.Refusals[1].Reason != "unauthorized" || st.Refusals[1].Count != 7 {
+		t.Fatalf("API refusals: %+v %v", st.Refusals, err)
+	}
+}

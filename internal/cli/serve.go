@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-s3/cairn"
 	"github.com/cairn-s3/cairn/audit"
 	"github.com/cairn-s3/cairn/intake"
 	"github.com/cairn-s3/cairn/intake/auditjob"
@@ -59,6 +61,7 @@ type serveFlags struct {
 	readToken     string
 	statusOrigins []string
 	handlerState  string
+	processOwn    bool
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
@@ -87,6 +90,7 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	nonEmptyVar(fs, &f.readToken, "read-token", "", "token that reading the status page (GET /) and GET /api/v1/status requires: a browser signs in with any user name and the token as the password, API clients send Authorization: Bearer TOKEN; none: anyone who reaches --listen can read keys and handler errors", "an empty token would let anyone read; drop the flag to mean that")
 	fs.StringArrayVar(&f.statusOrigins, "status-allow-origin", nil, "origin (scheme://host[:port]) besides the status page's own whose Replay form posts are accepted, repeatable: e.g. the https origin a TLS-terminating proxy serves the page at")
 	nonEmptyVar(fs, &f.handlerState, "handler-state", "", "directory where running exec handlers are recorded, so that a restart kills what a killed daemon left running (default: beside a SQLite or file:// ledger, else $XDG_STATE_HOME/cairn/handlers)", "name the directory, or drop the flag for the default")
+	fs.BoolVar(&f.processOwn, "process-own-objects", false, "run the handler for events about cairn's own objects too, which are skipped by default: keys under cairn-probe/, cairn-locks/, cairn-journal/, cairn-ledger/ at the bucket's root (and under an s3:// --store's prefix), and an s3:// --ledger's own prefix")
 	durflag.Var(fs, &f.retention, "retention", 30*24*time.Hour, "purge processed records older than this, hourly (0: never); the audit's horizon")
 }
 
@@ -101,8 +105,13 @@ worker at a time, with nothing lost when anything crashes.
 
 Events arrive by webhook (POST /v1/events: MinIO's webhook target as-is, S3
 Records, SNS, EventBridge) and from pull sources (--source nats://…, kafka://…,
-sqs://…). Deliveries are acknowledged only once recorded in the ledger. Workers
-claim work from the ledger with a lease and a fencing token and run the handler:
+sqs://…). Deliveries are acknowledged only once recorded in the ledger. A
+message cairn cannot accept is acknowledged too (a sender retrying it would hold
+back every later event) and kept as a dead letter in bucket cairn:refused, with
+its reason: cairn ledger ls --status dead lists it, cairn replay parses it again.
+Events for cairn's own objects (cairn-probe/, cairn-locks/, cairn-journal/,
+cairn-ledger/) are skipped (--process-own-objects). Workers claim work from the
+ledger with a lease and a fencing token and run the handler:
 
   --handler-exec 'CMD ARGS'  run by /bin/sh -c with CAIRN_BUCKET, CAIRN_KEY,
       CAIRN_VERSION_ID, CAIRN_ETAG, CAIRN_SIZE, CAIRN_SEQUENCER, CAIRN_EVENT
@@ -214,7 +223,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p, err := intake.New(led, h, &intake.Options{Concurrency: f.concurrency, Lease: f.lease, Timeout: f.timeout,
-		Grace: f.grace, Registerer: reg, Logger: log, EveryVersion: f.everyVersion})
+		Grace: f.grace, Registerer: reg, Logger: log, EveryVersion: f.everyVersion, ProcessOwnObjects: f.processOwn, OwnPrefixes: ownPrefixes(&f)})
 	if err != nil {
 		return err
 	}
@@ -238,8 +247,27 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		if horizon <= 0 {
 			horizon = -1
 		}
+		// The audit records into the ledger itself, not through the
+		// pipeline's Submit: it skips cairn's own objects alike.
+		extra := ownPrefixes(&f)[f.bucket]
+		skipOwn := func(key string) bool {
+			if f.processOwn {
+				return false
+			}
+			if _, own := cairn.OwnKey(key); own {
+				return true
+			}
+			return slices.ContainsFunc(extra, func(p string) bool { return strings.HasPrefix(key, p) })
+		}
 		d.Jobs = append(d.Jobs, auditjob.New(auditStore, led, f.bucket, f.auditEvery,
-			&auditjob.Options{Audit: &audit.Options{Grace: f.auditGrace, Horizon: horizon}, Logger: log, OnReport: lastAudit.Store}))
+			&auditjob.Options{Audit: &audit.Options{Grace: f.auditGrace, Horizon: horizon, Skip: skipOwn}, Logger: log, OnReport: lastAudit.Store}))
+	}
+	wo.Refusals = func() []web.Refusal {
+		var out []web.Refusal
+		for _, r := range p.Refusals() {
+			out = append(out, web.Refusal{Source: r.Source, Reason: r.Reason, Count: r.Count, First: r.First, Last: r.Last, Answer: r.Answer, Detail: r.Detail})
+		}
+		return out
 	}
 	wo.Activity, wo.LastAudit = p.Activity, func() *web.Audit {
 		r := lastAudit.Load()
@@ -340,4 +368,28 @@ func openSource(ctx context.Context, raw string, log *slog.Logger) (intake.Sourc
 		return nil, usagef("--source %q: %s", safetext.Redact(raw), safetext.Redact(err.Error()))
 	}
 	return s, nil
+}
+
+// ownPrefixes are the prefixes of cairn's own objects serve knows of beyond
+// cairn.OwnPrefixes, per bucket: where an s3:// --ledger keeps the ledger
+// (a bare bucket keeps it under cairn-ledger/, skipped anyway), and
+// cairn.OwnPrefixes under an s3:// --store's prefix (the probe, locks and
+// journals of a store rooted there).
+func ownPrefixes(f *serveFlags) map[string][]string {
+	m := map[string][]string{}
+	if u, err := url.Parse(f.ledgerURL); err == nil && u.Scheme == "s3" && u.Host != "" {
+		if p := strings.Trim(u.Path, "/"); p != "" {
+			m[u.Host] = append(m[u.Host], p+"/")
+		}
+	}
+	if f.storeURL != "" {
+		if u, err := objstore.ParseURL(f.storeURL); err == nil && u.Scheme == "s3" && u.Host != "" {
+			if p := strings.Trim(u.Path, "/"); p != "" {
+				for _, own := range cairn.OwnPrefixes() {
+					m[u.Host] = append(m[u.Host], p+"/"+own)
+				}
+			}
+		}
+	}
+	return m
 }

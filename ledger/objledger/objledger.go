@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairn-s3/cairn"
 	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/internal/backoff"
 	"github.com/cairn-s3/cairn/ledger"
@@ -231,7 +232,7 @@ func ParseURL(raw string) (storeURL string, cfg Options, err error) {
 	}
 	u.RawQuery = q.Encode()
 	if u.Scheme == "s3" && strings.Trim(u.Path, "/") == "" {
-		u.Path = "/cairn-ledger"
+		u.Path = "/" + strings.TrimSuffix(cairn.LedgerPrefix, "/")
 	}
 	return u.String(), cfg, nil
 }

@@ -296,7 +296,7 @@ func New(s *objstore.Store, opts *Options) *Manager {
 		m.opts = *opts
 	}
 	if m.opts.Prefix == "" {
-		m.opts.Prefix = "cairn-locks/tree/"
+		m.opts.Prefix = cairn.LockPrefix + "tree/"
 	}
 	if m.opts.TTL <= 0 {
 		m.opts.TTL = 30 * time.Second
