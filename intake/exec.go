@@ -136,6 +136,12 @@ func (h *ExecHandler) Handle(ctx context.Context, w Work) (string, error) {
 		return "", err
 	}
 	cmd.Env = append(cmd.Env, marker...)
+	unguard, err := h.guard(ctx, run)
+	if err != nil {
+		run.finish(0)
+		return "", err
+	}
+	defer unguard() // after finish: nothing of the run is left
 	processGroup(cmd)
 	cmd.WaitDelay = 5 * time.Second
 	if err = startTied(cmd); err == nil {
@@ -167,6 +173,27 @@ func (h *ExecHandler) Handle(ctx context.Context, w Work) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("handler %s: %w", h.Argv[0], err) // could not start: retry
+}
+
+// guard hands the run's lease deadline to the watchdog before the command
+// starts, and every later one as renewals succeed, so that the command is
+// killed at its deadline even if this process is stopped; the returned
+// function ends that. Without a watchdog (or a lease) it does nothing.
+func (h *ExecHandler) guard(ctx context.Context, run *runTrack) (func(), error) {
+	v := validityOf(ctx)
+	h.mu.Lock()
+	wd := h.watchdog
+	h.mu.Unlock()
+	marker := run.marker()
+	if v == nil || wd == nil || marker == "" || !enforceLeaseDeadline {
+		return func() {}, nil
+	}
+	until, unsubscribe := v.subscribe(func(until time.Time) { _ = wd.deadline(marker, until) })
+	if err := wd.deadline(marker, until); err != nil {
+		unsubscribe()
+		return nil, fmt.Errorf("intake: handing the handler's lease deadline to the watchdog: %w", err)
+	}
+	return func() { unsubscribe(); wd.end(marker) }, nil
 }
 
 // capped keeps the first n bytes written.
