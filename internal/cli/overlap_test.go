@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -259,7 +260,7 @@ func testHolderStops(t *testing.T, open ledgerThrough, f holderFault) {
 		}
 	}
 	args := func(ledgerURL string) []string {
-		return []string{"--ledger", ledgerURL, "--handler-exec", script, "--lease", "1s", "--concurrency", "8",
+		return []string{"--ledger", ledgerURL, "--handler-exec", script, "--lease", "2s", "--concurrency", "8",
 			"--handler-state", filepath.Join(dir, "state"), "--grace", "1s"}
 	}
 	keys := []string{"k0", "k1", "k2", "k3"}
@@ -329,5 +330,120 @@ func testHolderStops(t *testing.T, open ledgerThrough, f holderFault) {
 	if t.Failed() {
 		data, _ := os.ReadFile(marks)
 		t.Logf("marks:\n%s", tailString(string(data), 6000))
+	}
+}
+
+// TestLockRunHolderStopped: a `cairn lock run` holder is stopped (SIGSTOP)
+// while its command holds a flock; a second `cairn lock run` takes the lease
+// over once it expired. The first command was killed by then (its deadline
+// keeper), so the second finds the flock free and no marks interleave; the
+// first holder, continued, exits 4 (lease lost). On the directory store and
+// on MinIO, for lock run and lock tree.
+func TestLockRunHolderStopped(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs Linux")
+	}
+	if _, err := os.Stat("/usr/bin/flock"); err != nil {
+		t.Skip("needs flock(1)")
+	}
+	for _, store := range []string{"fs", "minio"} {
+		for _, kind := range []string{"run", "tree"} {
+			t.Run(store+"/"+kind, func(t *testing.T) {
+				t.Parallel()
+				var storeURL string
+				var env []string
+				if store == "fs" {
+					storeURL = "file://" + t.TempDir()
+				} else {
+					ep := testenv.S3(t)
+					_, storeURL = testenv.NewBucket(t, ep)
+					env = ep.Env()
+				}
+				args := func(wait string) []string {
+					if kind == "tree" {
+						return []string{"lock", "tree", "--store", storeURL, "--write", "/jobs/compact", "--ttl", "2s", "--wait", wait}
+					}
+					u := strings.Replace(storeURL, "?", "/locks/compact?", 1)
+					if !strings.Contains(u, "?") {
+						u += "/locks/compact"
+					}
+					return []string{"lock", "run", u, "--ttl", "2s", "--wait", wait}
+				}
+				testLockHolderStopped(t, args, env)
+			})
+		}
+	}
+}
+
+func testLockHolderStopped(t *testing.T, args func(wait string) []string, env []string) {
+	bin := buildCairn(t)
+	dir := t.TempDir()
+	marks := filepath.Join(dir, "marks")
+	script := filepath.Join(dir, "job.sh")
+	if err := os.WriteFile(script, []byte(flockScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := func(instance, seq, ticks string) (*exec.Cmd, chan error) {
+		c := exec.Command(bin, append(args("30s"), "--", script)...)
+		c.Env = append(os.Environ(), append(env, "MARKS="+marks, "INSTANCE="+instance, "TICKS="+ticks,
+			"CAIRN_KEY=job", "CAIRN_SEQUENCER="+seq)...)
+		var out strings.Builder
+		c.Stderr = &out
+		testenv.KillGroupAtCleanup(t, c)
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			err := c.Wait()
+			if t.Failed() || exitOf(err) != 0 {
+				t.Logf("%s: exit %d:\n%s", instance, exitOf(err), tailString(out.String(), 3000))
+			}
+			done <- err
+		}()
+		return c, done
+	}
+	a, aDone := start("a", "0A", "200")
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.ContainsFunc(readRunMarks(t, marks), func(m runMark) bool { return m.kind == "start" }) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first holder's command did not start in 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := a.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	continued := false
+	defer func() {
+		if !continued {
+			_ = a.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	_, bDone := start("b", "0B", "2")
+	select {
+	case err := <-bDone:
+		if exitOf(err) != 0 {
+			t.Errorf("the second holder: exit %d, want 0", exitOf(err))
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the second holder did not finish in 60s")
+	}
+	continued = true
+	_ = a.Process.Signal(syscall.SIGCONT)
+	select {
+	case err := <-aDone:
+		if exitOf(err) != 4 {
+			t.Errorf("the stopped holder, continued: exit %d, want 4 (lease lost)", exitOf(err))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stopped holder, continued, did not exit in 30s")
+	}
+	time.Sleep(300 * time.Millisecond) // a first command running on would tick meanwhile
+	checkRuns(t, readRunMarks(t, marks), []string{"job"}, "0B")
+	if t.Failed() {
+		data, _ := os.ReadFile(marks)
+		t.Logf("marks:\n%s", tailString(string(data), 4000))
 	}
 }

@@ -180,6 +180,13 @@ func (l *Lease) Done() <-chan struct{} { return l.s.Done() }
 // ErrLeaseLost that says how it was lost.
 func (l *Lease) Err() error { return l.s.Err() }
 
+// Deadline is the holder's deadline, on Options.Clock: TTL after the start of
+// the last renewal confirmed in time. The lease cannot have been taken over
+// before it; from it on, Done is closed. It moves later with each renewal.
+// A holder that guards work (a process, a request) stops it by then, however
+// its renewals hang: see cairn lock run.
+func (l *Lease) Deadline() time.Time { return l.s.Deadline() }
+
 // Valid reports whether the lease is still held by the holder's own deadline.
 func (l *Lease) Valid() bool { return l.s.Valid() }
 
