@@ -62,6 +62,7 @@ type ExecHandler struct {
 	prepared bool // reaped and watchdog started
 	reaped   int
 	watchdog *watchdog
+	leaders  *groupEOF
 }
 
 // Shell returns an ExecHandler that runs command with /bin/sh -c, so the
@@ -89,6 +90,11 @@ func (h *ExecHandler) Reap(ctx context.Context) (int, error) {
 		return n, err
 	}
 	h.reaped += n
+	if h.leaders == nil {
+		if h.leaders, err = newGroupEOF(); err != nil {
+			return h.reaped, err
+		}
+	}
 	if h.watchdog, err = startWatchdog(h.Watchdog, h.StateDir); err != nil {
 		return h.reaped, err
 	}
@@ -102,7 +108,10 @@ func (h *ExecHandler) Close() error {
 	h.mu.Lock()
 	wd := h.watchdog
 	h.watchdog = nil
+	leaders := h.leaders
+	h.leaders = nil
 	h.mu.Unlock()
+	leaders.close()
 	return wd.close()
 }
 
@@ -142,14 +151,30 @@ func (h *ExecHandler) Handle(ctx context.Context, w Work) (string, error) {
 		return "", err
 	}
 	defer unguard() // after finish: nothing of the run is left
-	processGroup(cmd)
+	h.mu.Lock()
+	leaders := h.leaders
+	h.mu.Unlock()
+	leader, err := leaders.startLeader(cmd.Env)
+	if err != nil {
+		run.finish(0)
+		return "", err
+	}
+	pgid := 0
+	if leader != nil {
+		pgid = leader.Process.Pid
+		defer func() { _ = leader.Wait() }() // killed with its group by finish
+	}
+	processGroup(cmd, pgid)
 	cmd.WaitDelay = 5 * time.Second
 	if err = startTied(cmd); err == nil {
-		run.started(cmd.Process.Pid)
+		if pgid == 0 {
+			pgid = cmd.Process.Pid
+		}
+		run.started(pgid)
 		err = cmd.Wait()
-		run.finish(cmd.Process.Pid)
+		run.finish(pgid)
 	} else {
-		run.finish(0)
+		run.finish(pgid)
 	}
 	if err == nil {
 		return stdout.String(), nil

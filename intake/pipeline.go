@@ -128,6 +128,7 @@ type Pipeline struct {
 
 	hctx     context.Context // handlers' parent context, cancelled after Grace at shutdown
 	handlers sync.WaitGroup
+	renewals sync.WaitGroup // renewal loops, which may outlive their handler by a request
 
 	mu       sync.Mutex
 	draining bool // no more handler launches
@@ -274,6 +275,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	go func() { defer close(compDone); p.completeLoop(compCtx) }()
 
 	p.dispatch(ctx, cancelHandlers) // returns when ctx is done and every handler has settled
+	p.renewals.Wait()               // a renewal request in flight ends by renewTimeout
 	stopComp()
 	<-compDone
 	stopRec()
@@ -816,7 +818,7 @@ func renewTimeout(every time.Duration) time.Duration { return every * 3 / 4 }
 func (p *Pipeline) startRenewal(c ledger.Claim, v *validity, cancel context.CancelCauseFunc) *renewal {
 	r := &renewal{stopc: make(chan struct{})}
 	every := p.o.Lease / 3
-	go func() {
+	p.renewals.Go(func() {
 		t := time.NewTimer(every)
 		defer t.Stop()
 		for {
@@ -846,7 +848,7 @@ func (p *Pipeline) startRenewal(c ledger.Claim, v *validity, cancel context.Canc
 			}
 			t.Reset(max(next, every/10))
 		}
-	}()
+	})
 	return r
 }
 
