@@ -26,7 +26,11 @@
 //   - At most one holder at a time, as far as the holders' own deadlines go; a
 //     holder that is paused (GC, SIGSTOP, a VM migration) past its deadline may
 //     act after its lease is gone: Done() is closed as soon as it notices, but
-//     only the fencing token protects the resource. Pass Token() to whatever you
+//     only the fencing token protects the resource. Work the holder runs in
+//     another process can be stopped on time all the same, by a process that
+//     holds Deadline for it (cairn lock run does: its command dies at the
+//     deadline even while cairn is stopped). Each renewal request gets a
+//     quarter of the TTL, so a hung connection never holds renewals up. Pass Token() to whatever you
 //     write and have it refuse tokens lower than the highest it has seen.
 //   - A crashed holder's lease is taken over after one TTL of silence.
 //   - Release writes a "released" state by compare-and-swap; it never deletes

@@ -5,7 +5,9 @@
 // # The owner's side: Session
 //
 // A Session renews its record every TTL/3 by calling Renew (a compare-and-
-// swap of the record in the store). Its deadline is TTL after the start of
+// swap of the record in the store), sent on schedule however long the last one
+// took, each with a deadline of TTL/4 (a hung connection is abandoned in time
+// for the next), and a failed one is tried again after TTL/6. Its deadline is TTL after the start of
 // the last renewal confirmed before the deadline (a renewal confirmed later
 // may have landed after an observer judged the record dead, so it extends
 // nothing). At the deadline the session ends as lost and is never renewed
