@@ -2,7 +2,10 @@ package intake_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -157,5 +160,45 @@ func TestLocalLeaseDeadline(t *testing.T) {
 				t.Fatalf("cairn_intake_lease_losses_total = %v, want 1", n)
 			}
 		})
+	}
+}
+
+// TestHTTPHandlerSendsLeaseDeadline: an HTTP endpoint cannot be stopped, so
+// each request carries the claim's deadline (header and body field, RFC 3339
+// with milliseconds, the same instant), in the future and within a lease.
+func TestHTTPHandlerSendsLeaseDeadline(t *testing.T) {
+	t.Parallel()
+	type seen struct {
+		header, field string
+		at            time.Time
+	}
+	got := make(chan seen, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			LeaseDeadline string `json:"lease_deadline"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		got <- seen{r.Header.Get("Cairn-Lease-Deadline"), body.LeaseDeadline, time.Now()}
+	}))
+	defer srv.Close()
+	const lease = 5 * time.Second
+	p, err := intake.New(newLedger(t, nil), &intake.HTTPHandler{URL: srv.URL}, &intake.Options{Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, p)
+	if _, err := p.Submit(context.Background(), "test", []event.Event{ev("k", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	s := <-got
+	if s.header == "" || s.header != s.field {
+		t.Fatalf("Cairn-Lease-Deadline %q, lease_deadline %q: want the same deadline in both", s.header, s.field)
+	}
+	d, err := time.Parse("2006-01-02T15:04:05.000Z07:00", s.header)
+	if err != nil {
+		t.Fatalf("Cairn-Lease-Deadline %q: %v", s.header, err)
+	}
+	if !d.After(s.at) || d.After(s.at.Add(lease)) {
+		t.Fatalf("deadline %v is not within a lease after the request (%v)", d, s.at)
 	}
 }

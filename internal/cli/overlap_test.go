@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,9 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/internal/faultproxy"
 	"github.com/cairn-s3/cairn/internal/services"
 	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/ledger"
 )
 
 // flockScript is an exec handler that proves, by itself, that no two runs of
@@ -445,5 +449,68 @@ func testLockHolderStopped(t *testing.T, args func(wait string) []string, env []
 	if t.Failed() {
 		data, _ := os.ReadFile(marks)
 		t.Logf("marks:\n%s", tailString(string(data), 4000))
+	}
+}
+
+// TestRenewAbandonsBlackholedConnection: a renewal through a connection that
+// went silent (blackholed: nothing forwarded, nothing closed) returns by its
+// own deadline, on PostgreSQL (pgx through database/sql) and on the
+// object-store ledger (the S3 client): a holder is never held up by a hung
+// connection, so the next renewal goes out on time.
+//
+// Not parallel: it sets the S3 credentials in its own environment.
+func TestRenewAbandonsBlackholedConnection(t *testing.T) {
+	for _, led := range sharedLedgers {
+		t.Run(led.name, func(t *testing.T) {
+			proxy, viaProxy, _, env := led.open(t)
+			for _, kv := range env {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+			ctx := context.Background()
+			l, err := ledger.Open(ctx, viaProxy, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ev := event.Event{Bucket: "b", Key: "k", Sequencer: "0A", Kind: event.Created, Name: "ObjectCreated:Put", ETag: "e", Format: event.FormatS3}
+			_, cs, err := l.RecordAndClaim(ctx, "test", []event.Event{ev}, 1, time.Minute)
+			if err != nil || len(cs) != 1 {
+				t.Fatalf("claim: %v, %d claims", err, len(cs))
+			}
+			proxy.Blackhole(true)
+			healed := false
+			defer func() {
+				if !healed {
+					proxy.Blackhole(false)
+				}
+			}()
+			done := make(chan error, 1)
+			go func() {
+				rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				defer cancel()
+				_, err := l.Renew(rctx, cs[0], time.Minute)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("a renewal through a blackholed connection succeeded")
+				}
+			case <-time.After(30 * time.Second):
+				buf := make([]byte, 1<<20)
+				t.Fatalf("a renewal through a blackholed connection was still waiting 30s after its 300ms deadline:\n%s", buf[:runtime.Stack(buf, true)])
+			}
+			// Once the network is back the claim renews again (after the
+			// abandoned request, which the ledger may still have been
+			// finishing in the background).
+			healed = true
+			proxy.Blackhole(false)
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			if _, err := l.Renew(rctx, cs[0], time.Minute); err != nil {
+				t.Fatalf("renewing after the blackhole: %v", err)
+			}
+		})
 	}
 }
