@@ -752,7 +752,10 @@ const settleMargin = 10 * time.Millisecond
 // and the lease deadline bounds every wait.
 func (p *Pipeline) settle(c ledger.Claim, deadline time.Time, op string, call func(ctx context.Context) error) error {
 	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		// Each attempt gets less than a renewal interval (a hung connection
+		// is abandoned in time for another attempt), and never past the
+		// deadline.
+		ctx, cancel := context.WithDeadline(context.Background(), earliest(deadline, time.Now().Add(renewTimeout(p.o.Lease/3))))
 		err := call(ctx)
 		cancel()
 		if err == nil || refusal(err) {
@@ -774,6 +777,14 @@ func (p *Pipeline) settle(c ledger.Claim, deadline time.Time, op string, call fu
 			"token", c.Token, "attempt", attempt, "retry_in", wait, "err", err)
 		time.Sleep(wait) // at most until settleMargin before deadline
 	}
+}
+
+// earliest returns the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func errString(err error) string {
@@ -909,26 +920,26 @@ func (p *Pipeline) completeLoop(ctx context.Context) {
 		cs := make([]ledger.Claim, len(batch))
 		results := make([]string, len(batch))
 		var deadline time.Time
-		earliest := batch[0].deadline
+		soonest := batch[0].deadline // the earliest lease to run out
 		for i, b := range batch {
 			cs[i], results[i] = b.c, b.result
 			if b.deadline.After(deadline) {
 				deadline = b.deadline
 			}
-			if b.deadline.Before(earliest) {
-				earliest = b.deadline
+			if b.deadline.Before(soonest) {
+				soonest = b.deadline
 			}
 		}
-		if limit := time.Now().Add(callTimeout); limit.Before(deadline) {
-			deadline = limit
-		}
+		// A batch gets less than a renewal interval: a hung connection is
+		// abandoned in time for the waiters' next attempts.
+		deadline = earliest(deadline, time.Now().Add(renewTimeout(p.o.Lease/3)))
 		// Until the last of the batch's leases runs out (its waiter retries a
 		// failed batch until then; the others have given up by then).
 		// Not urgent: the handlers' slots are free already; the batch may wait
 		// (completeLinger) to commit with the next Record, unless a lease in
 		// it is about to run out.
 		linger := completeLinger
-		if time.Until(earliest) < completeLingerMargin {
+		if time.Until(soonest) < completeLingerMargin {
 			linger = 0
 		}
 		bctx, cancel := context.WithDeadline(ledger.WithLinger(context.WithoutCancel(ctx), linger), deadline)
