@@ -415,7 +415,7 @@ func (w *watchdog) deadline(marker string, until time.Time) error {
 		return nil
 	}
 	m := monoNow() // first: a stall before time.Now() makes the deadline earlier, never later
-	at := m + int64(until.Sub(time.Now()))
+	at := m + int64(time.Until(until))
 	return w.send(fmt.Sprintf("deadline %s %d\n", marker, at))
 }
 
@@ -522,8 +522,9 @@ func WatchdogMain() {
 		case line, ok := <-lines:
 			if !ok {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				if _, err := reapDir(ctx, dir, func(o int, s uint64, _ string) bool { return mine(o, s) }); err != nil {
+				_, err := reapDir(ctx, dir, func(o int, s uint64, _ string) bool { return mine(o, s) })
+				cancel()
+				if err != nil {
 					fmt.Fprintln(os.Stderr, "cairn exec watchdog:", err)
 					os.Exit(1)
 				}

@@ -44,7 +44,7 @@ func monoNow() int64 {
 // monoAt is t (on this process's monotonic clock) on CLOCK_MONOTONIC.
 func monoAt(t time.Time) int64 {
 	m := monoNow() // first: see above
-	return m + int64(t.Sub(time.Now()))
+	return m + int64(time.Until(t))
 }
 
 // keeper is the holder's end of a running keeper.
