@@ -2,9 +2,11 @@ package docstore
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/cairn-s3/cairn/internal/linger"
+	"github.com/cairn-s3/cairn/objstore"
 )
 
 // batcher queues the updates of one key for its committer goroutine.
@@ -83,8 +85,11 @@ func (d *Store) startLocked(key string, b *batcher) {
 
 // enqueue hands r to the key's committer, starting one if none runs, and waits
 // for the result. A request cancelled while still queued is withdrawn (it was
-// never applied); once a commit has taken it, its outcome is awaited, since
-// the write may land.
+// never applied); one whose context ends once a commit has taken it returns
+// at once with ErrAmbiguous (its write may still land, as after a lost
+// response): a caller is never held past its own deadline by a commit that
+// hangs (a blackholed connection), which runs on, detached, until
+// Options.CommitTimeout.
 func (d *Store) enqueue(ctx context.Context, key string, r *request) ([]byte, Meta, error) {
 	d.mu.Lock()
 	b := d.batchers[key]
@@ -115,8 +120,13 @@ func (d *Store) enqueue(ctx context.Context, key string, r *request) ([]byte, Me
 		}
 	}
 	d.mu.Unlock()
-	res := <-r.done
-	return res.value, res.meta, res.err
+	select {
+	case res := <-r.done:
+		return res.value, res.meta, res.err
+	default:
+		return nil, Meta{}, fmt.Errorf("docstore: %q: the caller gave up while its write was being committed; it may still land: %w (%w)",
+			key, objstore.ErrAmbiguous, context.Cause(ctx))
+	}
 }
 
 // run commits batches for key until its queue is empty, then exits (and the

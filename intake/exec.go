@@ -62,6 +62,7 @@ type ExecHandler struct {
 	prepared bool // reaped and watchdog started
 	reaped   int
 	watchdog *watchdog
+	leaders  *groupEOF
 }
 
 // Shell returns an ExecHandler that runs command with /bin/sh -c, so the
@@ -89,6 +90,11 @@ func (h *ExecHandler) Reap(ctx context.Context) (int, error) {
 		return n, err
 	}
 	h.reaped += n
+	if h.leaders == nil {
+		if h.leaders, err = newGroupEOF(); err != nil {
+			return h.reaped, err
+		}
+	}
 	if h.watchdog, err = startWatchdog(h.Watchdog, h.StateDir); err != nil {
 		return h.reaped, err
 	}
@@ -102,7 +108,10 @@ func (h *ExecHandler) Close() error {
 	h.mu.Lock()
 	wd := h.watchdog
 	h.watchdog = nil
+	leaders := h.leaders
+	h.leaders = nil
 	h.mu.Unlock()
+	leaders.close()
 	return wd.close()
 }
 
@@ -136,14 +145,36 @@ func (h *ExecHandler) Handle(ctx context.Context, w Work) (string, error) {
 		return "", err
 	}
 	cmd.Env = append(cmd.Env, marker...)
-	processGroup(cmd)
+	unguard, err := h.guard(ctx, run)
+	if err != nil {
+		run.finish(0)
+		return "", err
+	}
+	defer unguard() // after finish: nothing of the run is left
+	h.mu.Lock()
+	leaders := h.leaders
+	h.mu.Unlock()
+	leader, err := leaders.startLeader(cmd.Env)
+	if err != nil {
+		run.finish(0)
+		return "", err
+	}
+	pgid := 0
+	if leader != nil {
+		pgid = leader.Process.Pid
+		defer func() { _ = leader.Wait() }() // killed with its group by finish
+	}
+	processGroup(cmd, pgid)
 	cmd.WaitDelay = 5 * time.Second
 	if err = startTied(cmd); err == nil {
-		run.started(cmd.Process.Pid)
+		if pgid == 0 {
+			pgid = cmd.Process.Pid
+		}
+		run.started(pgid)
 		err = cmd.Wait()
-		run.finish(cmd.Process.Pid)
+		run.finish(pgid)
 	} else {
-		run.finish(0)
+		run.finish(pgid)
 	}
 	if err == nil {
 		return stdout.String(), nil
@@ -167,6 +198,27 @@ func (h *ExecHandler) Handle(ctx context.Context, w Work) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("handler %s: %w", h.Argv[0], err) // could not start: retry
+}
+
+// guard hands the run's lease deadline to the watchdog before the command
+// starts, and every later one as renewals succeed, so that the command is
+// killed at its deadline even if this process is stopped; the returned
+// function ends that. Without a watchdog (or a lease) it does nothing.
+func (h *ExecHandler) guard(ctx context.Context, run *runTrack) (func(), error) {
+	v := validityOf(ctx)
+	h.mu.Lock()
+	wd := h.watchdog
+	h.mu.Unlock()
+	marker := run.marker()
+	if v == nil || wd == nil || marker == "" || !enforceLeaseDeadline {
+		return func() {}, nil
+	}
+	until, unsubscribe := v.subscribe(func(until time.Time) { _ = wd.deadline(marker, until) })
+	if err := wd.deadline(marker, until); err != nil {
+		unsubscribe()
+		return nil, fmt.Errorf("intake: handing the handler's lease deadline to the watchdog: %w", err)
+	}
+	return func() { unsubscribe(); wd.end(marker) }, nil
 }
 
 // capped keeps the first n bytes written.

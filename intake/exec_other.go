@@ -5,7 +5,16 @@ package intake
 import "os/exec"
 
 // processGroup: without process groups, only the command itself is killed.
-func processGroup(*exec.Cmd) {}
+func processGroup(*exec.Cmd, int) {}
 
 // killGroup: without process groups there is nothing to kill.
 func killGroup(int) bool { return false }
+
+// groupEOF: without process groups there is no group leader.
+type groupEOF struct{}
+
+func newGroupEOF() (*groupEOF, error) { return nil, nil }
+
+func (*groupEOF) startLeader([]string) (*exec.Cmd, error) { return nil, nil }
+
+func (*groupEOF) close() {}

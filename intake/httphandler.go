@@ -9,12 +9,23 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cairn-s3/cairn/ledger"
 )
 
 // HTTPHandler POSTs each claim's Payload as JSON to URL, with the fencing
 // token in the Cairn-Fencing-Token header and the attempt in Cairn-Attempt.
+//
+// cairn cannot stop an endpoint once it has the request, so it tells it when
+// to stop itself: the claim's lease deadline as the holder can prove it when
+// the request is sent (LeaseDeadline), in the Cairn-Lease-Deadline header
+// (RFC 3339, UTC, milliseconds: 2026-01-02T15:04:05.123Z) and the body's
+// "lease_deadline" field. The lease is renewed while the request runs, but the
+// endpoint is not told of renewals: an endpoint that has not answered by that
+// moment may run beside the key's next holder, unless it stops, and the
+// fencing token is then its only defence. Keep requests shorter than the
+// lease, or make the endpoint stop at the deadline.
 // 2xx: processed (the first 4 KiB of the body are the result). 429 and 5xx:
 // retry later. Other statuses: a permanent failure. Transport errors: retry.
 // An audit's resubmission has no "sequencer" in the payload's event, format
@@ -28,9 +39,26 @@ type HTTPHandler struct {
 	Header http.Header
 }
 
+// leaseDeadlineFormat is RFC 3339 with milliseconds.
+const leaseDeadlineFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// httpPayload is the body an HTTPHandler posts: the Payload and the lease's
+// deadline.
+type httpPayload struct {
+	Payload
+	LeaseDeadline string `json:"lease_deadline,omitempty"`
+}
+
 // Handle posts w.
 func (h *HTTPHandler) Handle(ctx context.Context, w Work) (string, error) {
-	body, err := json.Marshal(w.Payload())
+	pl := httpPayload{Payload: w.Payload()}
+	deadline := ""
+	if d, ok := LeaseDeadline(ctx); ok {
+		// The wall clock's reading of the monotonic deadline.
+		deadline = time.Now().Add(time.Until(d)).UTC().Format(leaseDeadlineFormat)
+		pl.LeaseDeadline = deadline
+	}
+	body, err := json.Marshal(pl)
 	if err != nil {
 		return "", Permanent(err)
 	}
@@ -44,6 +72,9 @@ func (h *HTTPHandler) Handle(ctx context.Context, w Work) (string, error) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Cairn-Fencing-Token", strconv.FormatInt(w.Token, 10))
 	req.Header.Set("Cairn-Attempt", strconv.Itoa(w.Attempt))
+	if deadline != "" {
+		req.Header.Set("Cairn-Lease-Deadline", deadline)
+	}
 	c := h.Client
 	if c == nil {
 		c = http.DefaultClient

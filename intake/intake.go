@@ -20,13 +20,19 @@
 //   - At most one handler runs for a key at a time (per key and version with
 //     ledger.Options.EveryVersion), and a key's work runs in sequencer order;
 //     duplicates and stale events never reach the handler.
-//   - A running handler's lease is renewed every third of the lease; if renewal
-//     is refused (the lease was lost), the handler's context is cancelled and its
-//     result is discarded.
+//   - A running handler's lease is renewed every third of the lease, each
+//     request with a deadline shorter than that. A claim is valid for its
+//     holder until its last successful renewal request was sent (the claim's,
+//     at first) plus the lease, less a twentieth, on the holder's monotonic
+//     clock: then the handler's context is cancelled (an exec handler's process
+//     group is killed), whether or not a renewal answered, the run counts as a
+//     lease loss and its result is discarded. The context's Deadline is that
+//     moment (LeaseDeadline). A refused renewal stops it at once.
 //   - A handler's effects are exactly-once only if it commits them
-//     conditionally on Work.Token (the fencing token) or is idempotent: a
-//     handler that stalls past its lease may still be running when the next
-//     holder starts.
+//     conditionally on Work.Token (the fencing token) or is idempotent: an
+//     HTTP endpoint that runs past the deadline it was sent, or a Go handler
+//     that ignores its context, may still be running when the next holder
+//     starts.
 //   - At shutdown, running handlers get Options.Grace to finish; the work of
 //     those that do not is released back to the ledger without counting the
 //     attempt. A process killed outright leaves claims whose leases expire; the
@@ -35,11 +41,11 @@
 // # Exec handlers and the daemon's death
 //
 // An exec handler does not outlive the daemon that started it, nor its own
-// claim, so a restarted daemon never claims work beside its previous holder's
-// orphan. (A lease lost while the daemon lives, a stall or a partition, can
-// still let the next holder start before the handler is killed: the fencing
-// token is the defence there.) An ExecHandler's command runs in its own
-// process group, and
+// claim's lease, so neither a restarted daemon nor another instance ever runs
+// a key beside its previous holder's handler. An ExecHandler's command runs in
+// a process group of its own, led by a shell that kills the group when the
+// daemon dies (however it dies: it waits for EOF on a pipe only the daemon
+// holds), and
 //
 //   - when the command exits, whatever it left in its group (backgrounded
 //     work, grandchildren) is killed before Handle returns;
@@ -53,8 +59,10 @@
 //     being mistaken for an orphan; runs of live processes sharing the
 //     directory are left alone;
 //   - with ExecHandler.Watchdog set (cairn serve sets it), a watchdog process
-//     kills the runs the moment the daemon exits, however it exits, without
-//     waiting for a restart (that matters when another machine may claim the
+//     holds each run's lease deadline (the daemon sends it before the command
+//     starts and after each renewal) and kills the run when it passes, even
+//     while the daemon is stopped; and it kills the runs the moment the
+//     daemon exits, however it exits, without waiting for a restart (that matters when another machine may claim the
 //     work once the lease expires); the command itself also gets SIGKILL on
 //     the daemon's death (Linux's parent-death signal, sent when the forking
 //     thread exits: the fork happens on a locked thread, but a goroutine
@@ -66,14 +74,17 @@
 // this (run such handlers under systemd or in a cgroup, which kill whole
 // trees); a process stuck in the kernel (D state) cannot be killed until it
 // returns, and Reap fails rather than claim beside it. If the daemon and its
-// watchdog are both killed and the daemon does not come back, orphans run to
-// their end, and another machine may claim their work once the lease
-// expires. On systems other than Linux there is no /proc to record and find
-// processes by: the process group is killed on cancellation and when the
-// command exits, but a daemon killed outright leaves its handlers running.
+// watchdog and the group's leader are all killed and the daemon does not come
+// back, orphans run to their end, and another machine may claim their work
+// once the lease expires. On systems other than Linux there is no /proc to
+// record and find processes by, and no watchdog: the process group is killed
+// on cancellation (the lease's deadline included), by its leader when the
+// daemon dies, and when the command exits; a stopped daemon's handlers run on
+// until it resumes.
 //
 // An HTTP handler (HTTPHandler) cannot be killed: cancellation closes the
-// connection, and the endpoint may go on with the request. A lost lease, a
+// connection, and the endpoint may go on with the request; it is sent the
+// lease's deadline (Cairn-Lease-Deadline) so that it can stop itself. A lost lease, a
 // timeout, a shutdown past its grace period or a daemon killed outright can
 // therefore leave the previous holder's request running while the next
 // claim's request (with a higher token) starts. The fencing token

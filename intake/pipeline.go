@@ -145,6 +145,7 @@ type Pipeline struct {
 
 	hctx     context.Context // handlers' parent context, cancelled after Grace at shutdown
 	handlers sync.WaitGroup
+	renewals sync.WaitGroup // renewal loops, which may outlive their handler by a request
 
 	mu       sync.Mutex
 	draining bool // no more handler launches
@@ -413,6 +414,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	go func() { defer close(compDone); p.completeLoop(compCtx) }()
 
 	p.dispatch(ctx, cancelHandlers) // returns when ctx is done and every handler has settled
+	p.renewals.Wait()               // a renewal request in flight ends by renewTimeout
 	stopComp()
 	<-compDone
 	stopRec()
@@ -651,7 +653,7 @@ func (p *Pipeline) launch(c ledger.Claim, claimedAt time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.draining {
-		deadline := claimedAt.Add(p.o.Lease)
+		deadline := claimedAt.Add(p.o.Lease - leaseMargin(p.o.Lease))
 		if limit := time.Now().Add(drainReleaseTimeout); limit.Before(deadline) {
 			deadline = limit // p.mu is held
 		}
@@ -801,17 +803,24 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim, claimedAt time.Time
 		ctx, cancelT = context.WithTimeoutCause(ctx, p.o.Timeout, errTimeout)
 		defer cancelT()
 	}
-	r := p.startRenewal(c, claimedAt, cancel)
+	v := newValidity(claimedAt, p.o.Lease, cancel)
+	ctx = leaseContext{Context: ctx, v: v}
+	r := p.startRenewal(c, v, cancel)
 	start := time.Now()
 	result, err := p.call(ctx, w)
-	renewedAt, lost := r.stop()
+	lost := r.stop()
+	deadline, expired := v.end()
 	elapsed := time.Since(start)
 	freeSlot()
+	if expired && lost == nil {
+		lost = errLeaseExpired
+		p.log.Warn("a claim's lease ran out on this process's clock before a renewal was confirmed (the ledger unreachable or slow, or this process stalled): the handler was stopped, and the work runs again once claimed again",
+			"bucket", c.Bucket, "key", c.Key, "token", c.Token, "lease", p.o.Lease)
+	}
 
 	// Settle the outcome while the lease holds: a transient ledger error
 	// (a conflict, a lost connection) is retried until then, never a reason
 	// to throw the handler's work away.
-	deadline := renewedAt.Add(p.o.Lease)
 	var outcome string
 	var serr error
 	switch {
@@ -882,7 +891,10 @@ const settleMargin = 10 * time.Millisecond
 // and the lease deadline bounds every wait.
 func (p *Pipeline) settle(c ledger.Claim, deadline time.Time, op string, call func(ctx context.Context) error) error {
 	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		// Each attempt gets less than a renewal interval (a hung connection
+		// is abandoned in time for another attempt), and never past the
+		// deadline.
+		ctx, cancel := context.WithDeadline(context.Background(), earliest(deadline, time.Now().Add(renewTimeout(p.o.Lease/3))))
 		err := call(ctx)
 		cancel()
 		if err == nil || refusal(err) {
@@ -904,6 +916,14 @@ func (p *Pipeline) settle(c ledger.Claim, deadline time.Time, op string, call fu
 			"token", c.Token, "attempt", attempt, "retry_in", wait, "err", err)
 		time.Sleep(wait) // at most until settleMargin before deadline
 	}
+}
+
+// earliest returns the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func errString(err error) string {
@@ -929,59 +949,67 @@ func (p *Pipeline) call(ctx context.Context, w Work) (result string, err error) 
 	return result, err
 }
 
-// renewal keeps one claim's lease alive.
+// renewal keeps one claim's lease alive: every third of the lease it sends
+// a renewal, each with a deadline shorter than that interval (a hung
+// connection is abandoned, never waited on), and feeds the validity the send
+// time of each that succeeded. A refusal (the lease was lost, the work
+// superseded) stops the handler at once; the validity stops it at its
+// deadline whatever the renewals do.
 type renewal struct {
-	mu      sync.Mutex
-	stopped bool
-	lost    error
-	timer   *time.Timer
-	// renewedAt is when the last successful renewal (or the claim) started:
-	// the lease runs until renewedAt + Lease at the earliest.
-	renewedAt time.Time
+	stopc chan struct{}
+	mu    sync.Mutex
+	lost  error
 }
 
-func (p *Pipeline) startRenewal(c ledger.Claim, claimedAt time.Time, cancel context.CancelCauseFunc) *renewal {
-	r := &renewal{renewedAt: claimedAt}
+// renewTimeout bounds one renewal request: less than the renewal interval,
+// so that the next renewal is sent on time however the last one hangs.
+func renewTimeout(every time.Duration) time.Duration { return every * 3 / 4 }
+
+func (p *Pipeline) startRenewal(c ledger.Claim, v *validity, cancel context.CancelCauseFunc) *renewal {
+	r := &renewal{stopc: make(chan struct{})}
 	every := p.o.Lease / 3
-	tick := func() {
-		ctx, done := context.WithTimeout(context.Background(), every)
-		at := time.Now()
-		_, err := p.l.Renew(ctx, c, p.o.Lease)
-		done()
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if err == nil && at.After(r.renewedAt) {
-			r.renewedAt = at
+	p.renewals.Go(func() {
+		t := time.NewTimer(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.stopc:
+				return
+			case <-t.C:
+			}
+			at := time.Now()
+			ctx, done := context.WithTimeout(context.Background(), renewTimeout(every))
+			_, err := p.l.Renew(ctx, c, p.o.Lease)
+			done()
+			next := every - time.Since(at)
+			switch {
+			case err == nil:
+				v.renewed(at)
+			case refusal(err):
+				r.mu.Lock()
+				r.lost = err
+				r.mu.Unlock()
+				cancel(err)
+				return
+			default:
+				p.log.Warn("renewing a lease failed; retrying (the handler is stopped if no renewal succeeds before the lease runs out)",
+					"bucket", c.Bucket, "key", c.Key, "token", c.Token, "err", err)
+				next = every/2 - time.Since(at)
+			}
+			t.Reset(max(next, every/10))
 		}
-		if r.stopped {
-			return
-		}
-		switch {
-		case errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrSuperseded) || errors.Is(err, ledger.ErrNotFound):
-			r.lost = err
-			cancel(err)
-		case err != nil:
-			p.log.Warn("renewing a lease failed; retrying", "bucket", c.Bucket, "key", c.Key, "err", err)
-			r.timer.Reset(every / 2)
-		default:
-			r.timer.Reset(every)
-		}
-	}
-	r.mu.Lock()
-	r.timer = time.AfterFunc(every, tick)
-	r.mu.Unlock()
+	})
 	return r
 }
 
-// stop ends renewal and reports whether the lease was lost meanwhile, and
-// when the last successful renewal started. A renewal still in flight may
-// yet extend the lease; renewedAt does not count on it.
-func (r *renewal) stop() (renewedAt time.Time, lost error) {
+// stop ends renewal and reports whether the ledger refused a renewal (the
+// lease was lost). A renewal in flight is not waited for (it ends by
+// renewTimeout): the validity never counts on it.
+func (r *renewal) stop() (lost error) {
+	close(r.stopc)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.stopped = true
-	r.timer.Stop()
-	return r.renewedAt, r.lost
+	return r.lost
 }
 
 type completion struct {
@@ -1031,26 +1059,26 @@ func (p *Pipeline) completeLoop(ctx context.Context) {
 		cs := make([]ledger.Claim, len(batch))
 		results := make([]string, len(batch))
 		var deadline time.Time
-		earliest := batch[0].deadline
+		soonest := batch[0].deadline // the earliest lease to run out
 		for i, b := range batch {
 			cs[i], results[i] = b.c, b.result
 			if b.deadline.After(deadline) {
 				deadline = b.deadline
 			}
-			if b.deadline.Before(earliest) {
-				earliest = b.deadline
+			if b.deadline.Before(soonest) {
+				soonest = b.deadline
 			}
 		}
-		if limit := time.Now().Add(callTimeout); limit.Before(deadline) {
-			deadline = limit
-		}
+		// A batch gets less than a renewal interval: a hung connection is
+		// abandoned in time for the waiters' next attempts.
+		deadline = earliest(deadline, time.Now().Add(renewTimeout(p.o.Lease/3)))
 		// Until the last of the batch's leases runs out (its waiter retries a
 		// failed batch until then; the others have given up by then).
 		// Not urgent: the handlers' slots are free already; the batch may wait
 		// (completeLinger) to commit with the next Record, unless a lease in
 		// it is about to run out.
 		linger := completeLinger
-		if time.Until(earliest) < completeLingerMargin {
+		if time.Until(soonest) < completeLingerMargin {
 			linger = 0
 		}
 		bctx, cancel := context.WithDeadline(ledger.WithLinger(context.WithoutCancel(ctx), linger), deadline)

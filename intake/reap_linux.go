@@ -1,13 +1,13 @@
 package intake
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A run record says that a process of this machine started an exec handler:
@@ -127,6 +129,14 @@ func (r *runTrack) write() error {
 	return os.Rename(tmp, r.path)
 }
 
+// marker names the run to the watchdog.
+func (r *runTrack) marker() string {
+	if r == nil {
+		return ""
+	}
+	return r.rec.Marker
+}
+
 // started records the process group of the command just started. If that
 // fails the marker still finds the group.
 func (r *runTrack) started(pid int) {
@@ -202,10 +212,10 @@ func environMarker(pid int) string {
 	return ""
 }
 
-// reapDir kills every process of the runs recorded in dir whose owner want
-// accepts, waits until they are gone and removes their records. It returns
-// how many processes it killed.
-func reapDir(ctx context.Context, dir string, want func(owner int, ownerStart uint64) bool) (int, error) {
+// reapDir kills every process of the runs recorded in dir that want
+// accepts (by owner and marker), waits until they are gone and removes their
+// records. It returns how many processes it killed.
+func reapDir(ctx context.Context, dir string, want func(owner int, ownerStart uint64, marker string) bool) (int, error) {
 	if dir == "" {
 		return 0, nil
 	}
@@ -227,7 +237,7 @@ func reapDir(ctx context.Context, dir string, want func(owner int, ownerStart ui
 		}
 		owner, err1 := strconv.Atoi(f[0])
 		ostart, err2 := strconv.ParseUint(f[1], 10, 64)
-		if err1 != nil || err2 != nil || !want(owner, ostart) {
+		if err1 != nil || err2 != nil || !want(owner, ostart, f[2]) {
 			continue
 		}
 		path := filepath.Join(dir, name)
@@ -324,7 +334,7 @@ func reapTargets(recs []runRecord) map[int]int {
 // reapDead reaps the runs of owners that are gone.
 func reapDead(ctx context.Context, dir string) (int, error) {
 	me := self()
-	return reapDir(ctx, dir, func(owner int, start uint64) bool {
+	return reapDir(ctx, dir, func(owner int, start uint64, _ string) bool {
 		return !(owner == me.pid && start == me.start) && !ownerAlive(owner, start)
 	})
 }
@@ -344,10 +354,74 @@ func startTied(cmd *exec.Cmd) error {
 }
 
 // watchdog is a process that outlives this one by the time it takes to kill
-// what this one's handlers left running.
+// what this one's handlers left running, and that holds each running
+// handler's lease deadline, so that a handler is killed at its deadline even
+// while this process cannot act (stopped, starved, frozen).
+//
+// # The protocol
+//
+// Its stdin is a pipe from this process. EOF (this process exited, however
+// it exited) makes it kill every run of this process and exit. Lines set and
+// clear a run's deadline:
+//
+//	deadline MARKER NANOSECONDS   kill run MARKER at this CLOCK_MONOTONIC time
+//	end MARKER                    run MARKER is over: forget it
+//
+// The deadline is absolute on CLOCK_MONOTONIC, the one clock every process of
+// the machine reads alike, never a duration from the message's receipt: a
+// message that waits in the pipe (this process stopped just after writing it,
+// the watchdog slow to read) then extends nothing beyond what the renewal
+// proved. This process computes it by reading CLOCK_MONOTONIC before its own
+// clock, so that a stall between the two readings can only make it earlier.
+// A run's first deadline is sent before its command starts (a command never
+// runs unguarded), and each later one after a renewal succeeded; a deadline
+// that could not be sent leaves the earlier one in force, which only kills
+// sooner. At a deadline the watchdog kills the run as a reap does (its
+// process group, and every process carrying its marker), whether or not this
+// process has noticed.
 type watchdog struct {
 	cmd  *exec.Cmd
 	pipe *os.File // its stdin: EOF when this process exits, however it exits
+	mu   sync.Mutex
+}
+
+// watchdogWriteTimeout bounds one message to the watchdog: a watchdog that
+// does not read is no reason to hold a renewal up (its last deadline stays).
+const watchdogWriteTimeout = 200 * time.Millisecond
+
+// monoNow reads CLOCK_MONOTONIC.
+func monoNow() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// send writes one line to the watchdog.
+func (w *watchdog) send(line string) error {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_ = w.pipe.SetWriteDeadline(time.Now().Add(watchdogWriteTimeout))
+	_, err := w.pipe.WriteString(line)
+	return err
+}
+
+// deadline tells the watchdog to kill run marker at until (on this
+// process's monotonic clock).
+func (w *watchdog) deadline(marker string, until time.Time) error {
+	if w == nil {
+		return nil
+	}
+	m := monoNow() // first: a stall before time.Now() makes the deadline earlier, never later
+	at := m + int64(time.Until(until))
+	return w.send(fmt.Sprintf("deadline %s %d\n", marker, at))
+}
+
+// end tells the watchdog that run marker is over.
+func (w *watchdog) end(marker string) {
+	_ = w.send("end " + marker + "\n")
 }
 
 // startWatchdog starts bin (whose main calls WatchdogMain) as the watchdog of
@@ -391,14 +465,15 @@ func (w *watchdog) close() error {
 // (cairn's main does). The watchdog waits until the process that started it
 // exits, however it exits (kill -9 included), then kills every process of
 // that process's running handlers (their whole process groups, and every
-// process carrying their CAIRN_HANDLER_RUN) and exits.
+// process carrying their CAIRN_HANDLER_RUN) and exits. Meanwhile it kills
+// each run whose lease deadline passes (see the watchdog type's protocol),
+// whether or not the process that started it can act.
 func WatchdogMain() {
 	if len(os.Args) != 4 || os.Args[0] != watchdogArg0 {
 		watchdogServed.Store(true)
 		return
 	}
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	_, _ = io.Copy(io.Discard, os.Stdin)
 	dir := os.Args[1]
 	owner, err1 := strconv.Atoi(os.Args[2])
 	start, err2 := strconv.ParseUint(os.Args[3], 10, 64)
@@ -406,13 +481,67 @@ func WatchdogMain() {
 		fmt.Fprintln(os.Stderr, "cairn exec watchdog: bad arguments")
 		os.Exit(2)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := reapDir(ctx, dir, func(o int, s uint64) bool { return o == owner && s == start }); err != nil {
-		fmt.Fprintln(os.Stderr, "cairn exec watchdog:", err)
-		os.Exit(1)
+	mine := func(o int, s uint64) bool { return o == owner && s == start }
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	deadlines := map[string]int64{} // marker → CLOCK_MONOTONIC ns
+	t := time.NewTimer(time.Hour)
+	for {
+		// Kill the runs whose deadline has passed, then sleep until the next.
+		now := monoNow()
+		next := int64(-1)
+		for marker, d := range deadlines {
+			if d <= now {
+				delete(deadlines, marker)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				n, err := reapDir(ctx, dir, func(o int, s uint64, m string) bool { return mine(o, s) && m == marker })
+				cancel()
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "cairn exec watchdog:", err)
+				} else if n > 0 {
+					fmt.Fprintf(os.Stderr, "cairn exec watchdog: killed %d processes of handler run %s at its lease deadline (the daemon renewed nothing in time)\n", n, marker)
+				}
+				continue
+			}
+			if next < 0 || d < next {
+				next = d
+			}
+		}
+		wait := time.Hour
+		if next >= 0 {
+			wait = time.Duration(next - monoNow())
+		}
+		t.Reset(max(wait, 0))
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				_, err := reapDir(ctx, dir, func(o int, s uint64, _ string) bool { return mine(o, s) })
+				cancel()
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "cairn exec watchdog:", err)
+					os.Exit(1)
+				}
+				os.Exit(0)
+			}
+			f := strings.Fields(line)
+			switch {
+			case len(f) == 3 && f[0] == "deadline":
+				if d, err := strconv.ParseInt(f[2], 10, 64); err == nil && d > deadlines[f[1]] {
+					deadlines[f[1]] = d
+				}
+			case len(f) == 2 && f[0] == "end":
+				delete(deadlines, f[1])
+			}
+		case <-t.C:
+		}
 	}
-	os.Exit(0)
 }
 
 var watchdogServed atomic.Bool

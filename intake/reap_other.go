@@ -5,6 +5,7 @@ package intake
 import (
 	"context"
 	"os/exec"
+	"time"
 )
 
 // Without /proc there is nothing to record runs by or reap them with: on
@@ -17,6 +18,8 @@ func track(string) (*runTrack, []string, error) { return nil, nil, nil }
 
 func (*runTrack) started(int) {}
 
+func (*runTrack) marker() string { return "" }
+
 func (*runTrack) finish(pgid int) { killGroup(pgid) }
 
 func reapDead(context.Context, string) (int, error) { return 0, nil }
@@ -28,6 +31,10 @@ type watchdog struct{}
 func startWatchdog(string, string) (*watchdog, error) { return nil, nil }
 
 func (*watchdog) close() error { return nil }
+
+func (*watchdog) deadline(string, time.Time) error { return nil }
+
+func (*watchdog) end(string) {}
 
 // WatchdogMain serves the exec handler watchdog on Linux; elsewhere there is
 // none and it returns at once.

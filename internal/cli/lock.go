@@ -44,7 +44,7 @@ fencing token one higher than the last. Expiry never compares two machines'
 clocks. These are cooperative locks: pass the token on to whatever the command
 writes and have it refuse tokens lower than the highest it has seen.`,
 	}
-	cmd.AddCommand(lockRunCmd(e), lockStatusCmd(e), lockTreeCmd(e))
+	cmd.AddCommand(lockRunCmd(e), lockStatusCmd(e), lockTreeCmd(e), lockKeepCmd())
 	return cmd
 }
 
@@ -61,8 +61,14 @@ CAIRN_LEASE set, renews the lease while CMD runs, and releases it after.
 byte for byte).
 
 Exit codes: CMD's own exit code; 3 if the lease could not be acquired within
---wait (0: try once); 4 if the lease was lost while CMD ran (CMD then gets
-SIGTERM, and SIGKILL 10s later).`,
+--wait (0: try once); 4 if the lease was lost while CMD ran.
+
+CMD runs only while the lease is provably held: its whole process group is
+killed (SIGKILL) the moment no renewal was confirmed within the TTL (less a
+twentieth) since the last one was sent, as measured here, whether the store
+refused, failed or never answered. On Linux a keeper process holds that
+deadline too, so the group dies on time even if cairn is stopped (SIGSTOP, a
+pause), and when cairn dies.`,
 		Example: `  cairn lock run s3://ops/locks/deploy --ttl 30s --wait 5m -- ./deploy.sh
   cairn lock run file:///srv/data/locks/compact -- sh -c 'compact --fencing-token "$CAIRN_FENCING_TOKEN"'`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -97,14 +103,14 @@ SIGTERM, and SIGKILL 10s later).`,
 			}
 			e.log.Info("lease acquired", "lease", name, "token", l.Token())
 			code, lost := runHeld(e, argv, []string{"CAIRN_FENCING_TOKEN=" + strconv.FormatInt(l.Token(), 10), "CAIRN_LEASE=" + name},
-				l.Done(), l.Err)
+				l.Done(), l.Err, l.Deadline, ttl)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
 			if rerr := l.Release(rctx); rerr != nil && !lost {
 				e.log.Warn("releasing the lease failed; it expires by itself after the TTL", "err", rerr)
 			}
 			if lost {
-				return fmt.Errorf("lease %s was lost while the command ran (%w); it was sent SIGTERM", name, l.Err())
+				return fmt.Errorf("lease %s was lost while the command ran (%v); its process group was killed: %w", name, l.Err(), lease.ErrLeaseLost)
 			}
 			if code != 0 {
 				return exitError{code, fmt.Errorf("command exited with status %d", code)}
@@ -118,6 +124,23 @@ SIGTERM, and SIGKILL 10s later).`,
 	return cmd
 }
 
+// lockKeepCmd is the deadline keeper lock run and lock tree start (see
+// keeper_linux.go); not for people.
+func lockKeepCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "keep DEADLINE",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			first, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil {
+				return usagef("lock keep: %v", err)
+			}
+			return keep(first, os.Stdin)
+		},
+	}
+}
+
 // acquireWithin tries once (wait <= 0) or waits up to wait.
 func acquireWithin[R, H any](ctx context.Context, wait time.Duration, r R, try, block func(context.Context, R) (H, error)) (H, error) {
 	if wait <= 0 {
@@ -128,18 +151,41 @@ func acquireWithin[R, H any](ctx context.Context, wait time.Duration, r R, try, 
 	return block(wctx, r)
 }
 
-// runHeld runs argv with extra environment, forwarding SIGINT/SIGTERM, and
-// stops it if done closes (the lock was lost). It returns the command's exit
-// code and whether the lock was lost.
-func runHeld(e *env, argv, extraEnv []string, done <-chan struct{}, why func() error) (int, bool) {
+// runHeld runs argv with extra environment, forwarding SIGINT/SIGTERM, while
+// a lock is held, and kills its whole process group the moment the lock can
+// no longer be proven held: ttl/20 before deadline() (the holder's deadline:
+// TTL after the start of the last renewal confirmed, on this process's
+// clock), or when done closes (the lock was lost), whether or not any
+// renewal has answered. A deadline keeper (see keeper_linux.go) leads the
+// command's process group and kills it at the same deadline if this process
+// is stopped, and when it dies. It returns the command's exit code and
+// whether the lock was lost.
+func runHeld(e *env, argv, extraEnv []string, done <-chan struct{}, why func() error, deadline func() time.Time, ttl time.Duration) (int, bool) {
+	stopAt := func() time.Time { return deadline().Add(-ttl / 20) }
 	c := exec.Command(argv[0], argv[1:]...)
 	c.Env = append(os.Environ(), extraEnv...)
 	c.Stdin, c.Stdout, c.Stderr = e.stdin, e.stdout, e.stderr
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	k, err := startKeeper(stopAt())
+	if err != nil {
+		fmt.Fprintln(e.stderr, "cairn:", safetext.Escape(err.Error()))
+		return 1, false
+	}
+	if k != nil {
+		c.SysProcAttr.Pgid = k.pgid()
+	}
 	withParentDeath(c.SysProcAttr)
 	if err := c.Start(); err != nil {
+		if k != nil {
+			k.end()
+		}
 		fmt.Fprintln(e.stderr, "cairn:", safetext.Escape(err.Error()))
 		return 127, false
+	}
+	pgid := c.Process.Pid
+	if k != nil {
+		pgid = k.pgid()
+		defer k.end()
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -147,11 +193,22 @@ func runHeld(e *env, argv, extraEnv []string, done <-chan struct{}, why func() e
 	exited := make(chan error, 1)
 	go func() { exited <- c.Wait() }()
 	lost := false
-	kill := func(sig syscall.Signal) { _ = syscall.Kill(-c.Process.Pid, sig) }
-	var killTimer <-chan time.Time
+	kill := func(sig syscall.Signal) { _ = syscall.Kill(-pgid, sig) }
+	stop := func(err error) {
+		if !lost {
+			lost = true
+			e.log.Error("lock lost; killing the command's process group", "err", err)
+			kill(syscall.SIGKILL)
+		}
+	}
+	check := time.NewTicker(max(ttl/20, 10*time.Millisecond))
+	defer check.Stop()
 	for {
 		select {
 		case err := <-exited:
+			if !lost && !time.Now().Before(stopAt()) {
+				lost = true // killed by the keeper, or about to be
+			}
 			var ee *exec.ExitError
 			switch {
 			case err == nil:
@@ -167,15 +224,20 @@ func runHeld(e *env, argv, extraEnv []string, done <-chan struct{}, why func() e
 		case s := <-sigs:
 			kill(s.(syscall.Signal))
 		case <-done:
-			if !lost {
-				lost = true
-				done = nil
-				e.log.Error("lock lost; stopping the command", "err", why())
-				kill(syscall.SIGTERM)
-				killTimer = time.After(10 * time.Second)
+			done = nil
+			stop(why())
+		case <-check.C:
+			if lost {
+				continue
 			}
-		case <-killTimer:
-			kill(syscall.SIGKILL)
+			at := stopAt()
+			if !time.Now().Before(at) {
+				stop(fmt.Errorf("no renewal confirmed before the deadline (the store unreachable or slow, or this process stalled)"))
+				continue
+			}
+			if k != nil {
+				k.extend(at)
+			}
 		}
 	}
 }
@@ -242,7 +304,8 @@ path (tokens of different paths are not comparable).
   CAIRN_TREE_LOCK       the request: r:PATH,…,w:PATH,…
 
 Exit codes: CMD's own; 3 if not acquired within --wait (0: try once); 4 if the
-lock's session was lost while CMD ran (CMD gets SIGTERM).`,
+lock's session was lost while CMD ran. CMD's process group is killed the
+moment the session can no longer be proven alive, as with lock run.`,
 		Example: `  cairn lock tree --store s3://lake --write /datasets/orders --read /reference -- ./rebuild.sh
   cairn lock tree --store s3://lake --write /datasets/orders -- sh -c 'rebuild --fencing-token "$CAIRN_FENCING_TOKEN"'`,
 		Args: cobra.MinimumNArgs(1),
@@ -272,7 +335,7 @@ lock's session was lost while CMD ran (CMD gets SIGTERM).`,
 			}
 			env := append(treeTokens(h, reads, writes), "CAIRN_TREE_LOCK="+strings.Join(append(prefixed("r:", reads), prefixed("w:", writes)...), ","))
 			e.log.Info("tree lock acquired", "tokens", env[1])
-			code, lost := runHeld(e, args, env, h.Done(), h.Err)
+			code, lost := runHeld(e, args, env, h.Done(), h.Err, h.Deadline, ttl)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			if rerr := h.Release(rctx); rerr != nil && !lost {
 				e.log.Warn("releasing the tree lock failed; others take it once the session ends", "err", rerr)

@@ -117,10 +117,14 @@ ledger with a lease and a fencing token and run the handler:
       CAIRN_VERSION_ID, CAIRN_ETAG, CAIRN_SIZE, CAIRN_SEQUENCER, CAIRN_EVENT
       (created/removed), CAIRN_FENCING_TOKEN, CAIRN_ATTEMPT, and the event as
       JSON on stdin. Exit 0 processed, 75 retry later, other: failure (dead letter).
-      The handler's whole process group dies with its run and with cairn (even
-      kill -9, on Linux); a restart first kills what a killed cairn left
-      running (recorded in --handler-state), so a key's handlers never overlap.
-  --handler-http URL  POST of the event JSON, token in Cairn-Fencing-Token.
+      The handler's whole process group dies with its run, at its lease's
+      deadline (no renewal confirmed within --lease, less a twentieth, since
+      the last was sent; even while cairn is stopped: its watchdog holds the
+      deadline) and with cairn (even kill -9, on Linux); a restart first kills
+      what a killed cairn left running (recorded in --handler-state), so a
+      key's handlers never overlap.
+  --handler-http URL  POST of the event JSON, token in Cairn-Fencing-Token,
+      the lease's deadline in Cairn-Lease-Deadline (RFC 3339): stop by then.
       2xx processed, 429/5xx retry later, other: failure.
 
 Every flag can also be set by environment (CAIRN_ and the flag name in upper

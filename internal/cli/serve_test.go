@@ -404,28 +404,38 @@ echo "end $tok $$ $(st $$)" >> "$MARKS"
 // TestServeKilledHandlerDies: kill -9 of cairn serve during a slow exec
 // handler takes the handler's whole process group with it (grandchildren and
 // backgrounded work included), so when the restarted daemon claims the key
-// again (token 2) nothing of token 1 is running. With the watchdog also
-// killed, the restarted daemon's start-up reap is what guarantees it.
+// again (token 2) nothing of token 1 is running: by the watchdog; with the
+// watchdog killed too (pkill -9 cairn), by the group's leader, which kills
+// its group when the daemon's pipe closes; with the leaders killed as well,
+// by the restarted daemon's start-up reap.
 func TestServeKilledHandlerDies(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("needs Linux /proc")
 	}
 	for _, tc := range []struct {
-		name         string
-		killWatchdog bool
-	}{{"watchdog", false}, {"startup-reap", true}} {
+		name string
+		kill killSet
+	}{{"watchdog", 0}, {"serve-and-watchdog", killWatchdog}, {"startup-reap", killWatchdog | killLeaders}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			for i := range overlapIterations {
-				testServeKilledHandlerDies(t, i, tc.killWatchdog)
+				testServeKilledHandlerDies(t, i, tc.kill)
 			}
 		})
 	}
 }
 
+// killSet says which of serve's helpers a test kills before serve.
+type killSet int
+
+const (
+	killWatchdog killSet = 1 << iota
+	killLeaders          // the handlers' process group leaders
+)
+
 const overlapIterations = 3
 
-func testServeKilledHandlerDies(t *testing.T, iter int, killWatchdog bool) {
+func testServeKilledHandlerDies(t *testing.T, iter int, kill killSet) {
 	dir := t.TempDir()
 	marks := filepath.Join(dir, "marks")
 	if err := os.WriteFile(marks, nil, 0o644); err != nil {
@@ -469,11 +479,18 @@ func testServeKilledHandlerDies(t *testing.T, iter int, killWatchdog bool) {
 	}
 	waitMarks(t, marks, func(m []mark) bool { return countMarks(m, "child", 1) == 2 })
 	var victims []int
-	if killWatchdog {
+	if kill&killWatchdog != 0 {
 		victims = childrenNamed(p.cmd.Process.Pid, "cairn-exec-watchdog")
+		if len(victims) != 1 {
+			t.Fatalf("iteration %d: want cairn serve's one watchdog, found %v", iter, victims)
+		}
 	}
-	if killWatchdog && len(victims) != 1 {
-		t.Fatalf("iteration %d: want cairn serve's one watchdog, found %v", iter, victims)
+	if kill&killLeaders != 0 {
+		leaders := childrenNamed(p.cmd.Process.Pid, "handler-group-leader")
+		if len(leaders) != 1 {
+			t.Fatalf("iteration %d: want the handler's one group leader, found %v", iter, leaders)
+		}
+		victims = append(victims, leaders...)
 	}
 	// The watchdog dies first, and is gone before the daemon is killed:
 	// killed after the daemon, it could notice the daemon's death in between
@@ -499,15 +516,16 @@ func testServeKilledHandlerDies(t *testing.T, iter int, killWatchdog bool) {
 			tok1 = append(tok1, k)
 		}
 	}
-	if killWatchdog {
-		// Only the leader dies with the daemon (parent-death signal): the
+	if kill&killLeaders != 0 {
+		// Only the command dies with the daemon (parent-death signal): the
 		// grandchildren are left for the restarted daemon's reap.
 		time.Sleep(200 * time.Millisecond)
 		if !slices.ContainsFunc(tok1, mark.alive) {
 			t.Fatalf("iteration %d: nothing of token 1 outlived daemon and watchdog: the reap is not tested", iter)
 		}
 	} else {
-		// The watchdog kills the whole group at once, restart or not.
+		// The watchdog, or the group's leader, kills the whole group at
+		// once, restart or not.
 		deadline := time.Now().Add(5 * time.Second)
 		for slices.ContainsFunc(tok1, mark.alive) {
 			if time.Now().After(deadline) {

@@ -14,6 +14,10 @@
 //
 // The proxy listens on 127.0.0.1 and forwards with the client's Host header,
 // so signed requests (AWS SigV4) stay valid.
+//
+// For faults that are the network's alone, whatever the protocol, TCP is a
+// byte-stream proxy (PostgreSQL, S3) that blackholes: it forwards nothing and
+// closes nothing, so a client learns of the fault only by its own deadlines.
 package faultproxy
 
 import (

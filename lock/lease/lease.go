@@ -26,7 +26,11 @@
 //   - At most one holder at a time, as far as the holders' own deadlines go; a
 //     holder that is paused (GC, SIGSTOP, a VM migration) past its deadline may
 //     act after its lease is gone: Done() is closed as soon as it notices, but
-//     only the fencing token protects the resource. Pass Token() to whatever you
+//     only the fencing token protects the resource. Work the holder runs in
+//     another process can be stopped on time all the same, by a process that
+//     holds Deadline for it (cairn lock run does: its command dies at the
+//     deadline even while cairn is stopped). Each renewal request gets a
+//     quarter of the TTL, so a hung connection never holds renewals up. Pass Token() to whatever you
 //     write and have it refuse tokens lower than the highest it has seen.
 //   - A crashed holder's lease is taken over after one TTL of silence.
 //   - Release writes a "released" state by compare-and-swap; it never deletes
@@ -179,6 +183,13 @@ func (l *Lease) Done() <-chan struct{} { return l.s.Done() }
 // Err is nil while held or after Release; after a loss, an error wrapping
 // ErrLeaseLost that says how it was lost.
 func (l *Lease) Err() error { return l.s.Err() }
+
+// Deadline is the holder's deadline, on Options.Clock: TTL after the start of
+// the last renewal confirmed in time. The lease cannot have been taken over
+// before it; from it on, Done is closed. It moves later with each renewal.
+// A holder that guards work (a process, a request) stops it by then, however
+// its renewals hang: see cairn lock run.
+func (l *Lease) Deadline() time.Time { return l.s.Deadline() }
 
 // Valid reports whether the lease is still held by the holder's own deadline.
 func (l *Lease) Valid() bool { return l.s.Valid() }

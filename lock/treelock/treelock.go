@@ -541,6 +541,11 @@ type Held struct {
 // acting on the locks once it is closed.
 func (h *Held) Done() <-chan struct{} { return h.sub.Done() }
 
+// Deadline is the deadline of the session behind the locks, on
+// Options.Clock: they cannot have been taken over before it, and Done is
+// closed from it on. It moves later with each renewal of the session.
+func (h *Held) Deadline() time.Time { return h.sub.Deadline() }
+
 // Err is nil while the locks are held and after Release; once the session
 // behind them was lost, an error wrapping ErrSessionLost, or ErrClosed after
 // the Manager's Close. The locks may then be held by others.

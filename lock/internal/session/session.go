@@ -5,7 +5,9 @@
 // # The owner's side: Session
 //
 // A Session renews its record every TTL/3 by calling Renew (a compare-and-
-// swap of the record in the store). Its deadline is TTL after the start of
+// swap of the record in the store), sent on schedule however long the last one
+// took, each with a deadline of TTL/4 (a hung connection is abandoned in time
+// for the next), and a failed one is tried again after TTL/6. Its deadline is TTL after the start of
 // the last renewal confirmed before the deadline (a renewal confirmed later
 // may have landed after an observer judged the record dead, so it extends
 // nothing). At the deadline the session ends as lost and is never renewed
@@ -46,8 +48,8 @@ type Config struct {
 	TTL time.Duration
 	// Clock measures the TTL. Default: the real clock.
 	Clock clockwork.Clock
-	// Renew writes one renewal of the record; ctx ends at the session's
-	// deadline. An error wrapping Lost ends the session at once (the record
+	// Renew writes one renewal of the record; ctx ends after RenewTimeout,
+	// or at the session's deadline if sooner. An error wrapping Lost ends the session at once (the record
 	// is someone else's now); any other error is transient: the next renewal
 	// tries again, until the deadline says otherwise.
 	Renew func(ctx context.Context) error
@@ -117,9 +119,15 @@ func (s *Session) run() {
 	defer close(s.stopped)
 	every := s.cfg.TTL / 3
 	clock := s.cfg.Clock
+	var last time.Time // the start of the last renewal attempt
+	next := every      // after last
 	for {
 		s.mu.Lock()
-		wait := min(every, s.deadline.Sub(clock.Now()))
+		wait := min(next, s.deadline.Sub(clock.Now()))
+		if !last.IsZero() {
+			// Renewals are sent on schedule, however long the last one took.
+			wait = min(next-clock.Since(last), s.deadline.Sub(clock.Now()))
+		}
 		s.mu.Unlock()
 		t := clock.NewTimer(max(wait, 0))
 		select {
@@ -129,6 +137,7 @@ func (s *Session) run() {
 		case <-t.Chan():
 		}
 		start := clock.Now()
+		last = start
 		s.mu.Lock()
 		remaining := s.deadline.Sub(start)
 		s.mu.Unlock()
@@ -140,9 +149,13 @@ func (s *Session) run() {
 			}
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), remaining)
+		// A renewal request gets less than the renewal interval (and never
+		// past the deadline): a hung connection is abandoned in time for
+		// the next renewal, never waited on.
+		ctx, cancel := context.WithTimeout(context.Background(), min(remaining, RenewTimeout(s.cfg.TTL)))
 		err := s.cfg.Renew(ctx)
 		cancel()
+		next = every
 		switch {
 		case err == nil:
 			s.mu.Lock()
@@ -153,6 +166,8 @@ func (s *Session) run() {
 		case errors.Is(err, s.cfg.Lost):
 			s.end(err)
 			return
+		default:
+			next = every / 2 // a failed renewal is tried again sooner
 		}
 		if s.cfg.AfterRenew != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), every)
@@ -161,6 +176,10 @@ func (s *Session) run() {
 		}
 	}
 }
+
+// RenewTimeout bounds one renewal request of a session with this TTL: three
+// quarters of the renewal interval (TTL/3).
+func RenewTimeout(ttl time.Duration) time.Duration { return ttl / 4 }
 
 // Stop stops renewing and waits until no renewal is under way. It returns
 // Err: nil if the session was still live (it then stays not ended until
@@ -208,6 +227,9 @@ type Sub struct {
 	ended bool
 	err   error
 }
+
+// Deadline is the deadline of the Sub's session (see Session.Deadline).
+func (u *Sub) Deadline() time.Time { return u.s.Deadline() }
 
 // Sub returns a new use of s; if s has ended, the Sub has ended with it.
 func (s *Session) Sub() *Sub {
