@@ -92,6 +92,7 @@
 // [ErrPreconditionFailed] (HTTP 412: the condition did not hold; re-read and decide),
 // [ErrConflict] (HTTP 409: a concurrent conditional write was in flight; retry),
 // [ErrNotSupported] (the store cannot do this, or does not enforce this condition),
-// [ErrInvalidKey], [ErrAmbiguous], and [ErrBucketNotFound]. Backends map their raw
+// [ErrInvalidKey], [ErrAmbiguous], [ErrBucketNotFound], and [ErrUnwritable] (a full
+// disk, a used-up quota, a read-only store: not transient). Backends map their raw
 // errors to these once; messages name the operation and key and say what to do next.
 package objstore

@@ -31,6 +31,12 @@ var (
 	ErrAmbiguous = errors.New("outcome unknown (the write may have been applied)")
 	// ErrBucketNotFound: the bucket (or the fs root directory) does not exist.
 	ErrBucketNotFound = errors.New("bucket not found")
+	// ErrUnwritable: the store takes no writes until someone acts on it: its
+	// disk is full or a quota is used up (ENOSPC, EDQUOT; HTTP 507 from an
+	// S3 server), or it is read-only (EROFS). Nothing was written. Retrying
+	// cannot help, so cairn's retry loops give up at once; the message says
+	// what to free or fix.
+	ErrUnwritable = errors.New("the store takes no writes")
 )
 
 // Error is the error type returned by Store methods.
