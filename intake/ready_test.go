@@ -105,8 +105,9 @@ func TestReadyzFollowsRecording(t *testing.T) {
 					t.Fatalf("delivery on a full disk: %d, want 503", s)
 				}
 			}
-			if s, why := readyz(t, srv.URL); s != http.StatusServiceUnavailable || !strings.Contains(why, "attempts to record events failed") {
-				t.Fatalf("readyz while every delivery fails: %d %q, want 503 saying recording fails", s, why)
+			if s, why := readyz(t, srv.URL); s != http.StatusServiceUnavailable || !strings.Contains(why, "attempts to record events failed") ||
+				!strings.Contains(why, "is full: free space and retry") {
+				t.Fatalf("readyz while every delivery fails: %d %q, want 503 saying recording fails because the disk is full", s, why)
 			}
 			free()
 			if s := deliver(); s != 200 {

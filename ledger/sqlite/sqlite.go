@@ -103,6 +103,19 @@ func busy(err error) bool {
 	return errors.As(err, &se) && (se.Code()&0xff == 5 || se.Code()&0xff == 6)
 }
 
+// classifier says what to do about a database that cannot grow: SQLITE_FULL
+// (13: the disk or file system holding path is full, or a quota is used
+// up). Not retried: freeing space is the operator's to do.
+func classifier(path string) func(error) error {
+	return func(err error) error {
+		var se *sqlite.Error
+		if errors.As(err, &se) && se.Code()&0xff == 13 {
+			return fmt.Errorf("the disk holding %s is full: free space and retry: %w", filepath.Dir(path), err)
+		}
+		return err
+	}
+}
+
 // Open opens (creating if needed) the ledger file at path. With
 // Options.MustExist it creates nothing: a missing file (or one without the
 // ledger's tables) is ledger.ErrNoLedger, and the file is opened read-write
@@ -164,7 +177,8 @@ func open(ctx context.Context, path string, opts *ledger.Options, sync string, l
 	// busy_timeout.
 	db.SetMaxOpenConns(1)
 	l, err := sqlledger.New(ctx, db, sqlledger.Dialect{Name: "sqlite", Rebind: func(s string) string { return s },
-		KeyIndexHint: "INDEXED BY cairn_ledger_key", Rows: jsonRows, Migrations: migrations, Transient: busy, IntakeLog: true, LogLimits: limits}, opts)
+		KeyIndexHint: "INDEXED BY cairn_ledger_key", Rows: jsonRows, Migrations: migrations, Transient: busy, IntakeLog: true, LogLimits: limits,
+		Classify: classifier(path)}, opts)
 	if err != nil {
 		db.Close()
 		if errors.Is(err, ledger.ErrNoLedger) {
