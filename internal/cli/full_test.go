@@ -50,7 +50,7 @@ func TestFullDiskCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	spare := filepath.Join(disk, "spare")
-	if err := os.WriteFile(spare, make([]byte, int64(st.Bavail)*st.Bsize-300<<10), 0o644); err != nil {
+	if err := os.WriteFile(spare, make([]byte, int64(st.Bavail)*int64(st.Bsize)-300<<10), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	code, _, stderr := run(t, "fs", "mv", "--concurrency", "1", url+"/src/", url+"/dst/")
