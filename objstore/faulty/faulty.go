@@ -113,7 +113,8 @@ type Options struct {
 	Latency, Jitter time.Duration
 	// Ops limits the faults to these operations. Default: all.
 	Ops []Op
-	// Rule, when set, decides every call instead of the rates above.
+	// Rule, when set, decides every call instead of the rates above (a
+	// full disk, Full, is injected by a Rule only).
 	Rule Rule
 	// IgnoreConditions makes the store behave like the many "S3-compatible"
 	// servers that accept If-None-Match / If-Match and ignore them: conditions
@@ -146,7 +147,7 @@ type Quirks struct {
 	DeleteMissingOK bool
 }
 
-// Stats counts the faults injected so far.
+// Stats counts the faults injected so far (Failed counts Fail and Full).
 type Stats struct {
 	Calls, Failed, LostResponses, LostRequests int
 	// LateApplied counts late requests sent on to the store, LateLanded those
