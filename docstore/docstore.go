@@ -362,11 +362,13 @@ type request struct {
 // returns that error.
 const maxRefusedCreates = 3
 
-// permanent reports errors that retrying cannot fix.
+// permanent reports errors that retrying cannot fix: among them a store that
+// takes no writes (a full disk), which would otherwise be retried
+// MaxAttempts times, for seconds, before the same error.
 func permanent(err error) bool {
 	return errors.Is(err, objstore.ErrNotSupported) || errors.Is(err, objstore.ErrInvalidKey) ||
-		errors.Is(err, objstore.ErrBucketNotFound) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, context.DeadlineExceeded)
+		errors.Is(err, objstore.ErrBucketNotFound) || errors.Is(err, objstore.ErrUnwritable) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // apply runs the live requests' functions in order on c, returning the new

@@ -353,8 +353,8 @@ func ambiguousIf(pending []sent, err error) error {
 // permanent reports errors that retrying cannot fix.
 func permanent(err error) bool {
 	return errors.Is(err, objstore.ErrNotSupported) || errors.Is(err, objstore.ErrInvalidKey) ||
-		errors.Is(err, objstore.ErrBucketNotFound) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, context.DeadlineExceeded)
+		errors.Is(err, objstore.ErrBucketNotFound) || errors.Is(err, objstore.ErrUnwritable) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // retryWait spaces the attempts of a fenced write under contention: full

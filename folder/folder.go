@@ -29,10 +29,11 @@
 //
 // # Interruptions, and running an operation again
 //
-// An operation whose context ends (Ctrl-C, a deadline) returns an
-// *InterruptedError saying what it left: nothing (it had not written its
-// intent), or how many objects it had copied or deleted, with the journal that
-// the next Recover or overlapping operation finishes. PendingOps lists the
+// An operation whose context ends (Ctrl-C, a deadline), or that a failed
+// request stops (a full disk, a store gone away: InterruptedError.Failed),
+// returns an *InterruptedError saying what it left: nothing (it had not
+// written its intent), or how many objects it had copied or deleted, with the
+// journal that the next Recover or overlapping operation finishes. PendingOps lists the
 // operations whose journals are live (running, or interrupted), for a listing
 // to warn about.
 //
@@ -115,8 +116,11 @@
 //     overlapping operation).
 //   - objstore.ErrAmbiguous (wrapped): the intent's write had an unknown
 //     outcome; if it still lands, the next Recover checks again and runs it.
-//   - *InterruptedError: the context ended; it wraps the context's error
-//     (errors.Is(err, context.Canceled)) and says what state was left.
+//   - *InterruptedError: the context ended, or (Failed) a request failed
+//     once the operation had begun; it wraps the context's error
+//     (errors.Is(err, context.Canceled)) or the failure
+//     (errors.Is(err, objstore.ErrUnwritable) for a full disk) and says what
+//     state was left.
 //   - *ConflictError: objects changed after the manifest was taken; they were
 //     left untouched and the rest of the operation was finished.
 package folder

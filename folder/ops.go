@@ -189,7 +189,10 @@ func (ops *Ops) start(ctx context.Context, op, src, dst string, overwrite bool) 
 			// A cancelled write may still have landed.
 			return Result{}, &InterruptedError{Op: op, Src: src, Dst: dst, Phase: "intent", Journal: in.ID, Err: err}
 		}
-		return Result{}, fmt.Errorf("folder: writing the intent: %w", err)
+		// Refused (not ambiguous): the intent is not there, so nothing was
+		// changed.
+		return Result{}, &InterruptedError{Op: op, Src: src, Dst: dst, Phase: "intent", Failed: true,
+			Err: fmt.Errorf("folder: writing the intent: %w", err)}
 	}
 	intentTime := time.Since(t0)
 	res, err := ops.execute(ctx, in, etag, lost, true)
@@ -305,11 +308,15 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 	defer func() { res.JournalSeconds += jt.seconds() }()
 	phase := "manifest"
 	var copied, deleted atomic.Int64
+	// However it stops — its context ended, or a request failed (a full
+	// disk, a store gone away) — an operation says what it left and what
+	// finishes it: the journal is written, so a roll-forward will.
 	defer func() {
 		var ie *InterruptedError
-		if err != nil && ctx.Err() != nil && !errors.Is(err, ErrLockLost) && !errors.As(err, &ie) {
+		var ce *ConflictError
+		if err != nil && !errors.Is(err, ErrLockLost) && !errors.As(err, &ie) && !errors.As(err, &ce) {
 			err = &InterruptedError{Op: in.Op, Src: in.Src, Dst: in.Dst, Journal: in.ID, Phase: phase,
-				Objects: in.Objects, Copied: copied.Load(), Deleted: deleted.Load(), Err: err}
+				Objects: in.Objects, Copied: copied.Load(), Deleted: deleted.Load(), Failed: ctx.Err() == nil, Err: err}
 			if !in.Complete {
 				err.(*InterruptedError).Objects = 0
 			}
@@ -1169,8 +1176,10 @@ func (ops *Ops) holdsManifest(ctx context.Context, in *intent) (bool, error) {
 	return true, nil
 }
 
-// InterruptedError: an operation stopped because its context ended (Ctrl-C,
-// a deadline) — not because anything failed. It says what state was left:
+// InterruptedError: an operation stopped before its end, because its
+// context ended (Ctrl-C, a deadline) or, with Failed, because a request
+// failed (a full disk, a store gone away; Err says which). It says what
+// state was left:
 //
 //   - Journal == "": the intent was not written, so this operation changed
 //     nothing (a roll-forward it ran first reports its own interruption).
@@ -1190,11 +1199,17 @@ type InterruptedError struct {
 	// and Deleted of them, by this run or an earlier one (a roll-forward
 	// counts the copies it found done).
 	Objects, Copied, Deleted int64
-	// Err is the error the interruption caused (wraps the context's error).
+	// Failed: a request failed (Err), the context had not ended.
+	Failed bool
+	// Err is the error the interruption caused (wraps the context's error),
+	// or the failure that stopped the operation.
 	Err error
 }
 
 func (e *InterruptedError) Error() string {
+	if e.Failed {
+		return "folder: " + e.Op + " " + e.Src + arrowTo(e.Dst) + " stopped: " + e.Err.Error() + ": " + e.State() + "; " + e.Next("Recover")
+	}
 	return "folder: " + e.Op + " " + e.Src + arrowTo(e.Dst) + " interrupted: " + e.State() + "; " + e.Next("Recover")
 }
 
@@ -1227,6 +1242,9 @@ func (e *InterruptedError) Journaled() bool { return e.Journal != "" }
 // Next is the sentence that says what finishes the operation, with recover
 // naming the command or call that does (e.g. "'cairn fs recover --store URL'").
 func (e *InterruptedError) Next(recover string) string {
+	if e.Journal == "" && e.Failed {
+		return "run it again once the cause is fixed"
+	}
 	if e.Journal == "" {
 		return "run it again to do it"
 	}

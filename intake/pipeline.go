@@ -139,6 +139,9 @@ type Pipeline struct {
 
 	act activity
 
+	// recorded: recent recordings' outcomes, for readiness (ready.go).
+	recorded recordHealth
+
 	warnedUnversioned atomic.Bool
 	warnedOwn         sync.Map // own prefix → struct{}: said once in the log
 	refusals          *refusalLog
@@ -380,12 +383,18 @@ func (p *Pipeline) submit(ctx context.Context, source string, evs []event.Event)
 	}
 }
 
-// Ready reports whether the ledger answers.
+// Ready reports whether the pipeline can take events: the ledger answers,
+// and recording has not failed readyFailures times in a row in the last
+// readyHold (a ledger on a full disk answers reads but records nothing; see
+// ready.go).
 func (p *Pipeline) Ready(ctx context.Context) error {
 	select {
 	case <-p.closed:
 		return ErrClosed
 	default:
+	}
+	if err := p.recorded.check(time.Now()); err != nil {
+		return err
 	}
 	return p.l.Ping(ctx)
 }
@@ -532,6 +541,7 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) (left bool) 
 		if err == nil && len(ds) != len(evs) {
 			err = fmt.Errorf("intake: ledger returned %d decisions for %d events", len(ds), len(evs))
 		}
+		p.recorded.note(err, time.Now())
 		if err != nil {
 			p.log.Warn("recording events failed", "source", src, "events", len(evs), "submissions", len(subs), "err", err)
 		}
@@ -551,6 +561,7 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) (left bool) 
 				if s.err == nil && len(s.ds) != len(s.evs) {
 					s.ds, s.err = nil, fmt.Errorf("intake: ledger returned %d decisions for %d events", len(s.ds), len(s.evs))
 				}
+				p.recorded.note(s.err, time.Now())
 				if p.decided(s.ds) > 0 {
 					left = true
 				}

@@ -267,8 +267,8 @@ func reply(w http.ResponseWriter, status int, v any) {
 }
 
 // Mux returns the daemon's HTTP routes: POST /v1/events (the webhook), GET
-// /healthz (the process is up), GET /readyz (the ledger answers), and, if
-// metrics is not nil, GET /metrics.
+// /healthz (the process is up), GET /readyz (the ledger answers and takes
+// records: see Pipeline.Ready), and, if metrics is not nil, GET /metrics.
 func (p *Pipeline) Mux(o WebhookOptions, metrics http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/events", p.Webhook(o))

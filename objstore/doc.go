@@ -107,9 +107,10 @@
 // [ErrPreconditionFailed] (HTTP 412: the condition did not hold; re-read and decide),
 // [ErrConflict] (HTTP 409: a concurrent conditional write was in flight; retry),
 // [ErrNotSupported] (the store cannot do this, or does not enforce this condition),
-// [ErrInvalidKey], [ErrAmbiguous], [ErrBucketNotFound], and [ErrCreateRefused] (a
-// write-once create answered 412 although a HEAD right after finds the key absent:
-// not a writer that came first, so not ErrPreconditionFailed; SeaweedFS answers so
-// for a key whose name is, or was, also a folder). Backends map their raw
+// [ErrInvalidKey], [ErrAmbiguous], [ErrBucketNotFound], [ErrUnwritable] (a full
+// disk, a used-up quota, a read-only store: not transient), and [ErrCreateRefused]
+// (a write-once create answered 412 although a HEAD right after finds the key
+// absent: not a writer that came first, so not ErrPreconditionFailed; SeaweedFS
+// answers so for a key whose name is, or was, also a folder). Backends map their raw
 // errors to these once; messages name the operation and key and say what to do next.
 package objstore

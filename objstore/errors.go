@@ -37,6 +37,13 @@ var (
 	// Nothing was written. It is not ErrPreconditionFailed: retrying, or
 	// waiting for a holder, cannot help.
 	ErrCreateRefused = errors.New("create refused")
+
+	// ErrUnwritable: the store takes no writes until someone acts on it: its
+	// disk is full or a quota is used up (ENOSPC, EDQUOT; HTTP 507 from an
+	// S3 server), or it is read-only (EROFS). Nothing was written. Retrying
+	// cannot help, so cairn's retry loops give up at once; the message says
+	// what to free or fix.
+	ErrUnwritable = errors.New("the store takes no writes")
 )
 
 // createRefusedError is ErrCreateRefused for one key. It does not unwrap to

@@ -47,15 +47,15 @@ path) or, with --store URL, as paths inside that store. SRC and DST must be in
 the same store. Locks are the distributed tree lock (cairn-locks/tree/) unless
 --local-lock says only this process touches the bucket.
 
-Interrupted (Ctrl-C, SIGTERM), a command says what it left: nothing changed,
-or how many objects were copied or deleted, and that the operation is journaled
-and will be finished by 'cairn fs recover --store URL' or by the next operation
-on these folders. Running the same mv or rm again after such a roll-forward
-reports it done ("already renamed") when the roll-forward's record in the
-journal and the folders show it was. 'fs ls' warns (stderr; "unfinished" in
-JSON) when a folder has an operation that is running or was interrupted. A
-command that waits for another's lock says so on stderr, naming the holder
-(host/pid) where the lock records it.
+Interrupted (Ctrl-C, SIGTERM) or stopped by an error (a full disk), a command
+says what it left: nothing changed, or how many objects were copied or deleted,
+and that the operation is journaled and will be finished by 'cairn fs recover
+--store URL' or by the next operation on these folders. Running the same mv or
+rm again after such a roll-forward reports it done ("already renamed") when
+the roll-forward's record in the journal and the folders show it was. 'fs ls'
+warns (stderr; "unfinished" in JSON) when a folder has an operation that is
+running or was interrupted. A command that waits for another's lock says so on
+stderr, naming the holder (host/pid) where the lock records it.
 
 Exit codes: 0 done, 1 error, 2 usage, 3 destination not empty or objects
 changed meanwhile (named on stderr), 130 interrupted by Ctrl-C (SIGINT), 143 by
@@ -211,6 +211,12 @@ func (e *env) runFolder(ctx context.Context, f fsFlags, args []string, run func(
 	var ce *folder.ConflictError
 	var ie *folder.InterruptedError
 	switch {
+	case errors.As(err, &ie) && ie.Failed:
+		// Stopped by a failure (a full disk): the cause, then what was left
+		// and what finishes it, as for an interruption; exits 1. The cause
+		// stays in the chain for the exit code.
+		return fmt.Errorf("%s %s%s stopped: %w: %s; %s", ie.Op, safetext.Escape(ie.Src), arrow(ie.Dst), ie.Err, ie.State(),
+			ie.Next("'cairn fs recover --store "+safetext.URL(storeURL)+"'"))
 	case errors.As(err, &ie):
 		// Lead with what was left and what finishes it; Main exits 130/143.
 		return fmt.Errorf("interrupted: %s %s%s: %s; %s", ie.Op, safetext.Escape(ie.Src), arrow(ie.Dst), ie.State(),

@@ -129,7 +129,7 @@ ledger with a lease and a fencing token and run the handler:
 
 Every flag can also be set by environment (CAIRN_ and the flag name in upper
 case, dashes as underscores: CAIRN_WEBHOOK_TOKEN) or in a YAML --config file.
-Also served: GET /healthz, GET /readyz (ledger reachable), GET /metrics.`,
+Also served: GET /healthz, GET /readyz (ledger reachable and recording), GET /metrics.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var h intake.Handler

@@ -641,6 +641,7 @@ const readAttempts = 6
 func transient(err error) bool {
 	return !errors.Is(err, objstore.ErrNotSupported) && !errors.Is(err, objstore.ErrInvalidKey) &&
 		!errors.Is(err, objstore.ErrBucketNotFound) && !errors.Is(err, objstore.ErrNotFound) &&
+		!errors.Is(err, objstore.ErrUnwritable) &&
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errCorrupt)
 }
 

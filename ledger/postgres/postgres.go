@@ -180,7 +180,8 @@ func open(ctx context.Context, url string, opts *ledger.Options) (*sqlledger.Bac
 		Name: "postgres", Rebind: rebind, SkipLocked: "FOR UPDATE SKIP LOCKED",
 		ServerNow: `SELECT floor(extract(epoch from clock_timestamp()) * 1000)::bigint`,
 		Rows:      unnestRows, BatchUpsert: true, Migrations: migrations, Classify: classify,
-		LockRows: "FOR UPDATE", Transient: transient,
+		MigrationLock: `SELECT pg_advisory_xact_lock(727272)`,
+		LockRows:      "FOR UPDATE", Transient: transient,
 	}, opts)
 	if err != nil {
 		db.Close()

@@ -103,6 +103,19 @@ func busy(err error) bool {
 	return errors.As(err, &se) && (se.Code()&0xff == 5 || se.Code()&0xff == 6)
 }
 
+// classifier says what to do about a database that cannot grow: SQLITE_FULL
+// (13: the disk or file system holding path is full, or a quota is used
+// up). Not retried: freeing space is the operator's to do.
+func classifier(path string) func(error) error {
+	return func(err error) error {
+		var se *sqlite.Error
+		if errors.As(err, &se) && se.Code()&0xff == 13 {
+			return fmt.Errorf("the disk holding %s is full: free space and retry: %w", filepath.Dir(path), err)
+		}
+		return err
+	}
+}
+
 // Open opens (creating if needed) the ledger file at path. With
 // Options.MustExist it creates nothing: a missing file (or one without the
 // ledger's tables) is ledger.ErrNoLedger, and the file is opened read-write
@@ -139,16 +152,21 @@ func open(ctx context.Context, path string, opts *ledger.Options, sync string, l
 	} else if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("ledger: creating %s: %w", filepath.Dir(path), err)
 	}
-	// wal_autocheckpoint: a batch of 1,000 events over many keys dirties ~2,000
-	// pages, so SQLite's default (checkpoint at 1,000 WAL pages) copied the WAL
-	// into the file after almost every commit; at 16,384 pages (64 MiB of WAL)
-	// a checkpoint writes each page once for many commits (+30% Record
-	// throughput in cairn bench ledger).
+	// wal_autocheckpoint and journal_size_limit bound the disk the WAL takes.
+	// Checkpointing at SQLite's default (1,000 pages) copied the WAL into the
+	// file after almost every commit when batches wrote their rows directly;
+	// at 4,096 pages (16 MiB) a checkpoint still writes each page once for
+	// many commits (batches go to the intake log, one row each). The WAL
+	// file is cut back to 16 MiB after each checkpoint, instead of keeping
+	// the largest size it ever reached: it holds at most 16 MiB plus a
+	// transaction (a fold of the intake log) at any time, so space freed on
+	// a full disk is not eaten again by the WAL (at 16,384 pages and no
+	// limit it grew to 64 MiB and stayed there).
 	// A file: URI (SQLite applies mode=rw only so): '%', '?' and '#' in the
 	// name are escaped, or the name would end there.
 	esc := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(path)
 	dsn := "file:" + esc + "?_txlock=immediate" + journal + "&_pragma=synchronous(" + sync + ")&_pragma=busy_timeout(30000)" +
-		"&_pragma=cache_size(-65536)&_pragma=mmap_size(268435456)&_pragma=temp_store(memory)&_pragma=wal_autocheckpoint(16384)" + mode
+		"&_pragma=cache_size(-65536)&_pragma=mmap_size(268435456)&_pragma=temp_store(memory)&_pragma=wal_autocheckpoint(4096)&_pragma=journal_size_limit(16777216)" + mode
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, err
@@ -159,7 +177,8 @@ func open(ctx context.Context, path string, opts *ledger.Options, sync string, l
 	// busy_timeout.
 	db.SetMaxOpenConns(1)
 	l, err := sqlledger.New(ctx, db, sqlledger.Dialect{Name: "sqlite", Rebind: func(s string) string { return s },
-		KeyIndexHint: "INDEXED BY cairn_ledger_key", Rows: jsonRows, Migrations: migrations, Transient: busy, IntakeLog: true, LogLimits: limits}, opts)
+		KeyIndexHint: "INDEXED BY cairn_ledger_key", Rows: jsonRows, Migrations: migrations, Transient: busy, IntakeLog: true, LogLimits: limits,
+		Classify: classifier(path)}, opts)
 	if err != nil {
 		db.Close()
 		if errors.Is(err, ledger.ErrNoLedger) {

@@ -26,6 +26,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cairn-s3/cairn/internal/backoff"
@@ -71,10 +72,22 @@ const (
 	// applies the request later (after Options.LateDelay, up to LateJitter more),
 	// detached from the caller's context. Only for writes.
 	LateApply
+	// Full: the store refuses the request as a full disk does: nothing is
+	// applied, and the client gets the error objstore/fs returns on one, an
+	// objstore.ErrUnwritable wrapping syscall.ENOSPC (not transient: retry
+	// loops give up at once). Only for requests that store data (put, copy,
+	// and the multipart create, part and complete); the others (reads,
+	// deletes, aborts) pass, as they do on a full disk.
+	Full
 )
 
 func (f Fault) String() string {
-	return [...]string{"none", "fail", "lost-response", "lost-request", "late-apply"}[f]
+	return [...]string{"none", "fail", "lost-response", "lost-request", "late-apply", "full"}[f]
+}
+
+// stores reports whether op stores data (what a full disk refuses).
+func (op Op) stores() bool {
+	return op == OpPut || op == OpCopy || op == OpCreateMP || op == OpPart || op == OpComplete
 }
 
 // ErrInjected marks a Fail fault.
@@ -100,7 +113,8 @@ type Options struct {
 	Latency, Jitter time.Duration
 	// Ops limits the faults to these operations. Default: all.
 	Ops []Op
-	// Rule, when set, decides every call instead of the rates above.
+	// Rule, when set, decides every call instead of the rates above (a
+	// full disk, Full, is injected by a Rule only).
 	Rule Rule
 	// IgnoreConditions makes the store behave like the many "S3-compatible"
 	// servers that accept If-None-Match / If-Match and ignore them: conditions
@@ -138,7 +152,7 @@ type Quirks struct {
 	FolderRefusesCreate bool
 }
 
-// Stats counts the faults injected so far.
+// Stats counts the faults injected so far (Failed counts Fail and Full).
 type Stats struct {
 	Calls, Failed, LostResponses, LostRequests int
 	// LateApplied counts late requests sent on to the store, LateLanded those
@@ -225,8 +239,11 @@ func (b *Backend) decide(op Op, key string) (Fault, time.Duration) {
 	if !op.mutates() && (f == LostResponse || f == LostRequest || f == LateApply) {
 		f = Fail
 	}
+	if f == Full && !op.stores() {
+		f = None
+	}
 	switch f {
-	case Fail:
+	case Fail, Full:
 		b.stats.Failed++
 	case LostResponse:
 		b.stats.LostResponses++
@@ -338,6 +355,8 @@ func do[T any](b *Backend, ctx context.Context, op Op, key string, call func(con
 		return zero, fmt.Errorf("faulty: %s gave up waiting; the request may still land: %w", op, objstore.ErrAmbiguous)
 	case Fail:
 		return zero, fmt.Errorf("%s: %w", op, ErrInjected)
+	case Full:
+		return zero, fmt.Errorf("%w: the disk holding %s is full: free space and retry (faulty: %s: %w)", objstore.ErrUnwritable, b.inner, op, syscall.ENOSPC)
 	case LostRequest:
 		return zero, fmt.Errorf("faulty: %s request lost before reaching the store: %w", op, objstore.ErrAmbiguous)
 	case LostResponse:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -237,5 +238,33 @@ func TestQuirks(t *testing.T) {
 	}
 	if _, err := c.Head(ctx, "k"); !errors.Is(err, objstore.ErrNotFound) {
 		t.Errorf("a 409 applied the write")
+	}
+}
+
+// Full refuses what stores data, as a full disk does (nothing applied,
+// ErrUnwritable wrapping ENOSPC), and lets reads and deletes through.
+func TestFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	inner := mem.NewBackend("")
+	s := objstore.New(faulty.New(inner, &faulty.Options{Rule: func(faulty.Op, string) (faulty.Fault, time.Duration) { return faulty.Full, 0 }}), nil)
+	if _, err := objstore.New(inner, nil).PutBytes(ctx, "old", []byte("old"), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.PutBytes(ctx, "new", []byte("new"), nil)
+	if !errors.Is(err, objstore.ErrUnwritable) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("put on a full store: %v, want ErrUnwritable wrapping ENOSPC", err)
+	}
+	if _, err := s.Copy(ctx, "old", "copy", objstore.Condition{}); !errors.Is(err, objstore.ErrUnwritable) {
+		t.Fatalf("copy on a full store: %v, want ErrUnwritable", err)
+	}
+	if _, err := inner.Head(ctx, "new"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("a refused put was applied: %v", err)
+	}
+	if got, _, err := s.GetBytes(ctx, "old"); err != nil || string(got) != "old" {
+		t.Fatalf("get on a full store: %q %v", got, err)
+	}
+	if err := s.Delete(ctx, "old", objstore.Condition{}); err != nil {
+		t.Fatalf("delete on a full store: %v", err)
 	}
 }

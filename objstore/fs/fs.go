@@ -565,6 +565,8 @@ func (b *Backend) mapErr(key string, err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case unwritable(err) != "":
+		return b.refused(err)
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 		return fmt.Errorf("%w: no object at this key", objstore.ErrNotFound)
 	case errors.Is(err, syscall.ENAMETOOLONG):
@@ -580,6 +582,33 @@ func (b *Backend) mapErr(key string, err error) error {
 // error, only its text.
 func escapes(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "path escapes from parent")
+}
+
+// unwritable says what to do about an error of a file system that takes no
+// more writes (full, over quota, read-only), "" for any other error.
+func unwritable(err error) string {
+	switch {
+	case errors.Is(err, syscall.ENOSPC):
+		return "the disk holding %s is full: free space and retry"
+	case errors.Is(err, syscall.EDQUOT):
+		return "the disk quota for %s is used up: free space or raise the quota, and retry"
+	case errors.Is(err, syscall.EROFS):
+		return "%s is on a read-only file system: remount it read-write or use another directory"
+	}
+	return ""
+}
+
+// refused maps an error of a file system that takes no more writes to
+// objstore.ErrUnwritable, saying what to do; it returns any other error as
+// it is. Every writing method passes its error through it (its callers'
+// retry loops give up at once on ErrUnwritable, rather than retrying a full
+// disk for seconds).
+func (b *Backend) refused(err error) error {
+	what := unwritable(err)
+	if what == "" || errors.Is(err, objstore.ErrUnwritable) {
+		return err
+	}
+	return fmt.Errorf("%w: "+what+" (%w)", objstore.ErrUnwritable, b.dir, err)
 }
 
 // stat returns the current object at key, or exists=false.
@@ -846,7 +875,8 @@ func (b *Backend) conflictErr(key string, err error) error {
 }
 
 // Put implements objstore.Backend.
-func (b *Backend) Put(ctx context.Context, key string, body io.Reader, _ int64, opts objstore.PutOptions) (objstore.Info, error) {
+func (b *Backend) Put(ctx context.Context, key string, body io.Reader, _ int64, opts objstore.PutOptions) (_ objstore.Info, err error) {
+	defer func() { err = b.refused(err) }()
 	if err := checkKey(key); err != nil {
 		return objstore.Info{}, err
 	}
@@ -858,7 +888,8 @@ func (b *Backend) Put(ctx context.Context, key string, body io.Reader, _ int64, 
 }
 
 // Delete implements objstore.Backend.
-func (b *Backend) Delete(ctx context.Context, key string, cond objstore.Condition) error {
+func (b *Backend) Delete(ctx context.Context, key string, cond objstore.Condition) (err error) {
+	defer func() { err = b.refused(err) }()
 	if err := checkKey(key); err != nil {
 		return err
 	}
@@ -992,7 +1023,8 @@ func (b *Backend) walk(dir, prefix, after, skip string, yield func(objstore.Info
 }
 
 // Copy implements objstore.Backend.
-func (b *Backend) Copy(ctx context.Context, src, dst string, cond objstore.Condition) (objstore.Info, error) {
+func (b *Backend) Copy(ctx context.Context, src, dst string, cond objstore.Condition) (_ objstore.Info, err error) {
+	defer func() { err = b.refused(err) }()
 	if err := checkKey(dst); err != nil {
 		return objstore.Info{}, err
 	}
@@ -1018,7 +1050,8 @@ type uploadInfo struct {
 func uploadPath(id string) string { return uploadDir + "/" + id }
 
 // CreateMultipart implements objstore.Backend.
-func (b *Backend) CreateMultipart(ctx context.Context, key string, opts objstore.PutOptions) (string, error) {
+func (b *Backend) CreateMultipart(ctx context.Context, key string, opts objstore.PutOptions) (_ string, err error) {
+	defer func() { err = b.refused(err) }()
 	if err := checkKey(key); err != nil {
 		return "", err
 	}
@@ -1029,7 +1062,7 @@ func (b *Backend) CreateMultipart(ctx context.Context, key string, opts objstore
 	if err := b.enterGate(); err != nil {
 		return "", err
 	}
-	err := b.root.Mkdir(uploadPath(id), 0o755)
+	err = b.root.Mkdir(uploadPath(id), 0o755)
 	if err == nil {
 		err = b.holdUpload(id, true)
 	}
@@ -1060,7 +1093,8 @@ func (b *Backend) upload(key, id string) (uploadInfo, error) {
 func partPath(id string, n int) string { return fmt.Sprintf("%s/part-%05d", uploadPath(id), n) }
 
 // UploadPart implements objstore.Backend.
-func (b *Backend) UploadPart(ctx context.Context, key, id string, number int, body io.Reader, _ int64) (objstore.Part, error) {
+func (b *Backend) UploadPart(ctx context.Context, key, id string, number int, body io.Reader, _ int64) (_ objstore.Part, err error) {
+	defer func() { err = b.refused(err) }()
 	if _, err := b.upload(key, id); err != nil {
 		return objstore.Part{}, err
 	}
@@ -1087,7 +1121,8 @@ func (b *Backend) UploadPart(ctx context.Context, key, id string, number int, bo
 }
 
 // CompleteMultipart implements objstore.Backend.
-func (b *Backend) CompleteMultipart(ctx context.Context, key, id string, parts []objstore.Part, cond objstore.Condition) (objstore.Info, error) {
+func (b *Backend) CompleteMultipart(ctx context.Context, key, id string, parts []objstore.Part, cond objstore.Condition) (_ objstore.Info, err error) {
+	defer func() { err = b.refused(err) }()
 	u, err := b.upload(key, id)
 	if err != nil {
 		return objstore.Info{}, err

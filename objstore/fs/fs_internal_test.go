@@ -3,8 +3,12 @@ package fs
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cairn-s3/cairn/objstore"
@@ -52,5 +56,35 @@ func TestCrashBetweenSidecarAndData(t *testing.T) {
 	ents, _ := os.ReadDir(filepath.Join(b.Dir(), tmpDir))
 	if len(ents) != 1 { // the orphaned temp file of the crashed write
 		t.Logf("temp files: %d", len(ents))
+	}
+}
+
+// The errors of a file system that takes no writes map to ErrUnwritable,
+// saying what to do; other errors pass unchanged.
+func TestRefusedWrites(t *testing.T) {
+	t.Parallel()
+	b := &Backend{dir: "/srv/data"}
+	for _, tc := range []struct {
+		errno syscall.Errno
+		says  string // "" for an error that is not mapped
+	}{
+		{syscall.ENOSPC, "the disk holding /srv/data is full: free space and retry"},
+		{syscall.EDQUOT, "the disk quota for /srv/data is used up"},
+		{syscall.EROFS, "/srv/data is on a read-only file system"},
+		{syscall.EIO, ""},
+		{syscall.EACCES, ""},
+	} {
+		raw := &os.PathError{Op: "write", Path: "/srv/data/.cairn/tmp/w-1", Err: tc.errno}
+		for _, err := range []error{b.refused(raw), b.mapErr("k", raw), b.refused(fmt.Errorf("writing: %w", raw))} {
+			if tc.says == "" {
+				if errors.Is(err, objstore.ErrUnwritable) || !errors.Is(err, tc.errno) {
+					t.Errorf("%v: %v, want it unmapped", tc.errno, err)
+				}
+				continue
+			}
+			if !errors.Is(err, objstore.ErrUnwritable) || !errors.Is(err, tc.errno) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("%v: %v, want ErrUnwritable (still wrapping the errno) saying %q", tc.errno, err, tc.says)
+			}
+		}
 	}
 }

@@ -272,6 +272,9 @@ func (b *Backend) mapErr(err error, write bool) error {
 		return wrap(nil, "%s denied access (%s); check the bucket policy and the IAM permissions", b.where, what)
 	case code == "KeyTooLongError" || code == "XMinioInvalidObjectName" || code == "InvalidObjectName":
 		return wrap(objstore.ErrInvalidKey, "%s", what)
+	case status == http.StatusInsufficientStorage || code == "XMinioStorageFull":
+		// Refused, not applied: the server's disks are full.
+		return wrap(objstore.ErrUnwritable, "%s has no room left (%s): free space on the server and retry", b.where, what)
 	}
 	// A write the SDK sent more than once (unconditional writes keep its
 	// retries) may have been applied by an earlier attempt, whatever the last

@@ -82,6 +82,13 @@ type Dialect struct {
 	ServerNow string
 	// Migrations, in order; migration i brings the schema to version i+1.
 	Migrations []string
+	// MigrationLock, if set, is the statement that makes the migration's
+	// transaction wait for every other one (PostgreSQL: a transaction-scoped
+	// advisory lock), run before anything else in it, even the creation of
+	// the schema table: two concurrent CREATE TABLE IF NOT EXISTS collide in
+	// PostgreSQL's catalog. Empty where beginning a transaction already
+	// excludes other writers (SQLite's BEGIN IMMEDIATE).
+	MigrationLock string
 	// Classify maps driver errors (e.g. connection refused) to ledger errors.
 	Classify func(error) error
 	// LockRows is the locking clause ("FOR UPDATE" on PostgreSQL) with which a
@@ -404,19 +411,21 @@ func (l *Backend) migrate(ctx context.Context) error {
 			return fmt.Errorf("%w: the %s database has no cairn_schema table", ledger.ErrNoLedger, l.d.Name)
 		}
 	}
-	if _, err := l.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS cairn_schema (version INTEGER NOT NULL)`); err != nil {
-		return l.wrap("creating the schema table", err)
-	}
+	// Everything, the schema table included, is created in one transaction
+	// that first excludes every other migration (processes starting at once
+	// on a fresh database): the lock, then the table, then its version.
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return l.wrap("migrating", err)
 	}
 	defer tx.Rollback()
-	if l.d.Name == "postgres" {
-		// Serialise concurrent first starts.
-		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(727272)`); err != nil {
-			return l.wrap("migrating", err)
+	if l.d.MigrationLock != "" {
+		if _, err := tx.ExecContext(ctx, l.d.MigrationLock); err != nil {
+			return l.wrap("waiting for other processes' migrations", err)
 		}
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS cairn_schema (version INTEGER NOT NULL)`); err != nil {
+		return l.wrap("creating the schema table", err)
 	}
 	var v int
 	err = tx.QueryRowContext(ctx, `SELECT version FROM cairn_schema`).Scan(&v)
