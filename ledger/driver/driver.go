@@ -101,13 +101,17 @@ func Ident(ev event.Event, everyVersion bool) string {
 	return ev.Key
 }
 
-// Decide applies one event to the current row (nil if none) and returns the
-// outcome and the row to store (nil if unchanged). It is the single place the
-// ledger's acceptance rules live; every backend calls it inside its
-// transaction, so all backends decide alike.
-func Decide(row *ledger.Record, ev event.Event, source string, now time.Time) (ledger.Outcome, *ledger.Record) {
+// Decide applies one event to the current row (nil if none) of a ledger
+// opened with Options.EveryVersion = everyVersion (the row is the one Ident
+// names) and returns the outcome and the row to store (nil if unchanged). It
+// is the single place the ledger's acceptance rules live; every backend calls
+// it inside its transaction, so all backends decide alike.
+func Decide(row *ledger.Record, ev event.Event, source string, now time.Time, everyVersion bool) (ledger.Outcome, *ledger.Record) {
 	if ev.Ignorable() {
 		return ledger.Ignored, nil
+	}
+	if ev.VersionOnly && !everyVersion {
+		return versionRemoved(row, ev, now)
 	}
 	if row == nil {
 		r := &ledger.Record{Bucket: ev.Bucket, Key: ev.Key, VersionID: ev.VersionID, ETag: ev.ETag, Size: ev.Size, Kind: ev.Kind,
@@ -184,6 +188,45 @@ func Decide(row *ledger.Record, ev event.Event, source string, now time.Time) (l
 		r.Seq = ev.Sequencer
 		return accept(), &r
 	}
+}
+
+// versionRemoved decides, for a ledger whose work is one record per key
+// holding its newest state, a removal of one version only
+// (event.Event.VersionOnly: a DELETE naming a version id, a lifecycle rule's
+// noncurrent expiry). It is never work, and never taken for "the key is
+// gone": the version it deleted was noncurrent (a lifecycle rule never
+// deletes a current version permanently; a later write made it so), and the
+// key's state is unchanged; or it was current, deleted by a request, and the
+// previous version (or nothing) is current now, which the event does not say.
+// Handing it on as a removal would have a handler delete what mirrors a live
+// object; as a creation, send it to read a key that may be gone, with no
+// later event to follow. So the outcome is Ignored, and what the key holds now
+// is left to an audit (package audit resubmits a key whose listing differs
+// from the accepted state, or which is gone).
+//
+// When it deleted the very version the ledger accepted as the key's state
+// (and is newer than it), the row is kept with that knowledge: its sequencer
+// moves on (older events stay stale) and its event time is cleared, since
+// the accepted state no longer orders the key: an audit's resubmission of
+// what the key holds now (an older version become current again, or content
+// back after a delete marker was deleted) is accepted whatever the age of
+// that object, where it would otherwise be judged older than the accepted
+// event.
+func versionRemoved(row *ledger.Record, ev event.Event, now time.Time) (ledger.Outcome, *ledger.Record) {
+	if row == nil || ev.VersionID != row.VersionID {
+		return ledger.Ignored, nil
+	}
+	if !ev.Unordered() && row.Seq != "" && event.CompareSequencer(ev.Sequencer, row.Seq) <= 0 {
+		return ledger.Ignored, nil
+	}
+	r := *row
+	r.Seen++
+	r.Updated = now
+	if !ev.Unordered() {
+		r.Seq = ev.Sequencer
+	}
+	r.EventTime = time.Time{}
+	return ledger.Ignored, &r
 }
 
 // SortClaims puts claims in the order Claim and RecordAndClaim return them:
