@@ -30,7 +30,9 @@ type DocMeta struct {
 }
 
 // split decodes a stored value: the fenced shape, or a plain value that has
-// recorded no token.
+// recorded no token. A top-level DocField that is not a non-negative integer
+// (null, -1, a string: no writer of this package stores those) is an error,
+// never read as a mark or as no mark.
 func split(cur []byte) (value json.RawMessage, token int64, err error) {
 	trimmed := bytes.TrimSpace(cur)
 	if len(trimmed) > 0 && trimmed[0] == '{' {
@@ -39,8 +41,8 @@ func split(cur []byte) (value json.RawMessage, token int64, err error) {
 			return nil, -1, err
 		}
 		if raw, ok := obj[DocField]; ok {
-			if err := json.Unmarshal(raw, &token); err != nil {
-				return nil, -1, fmt.Errorf("its %q field is not an integer: %w", DocField, err)
+			if err := json.Unmarshal(raw, &token); err != nil || token < 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+				return nil, -1, fmt.Errorf("its %q field is %s, not a fencing token (a non-negative integer): it was not written by package fence; rename the field, or rewrite the document", DocField, truncate(raw, 40))
 			}
 			return obj["value"], token, nil
 		}
@@ -48,6 +50,30 @@ func split(cur []byte) (value json.RawMessage, token int64, err error) {
 	return cur, -1, nil
 }
 
+func truncate(raw []byte, n int) string {
+	if len(raw) > n {
+		return string(raw[:n]) + "…"
+	}
+	return string(raw)
+}
+
+// CheckValue refuses a document value that would be stored without a mark
+// although its top level holds DocField, whatever that field holds (a
+// number, null, a string): it would read as a fenced document's wrapper,
+// forging a mark or hiding the value's other fields. It returns nil for
+// values that are not JSON objects. Every write of this package that stores
+// a value without a mark checks it; a writer that stores documents by other
+// means (docstore directly, `cairn doc create`) should too.
+func CheckValue(key string, value []byte) error {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(value, &top) != nil {
+		return nil // not an object
+	}
+	if _, ok := top[DocField]; ok {
+		return fmt.Errorf("fence: document %q: the top-level field %q is reserved for the fencing token (a value holding it would read as a fenced document's wrapper); nothing was written: rename the field, or write the document with a token: %w", key, DocField, objstore.ErrNotSupported)
+	}
+	return nil
+}
 func decodeValue[T any](key string, raw json.RawMessage, v *T) error {
 	if len(raw) == 0 {
 		return nil
@@ -63,9 +89,7 @@ func decodeValue[T any](key string, raw json.RawMessage, v *T) error {
 }
 
 // encode is how a value is stored: wrapped with its mark, or bare when the
-// document has none. A bare value must not look like the wrapper: its top
-// level may not hold DocField, or readers would take it for a mark (and the
-// value for the wrapper's "value" field).
+// document has none (CheckValue).
 func encode[T any](key string, v T, mark int64) ([]byte, error) {
 	if mark >= 0 {
 		return json.Marshal(Fenced[T]{Fence: mark, Value: v})
@@ -74,8 +98,8 @@ func encode[T any](key string, v T, mark int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, tok, err := split(data); err != nil || tok >= 0 {
-		return nil, fmt.Errorf("fence: document %q: the top-level field %q is reserved for the fencing token (a value holding it would read as a fenced document's wrapper); nothing was written: rename the field: %w", key, DocField, objstore.ErrNotSupported)
+	if err := CheckValue(key, data); err != nil {
+		return nil, err
 	}
 	return data, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -180,4 +181,67 @@ func TestUpdateKeepingMark(t *testing.T) {
 			t.Fatalf("plain document after the refusal: token %d %v", m.Token, err)
 		}
 	})
+}
+
+// A value stored without a mark may not hold cairn_fence at its top level
+// whatever it holds there (-1, null, a string): stored bare, it would read
+// as a wrapper whose "value" is missing, and the next fenced update would
+// store that nothing, losing the value's other fields. A document someone
+// else stored that way is refused with an error, never read as mark 0 or as
+// no mark.
+func TestReservedFieldWhateverItHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := docstore.New(mem.New(), nil)
+	for i, field := range []any{-1, nil, "x", 1.5, 0} {
+		key := fmt.Sprintf("p%d.json", i)
+		_, _, err := fence.UpdateKeepingMark(ctx, d, key, func(v *map[string]any, _ fence.DocMeta) error {
+			*v = map[string]any{fence.DocField: field, "orders": 42}
+			return nil
+		})
+		if !errors.Is(err, objstore.ErrNotSupported) {
+			t.Errorf("cairn_fence %v in a value without a mark: %v, want ErrNotSupported", field, err)
+		}
+		if _, _, err := d.LoadBytes(ctx, key); !errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("cairn_fence %v: something was stored (%v)", field, err)
+		}
+		if err := fence.CheckValue(key, []byte(fmt.Sprintf(`{"orders":1,%q:%s}`, fence.DocField, must(json.Marshal(field))))); !errors.Is(err, objstore.ErrNotSupported) {
+			t.Errorf("CheckValue with cairn_fence %v: %v", field, err)
+		}
+	}
+	for _, stored := range []string{`{"cairn_fence":null,"orders":42}`, `{"cairn_fence":-1,"orders":42}`, `{"cairn_fence":"7","orders":42}`} {
+		if _, err := docstore.Typed[json.RawMessage](d).Create(ctx, "foreign.json", json.RawMessage(stored)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := fence.Load[map[string]any](ctx, d, "foreign.json"); err == nil || !strings.Contains(err.Error(), "not a fencing token") {
+			t.Errorf("Load of %s: %v, want an error naming the field", stored, err)
+		}
+		for _, write := range []func() error{
+			func() error {
+				_, _, err := fence.Update(ctx, d, "foreign.json", 3, func(*map[string]any, fence.DocMeta) error { return nil })
+				return err
+			},
+			func() error {
+				_, _, err := fence.UpdateKeepingMark(ctx, d, "foreign.json", func(*map[string]any, fence.DocMeta) error { return nil })
+				return err
+			},
+		} {
+			if err := write(); err == nil {
+				t.Errorf("a write over %s succeeded", stored)
+			}
+		}
+		if raw, _, _ := d.LoadBytes(ctx, "foreign.json"); string(raw) != stored {
+			t.Errorf("%s became %s", stored, raw)
+		}
+		if err := d.Objects().Delete(ctx, "foreign.json", objstore.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -292,14 +292,9 @@ below it are still refused. The top-level field cairn_fence is reserved.`,
 }
 
 // unfencedValue refuses a value stored without a mark whose top level holds
-// cairn_fence: it would read as a fenced document's wrapper (forging a mark,
-// hiding its other fields).
+// cairn_fence (fence.CheckValue), as a usage error.
 func unfencedValue(data []byte) error {
-	var top map[string]json.RawMessage
-	if json.Unmarshal(data, &top) != nil {
-		return nil // not an object
-	}
-	if _, ok := top[fence.DocField]; ok {
+	if fence.CheckValue("", data) != nil {
 		return usagef("the top-level field %q is reserved for the fencing token (a value holding it would read as a fenced document); rename it, or write the document with --fence-token", fence.DocField)
 	}
 	return nil
