@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/cairn-s3/cairn/docstore"
@@ -143,7 +144,7 @@ func Update[T any](ctx context.Context, d *docstore.Store, key string, token int
 	if !caps.ConditionalWrites() {
 		return out, DocMeta{Token: -1}, fmt.Errorf("fence: %s does not enforce conditional PUTs, so a stale writer could not be refused; nothing was written (run `cairn probe` to see what it enforces): %w", d.Objects(), objstore.ErrNotSupported)
 	}
-	data, m, err := d.UpdateJSON(ctx, key, func(cur []byte, m docstore.Meta) ([]byte, error) {
+	data, m, err := updateJSON(ctx, d, key, func(cur []byte, m docstore.Meta, objMark int64) ([]byte, error) {
 		var v T
 		have := int64(-1)
 		if m.Exists {
@@ -151,6 +152,7 @@ func Update[T any](ctx context.Context, d *docstore.Store, key string, token int
 			if err != nil {
 				return nil, fmt.Errorf("fence: document %q: %w", key, err)
 			}
+			tok = max(tok, objMark)
 			if token < tok {
 				return nil, &StaleError{Key: key, Token: token, Highest: tok}
 			}
@@ -190,7 +192,7 @@ func Update[T any](ctx context.Context, d *docstore.Store, key string, token int
 // its top level (objstore.ErrNotSupported): it would read as a wrapper.
 func UpdateKeepingMark[T any](ctx context.Context, d *docstore.Store, key string, fn func(v *T, m DocMeta) error) (T, DocMeta, error) {
 	var out T
-	data, m, err := d.UpdateJSON(ctx, key, func(cur []byte, m docstore.Meta) ([]byte, error) {
+	data, m, err := updateJSON(ctx, d, key, func(cur []byte, m docstore.Meta, objMark int64) ([]byte, error) {
 		var v T
 		mark := int64(-1)
 		if m.Exists {
@@ -198,7 +200,7 @@ func UpdateKeepingMark[T any](ctx context.Context, d *docstore.Store, key string
 			if err != nil {
 				return nil, fmt.Errorf("fence: document %q: %w", key, err)
 			}
-			mark = tok
+			mark = max(tok, objMark)
 			if err := decodeValue(key, raw, &v); err != nil {
 				return nil, err
 			}
@@ -216,4 +218,48 @@ func UpdateKeepingMark[T any](ctx context.Context, d *docstore.Store, key string
 		return out, DocMeta{Meta: m, Token: -1}, fmt.Errorf("fence: document %q: %w", key, err)
 	}
 	return out, DocMeta{Meta: m, Token: tok}, decodeValue(key, raw, &out)
+}
+
+// updateJSON is d.UpdateJSON whose fn also gets the mark the object carries
+// in its metadata (-1: none): an object written by Put or PutKeepingMark
+// keeps its mark there, not in its body, and a document written over it must
+// be judged by that mark and carry it on. The mark is read by a HEAD before
+// the update, and fn runs only on the version that HEAD saw (a write landing
+// in between makes it read again). On a store that does not enforce
+// conditional writes no object carries a mark (Put refuses to write there),
+// and nothing is read first.
+func updateJSON(ctx context.Context, d *docstore.Store, key string, fn func(cur []byte, m docstore.Meta, objMark int64) ([]byte, error)) ([]byte, docstore.Meta, error) {
+	if caps, err := d.Objects().Capabilities(ctx); err != nil || !caps.ConditionalWrites() {
+		return d.UpdateJSON(ctx, key, func(cur []byte, m docstore.Meta) ([]byte, error) { return fn(cur, m, -1) })
+	}
+	for attempt := 0; ; attempt++ {
+		info, err := d.Objects().Head(ctx, key)
+		objMark, etag := int64(-1), ""
+		switch {
+		case err == nil:
+			objMark, _ = TokenOf(info)
+			etag = info.ETag
+		case errors.Is(err, objstore.ErrNotFound):
+		case permanent(err) || attempt >= 20:
+			return nil, docstore.Meta{}, fmt.Errorf("fence: document %q: reading the mark its object may carry: %w", key, err)
+		default:
+			if err := retryWait.Wait(ctx, attempt); err != nil {
+				return nil, docstore.Meta{}, err
+			}
+			continue
+		}
+		data, m, err := d.UpdateJSON(ctx, key, func(cur []byte, m docstore.Meta) ([]byte, error) {
+			if m.Exists && m.ETag != etag {
+				return nil, errChanged
+			}
+			return fn(cur, m, objMark)
+		})
+		if errors.Is(err, errChanged) && attempt < 20 {
+			if err := retryWait.Wait(ctx, attempt); err != nil {
+				return nil, m, err
+			}
+			continue
+		}
+		return data, m, err
+	}
 }

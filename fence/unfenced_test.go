@@ -245,3 +245,54 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// A document's mark is in its body, an object's in its metadata: each kind
+// of write is judged by the mark of the other kind too, and carries it on.
+func TestMarksAcrossObjectsAndDocuments(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, s *objstore.Store) {
+		ctx := context.Background()
+		d := docstore.New(s, nil)
+		set := func(v *map[string]int, _ fence.DocMeta) error { *v = map[string]int{"n": 1}; return nil }
+		// Object writers over a fenced document.
+		if _, _, err := fence.Update(ctx, d, "doc.json", 5, set); err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Head(ctx, "doc.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fe *fence.FencedError
+		if err := fence.CheckUnfencedAt(ctx, s, "doc.json", info); !errors.As(err, &fe) || !fe.Document || fe.Highest != 5 {
+			t.Fatalf("CheckUnfencedAt of a fenced document: %v", err)
+		}
+		if err := fence.CheckUnfenced("doc.json", info); err != nil {
+			t.Fatalf("CheckUnfenced reads metadata only: %v", err)
+		}
+		if _, err := fence.PutBytes(ctx, s, "doc.json", []byte("x"), 3, nil); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("Put token 3 over a document fenced by 5: %v", err)
+		}
+		if err := fence.Delete(ctx, s, "doc.json", 4, nil); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("Delete token 4 of a document fenced by 5: %v", err)
+		}
+		if _, err := fence.PutKeepingMark(ctx, s, "doc.json", strings.NewReader(`{"n":2}`), &fence.Options{ContentType: "application/json"}); err != nil {
+			t.Fatal(err)
+		}
+		if tok, _ := fence.Token(ctx, s, "doc.json"); tok != 5 {
+			t.Fatalf("PutKeepingMark over a document fenced by 5: mark %d", tok)
+		}
+		// Document writers over a fenced object.
+		if _, err := fence.PutBytes(ctx, s, "obj.json", []byte(`{"n":0}`), 6, &fence.Options{ContentType: "application/json"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := fence.Update(ctx, d, "obj.json", 4, set); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("Update token 4 over an object fenced by 6: %v", err)
+		}
+		if _, m, err := fence.UpdateKeepingMark(ctx, d, "obj.json", set); err != nil || m.Token != 6 {
+			t.Fatalf("UpdateKeepingMark over an object fenced by 6: token %d %v", m.Token, err)
+		}
+		if _, _, err := fence.Update(ctx, d, "obj.json", 4, set); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("Update token 4 after UpdateKeepingMark: %v", err)
+		}
+	})
+}
