@@ -28,7 +28,7 @@ type putTestBackend struct {
 	*mem.Backend
 	undeclared  bool
 	loseFirst   atomic.Bool
-	interfere   atomic.Bool // another writer replaces the key before each conditional PUT
+	interfere   atomic.Bool  // another writer replaces the key before each conditional PUT
 	probeWrites atomic.Int64 // PUTs under cairn-probe/
 	condPuts    atomic.Int64
 }
