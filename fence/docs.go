@@ -105,6 +105,19 @@ func encode[T any](key string, v T, mark int64) ([]byte, error) {
 	return data, nil
 }
 
+// Unwrap splits a document's stored value (as docstore's LoadBytes returns
+// it) into the caller's value and the mark it records: the "value" of a
+// fenced document's wrapper and its token, or the stored bytes whole (JSON or
+// not) and -1 when there is no wrapper. A top-level DocField that is not a
+// token is an error. Load is LoadBytes, Unwrap and a JSON decode.
+func Unwrap(stored []byte) (value []byte, token int64, err error) {
+	raw, tok, err := split(stored)
+	if err != nil {
+		return nil, -1, fmt.Errorf("fence: %w", err)
+	}
+	return raw, tok, nil
+}
+
 // Load reads a fenced document's value and the token it has recorded. A
 // document written without fencing is read whole as the value, with Token -1.
 func Load[T any](ctx context.Context, d *docstore.Store, key string) (T, DocMeta, error) {

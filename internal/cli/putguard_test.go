@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
@@ -215,5 +216,34 @@ func TestPutOverAFencedDocument(t *testing.T) {
 	}
 	if _, m, err := fence.Load[map[string]int](ctx, d, "state.json"); err != nil || m.Token != 5 {
 		t.Fatalf("document after doc update --unfenced: token %d %v, want 5", m.Token, err)
+	}
+}
+
+// doc get prints a byte or non-JSON document as stored (it has no wrapper),
+// and --json carries it in value_base64; a fenced document's value as before.
+func TestDocGetBytes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, store := putTestStore(t, false, false)
+	s := objstore.New(b.Backend, nil)
+	d := docstore.New(s, nil)
+	if _, err := d.CreateBytes(ctx, "notes.txt", []byte("line one\nnot JSON\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutBytes(ctx, "plain.txt", []byte("uploaded\n"), nil); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"notes.txt": "line one\nnot JSON\n", "plain.txt": "uploaded\n"} {
+		code, stdout, stderr := run(t, "doc", "get", store+"/"+key)
+		if code != 0 || stdout != want+"\n" {
+			t.Errorf("doc get %s: exit %d %q %q, want %q", key, code, stdout, stderr, want)
+		}
+		code, stdout, _ = run(t, "doc", "get", store+"/"+key, "--json")
+		var out struct {
+			ValueBase64 []byte `json:"value_base64"`
+		}
+		if code != 0 || json.Unmarshal([]byte(stdout), &out) != nil || string(out.ValueBase64) != want {
+			t.Errorf("doc get %s --json: exit %d %q", key, code, stdout)
+		}
 	}
 }
