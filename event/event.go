@@ -50,7 +50,11 @@
 // content back. Such an event is Removed with VersionOnly set: the version is
 // gone, the key may not be. A version id of "null" is not taken for a version
 // (unversioned buckets may send it for plain deletes), so such removals stay
-// removals of the key. Package ledger hands a VersionOnly removal on only when
+// removals of the key. MinIO announces the deletion of a delete marker by its
+// version id as ObjectRemoved:DeleteMarkerCreated again, with the marker's
+// version id, which one event alone cannot tell from the marker's creation;
+// a ledger can (it has seen that version id already: see package
+// ledger/driver). Package ledger hands a VersionOnly removal on only when
 // it keeps work per version (Options.EveryVersion); by default, where work is
 // one record per key holding its newest state, it is Ignored and an audit finds
 // a key whose current state it changed.

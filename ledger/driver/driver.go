@@ -110,7 +110,7 @@ func Decide(row *ledger.Record, ev event.Event, source string, now time.Time, ev
 	if ev.Ignorable() {
 		return ledger.Ignored, nil
 	}
-	if ev.VersionOnly && !everyVersion {
+	if !everyVersion && (ev.VersionOnly || markerRemoved(row, ev)) {
 		return versionRemoved(row, ev, now)
 	}
 	if row == nil {
@@ -188,6 +188,20 @@ func Decide(row *ledger.Record, ev event.Event, source string, now time.Time, ev
 		r.Seq = ev.Sequencer
 		return accept(), &r
 	}
+}
+
+// markerRemoved reports a removal that names, with a newer sequencer, the
+// very version the ledger accepted as the key's removal: a version id is
+// created once, so the same delete marker cannot be placed twice; the second
+// event is that marker's deletion, which brings the previous version back.
+// MinIO announces deleting a delete marker by its version id so: as
+// ObjectRemoved:DeleteMarkerCreated again, with the marker's version id
+// (seen on a real MinIO: event.TestMinIOSends). A version id of "null" is
+// excluded: a bucket whose versioning is suspended gives every delete marker
+// that id.
+func markerRemoved(row *ledger.Record, ev event.Event) bool {
+	return row != nil && row.Kind == event.Removed && ev.Kind == event.Removed && ev.VersionID != "" && ev.VersionID != "null" &&
+		ev.VersionID == row.VersionID && !ev.Unordered() && row.Seq != "" && event.CompareSequencer(ev.Sequencer, row.Seq) > 0
 }
 
 // versionRemoved decides, for a ledger whose work is one record per key

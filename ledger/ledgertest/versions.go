@@ -79,6 +79,26 @@ func testVersionRemovals(t *testing.T, h Harness) {
 		[]event.Event{versionEvent("ObjectRemoved:Delete", "06", "m1", "")}, event.Removed, "m1")
 	audit.Time = time.Date(2025, 12, 2, 0, 0, 0, 0, time.UTC)
 	check("audit resubmission of v0 after the marker went", ledger.New, []event.Event{audit}, event.Created, "v0")
+	drain(t, ctx, l, map[string][]string{})
+
+	// MinIO announces the deletion of a delete marker as DeleteMarkerCreated
+	// again, with the marker's version id: the same marker cannot be placed
+	// twice, so it is the marker's removal, not the key's.
+	check("delete marker m2", ledger.New, []event.Event{versionEvent("ObjectRemoved:DeleteMarkerCreated", "07", "m2", "")}, event.Removed, "m2")
+	drain(t, ctx, l, map[string][]string{})
+	check("redelivery of m2's event", ledger.Duplicate, []event.Event{versionEvent("ObjectRemoved:DeleteMarkerCreated", "07", "m2", "")}, event.Removed, "m2")
+	check("MinIO: DeleteMarkerCreated m2 again (m2 deleted)", ledger.Ignored,
+		[]event.Event{versionEvent("ObjectRemoved:DeleteMarkerCreated", "08", "m2", "")}, event.Removed, "m2")
+	if cs := must(l.Claim(ctx, 10, time.Minute))(t); len(cs) != 0 {
+		t.Fatalf("a delete marker's deletion made work: %+v", cs)
+	}
+	audit.Time = time.Date(2025, 12, 3, 0, 0, 0, 0, time.UTC)
+	check("audit resubmission of v0 after m2 went", ledger.New, []event.Event{audit}, event.Created, "v0")
+	// In a bucket whose versioning is suspended every marker is "null".
+	for _, seq := range []string{"09", "10"} {
+		drain(t, ctx, l, map[string][]string{})
+		check("delete marker null "+seq, ledger.New, []event.Event{versionEvent("ObjectRemoved:DeleteMarkerCreated", seq, "null", "")}, event.Removed, "null")
+	}
 
 	// A key the ledger never saw: a version's removal makes no record.
 	if got := outcomes(must(l.Record(ctx, "s", []event.Event{{Bucket: "b", Key: "other", VersionID: "v9", Kind: event.Removed,
