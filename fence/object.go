@@ -112,15 +112,37 @@ func CheckUnfencedAt(ctx context.Context, s *objstore.Store, key string, info ob
 	return &FencedError{Key: key, Highest: tok, Document: true}
 }
 
+// docPrefix is how every document package docstore stores begins (its
+// envelope, whose first field is the format).
+const docPrefix = `{"cairn_doc":`
+
 // errChanged: the object read is not the version a HEAD described.
 var errChanged = fmt.Errorf("fence: the object changed while it was read: %w", objstore.ErrPreconditionFailed)
 
 // documentMark returns the mark of a fenced document at key, whose HEAD gave
-// info: -1 if it is not one (not JSON, no wrapper, or gone since). Only an
-// object stored as application/json is read. errChanged if what it read is
-// not the version info describes.
+// info: -1 if it is not one (not a document, no wrapper, or gone since). Only
+// an object stored as application/json is read, and of one that is not a
+// docstore document (its body does not begin as theirs does) only that
+// beginning, so a large JSON file is not downloaded. errChanged if what it
+// read is not the version info describes.
 func documentMark(ctx context.Context, s *objstore.Store, key string, info objstore.Info) (int64, error) {
 	if ct, _, _ := strings.Cut(info.ContentType, ";"); !strings.EqualFold(strings.TrimSpace(ct), "application/json") {
+		return -1, nil
+	}
+	rc, ginfo, err := s.Get(ctx, key)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return -1, errChanged
+	case err != nil:
+		return -1, err
+	}
+	head := make([]byte, len(docPrefix))
+	n, _ := io.ReadFull(rc, head)
+	rc.Close()
+	if ginfo.ETag != info.ETag {
+		return -1, errChanged
+	}
+	if string(head[:n]) != docPrefix {
 		return -1, nil
 	}
 	value, m, err := docstore.New(s, &docstore.Options{Strategy: docstore.CAS}).LoadBytes(ctx, key)
