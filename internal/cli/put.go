@@ -66,8 +66,9 @@ in. Where the store is known to enforce conditional writes without a probe
 (file://, mem://, or a store this command already probed), a plain put is
 conditional on the version it judged, so a fenced write that lands meanwhile
 is never overwritten: a file is sent again, up to --retries times, also when
-an upload's response was lost; stdin cannot be, and exits 3. Elsewhere (an
-S3 store) it checks the mark with a HEAD and then writes unconditionally.`,
+an upload's response was lost; stdin cannot be (exit 3 if the object was
+replaced, 1 if the outcome is unknown). Elsewhere (an S3 store) it checks the
+mark with a HEAD and then writes unconditionally.`,
 		Example: `  cairn put part-0001.parquet 's3://lake/datasets/orders/part-0001.parquet' --if-absent
   cairn put registry.json s3://lake/metastore/registry.json --if-match 9b2cf535f27731c974343645a3985328
   cairn put - --store file:///srv/mirror --key "$CAIRN_KEY" --fence-token "$CAIRN_FENCING_TOKEN"
