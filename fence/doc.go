@@ -38,7 +38,11 @@
 //
 // Writers without a token. Once a key carries a mark (an object written or
 // deleted by Put or Delete, a document written by Update), every write
-// through this package or the cairn CLI keeps it:
+// through this package or the cairn CLI keeps it, but for identical bytes
+// (see Limits) and a plain `cairn put` on a store whose capabilities it does
+// not know without a probe (S3): it checks the mark by a HEAD and then writes
+// without a condition, so a fenced write landing between the two is
+// overwritten:
 //
 //   - PutKeepingMark and UpdateKeepingMark write without a token and carry
 //     the mark forward, judged on the version they replace and written
