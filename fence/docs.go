@@ -237,8 +237,9 @@ func UpdateKeepingMark[T any](ctx context.Context, d *docstore.Store, key string
 // in its metadata (-1: none): an object written by Put or PutKeepingMark
 // keeps its mark there, not in its body, and a document written over it must
 // be judged by that mark and carry it on. The mark is read by a HEAD before
-// the update, and fn runs only on the version that HEAD saw (a write landing
-// in between makes it read again). On a store that does not enforce
+// the update; fn runs on the version that HEAD saw, or on a document docstore
+// wrote since (whose metadata holds no mark); any other object landing in
+// between makes it read again. On a store that does not enforce
 // conditional writes no object carries a mark (Put refuses to write there),
 // and nothing is read first.
 func updateJSON(ctx context.Context, d *docstore.Store, key string, fn func(cur []byte, m docstore.Meta, objMark int64) ([]byte, error)) ([]byte, docstore.Meta, error) {
@@ -262,10 +263,18 @@ func updateJSON(ctx context.Context, d *docstore.Store, key string, fn func(cur 
 			continue
 		}
 		data, m, err := d.UpdateJSON(ctx, key, func(cur []byte, m docstore.Meta) ([]byte, error) {
-			if m.Exists && m.ETag != etag {
-				return nil, errChanged
+			switch {
+			case !m.Exists:
+				return fn(cur, m, -1)
+			case m.ETag == etag:
+				return fn(cur, m, objMark)
+			case m.Rev > 0:
+				// Written by docstore since the HEAD (a document: revision 1
+				// on), so no mark in its metadata: docstore's own redrive
+				// under contention needs no new HEAD.
+				return fn(cur, m, -1)
 			}
-			return fn(cur, m, objMark)
+			return nil, errChanged // a plain object the HEAD did not see
 		})
 		if errors.Is(err, errChanged) && attempt < 20 {
 			if err := retryWait.Wait(ctx, attempt); err != nil {
