@@ -303,14 +303,14 @@ func fencedRefusal(err error) error {
 	if !errors.As(err, &fe) {
 		return err
 	}
-	what, how := "is fenced", "pass --fence-token, or --unfenced to write without a token while keeping the mark"
+	what := "is fenced"
 	switch {
 	case fe.Deleted:
 		what = "was deleted by a fenced writer"
 	case fe.Document:
 		what = "is a fenced document"
 	}
-	return fencedCLIError(fmt.Sprintf("%s %s (highest token %d): %s; nothing was written", safetext.Escape(fe.Key), what, fe.Highest, how))
+	return fencedCLIError(fmt.Sprintf("%s %s (highest token %d): pass --fence-token, or --unfenced to write without a token while keeping the mark; nothing was written", safetext.Escape(fe.Key), what, fe.Highest))
 }
 
 // fencedCLIError is a *fence.FencedError in the CLI's words; it is
