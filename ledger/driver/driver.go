@@ -106,6 +106,13 @@ func Ident(ev event.Event, everyVersion bool) string {
 // names) and returns the outcome and the row to store (nil if unchanged). It
 // is the single place the ledger's acceptance rules live; every backend calls
 // it inside its transaction, so all backends decide alike.
+//
+// Unless everyVersion, a removal of one version (event.Event.VersionOnly, and
+// MinIO's DeleteMarkerCreated naming the accepted marker again) is Ignored,
+// never taken for the key's removal; when it removed the version the row
+// accepted, the row is still returned, its sequencer moved on and its event
+// time cleared, so that an audit's resubmission of what the key holds now is
+// accepted (see versionRemoved).
 func Decide(row *ledger.Record, ev event.Event, source string, now time.Time, everyVersion bool) (ledger.Outcome, *ledger.Record) {
 	if ev.Ignorable() {
 		return ledger.Ignored, nil
