@@ -307,7 +307,10 @@ func (b *Backend) createTable(ctx context.Context, uc urlConfig) error {
 	if err != nil && !errors.As(err, &inUse) { // another process made it meanwhile
 		return b.wrap("creating the table", err)
 	}
-	w := dynamodb.NewTableExistsWaiter(b.c, func(o *dynamodb.TableExistsWaiterOptions) { o.MinDelay = 100 * time.Millisecond; o.MaxDelay = 2 * time.Second })
+	w := dynamodb.NewTableExistsWaiter(b.c, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay = 100 * time.Millisecond
+		o.MaxDelay = 2 * time.Second
+	})
 	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: &b.table}, 5*time.Minute); err != nil {
 		return b.wrap("waiting for the new table", err)
 	}

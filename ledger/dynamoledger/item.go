@@ -82,7 +82,9 @@ func workPartition(shard int) string { return "w#" + strconv.Itoa(shard) }
 func agePartition(shard int) string  { return "a#" + strconv.Itoa(shard) }
 
 func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
-func num(n int64) types.AttributeValue  { return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)} }
+func num(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
 
 // due is when a record's work is claimable (its work index sort key), and
 // whether it has work at all.

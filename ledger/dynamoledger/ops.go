@@ -608,7 +608,9 @@ func (b *Backend) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, er
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(x, y ledger.Claim) int { return cmp.Or(cmp.Compare(x.Bucket, y.Bucket), cmp.Compare(x.Ident, y.Ident)) })
+	slices.SortFunc(out, func(x, y ledger.Claim) int {
+		return cmp.Or(cmp.Compare(x.Bucket, y.Bucket), cmp.Compare(x.Ident, y.Ident))
+	})
 	return out[:min(len(out), f.Limit)], nil
 }
 
