@@ -83,6 +83,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -194,9 +195,6 @@ func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClie
 	if uc.region != "" {
 		lo = append(lo, config.WithRegion(uc.region))
 	}
-	if hc != nil {
-		lo = append(lo, config.WithHTTPClient(hc))
-	}
 	// The standard retryer backs off throttling and 5xx answers; with more
 	// attempts than its default 3, as a queue's ledger outlives a burst.
 	// Retrying a conditional write is safe: a retry refused because an
@@ -205,6 +203,9 @@ func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClie
 		return retry.NewStandard(func(o *retry.StandardOptions) {
 			o.MaxAttempts = 10
 			o.MaxBackoff = 5 * time.Second
+			// No client-side retry quota: a ledger outlives a long spell of
+			// throttling, backing off, rather than failing fast.
+			o.RateLimiter = ratelimit.None
 		})
 	}))
 	cfg, err := config.LoadDefaultConfig(ctx, lo...)
@@ -217,6 +218,9 @@ func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClie
 	c := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
 		if uc.endpoint != "" {
 			o.BaseEndpoint = aws.String(uc.endpoint)
+		}
+		if hc != nil {
+			o.HTTPClient = hc
 		}
 	})
 	b := &Backend{c: c, table: uc.table, retention: uc.retention, opts: driver.Defaults(opts), where: "dynamodb://" + uc.table}
