@@ -22,12 +22,12 @@ import (
 type fault int
 
 const (
-	pass         fault = iota
-	loseRequest        // never sent; the client sees a reset connection
-	loseResponse       // sent and applied; the client sees a reset connection
-	lateRequest        // the client sees a reset connection at once; the request lands later
-	throttle           // answered 400 ThrottlingException, not sent
-	overProvision      // answered 400 ProvisionedThroughputExceededException, not sent
+	pass          fault = iota
+	loseRequest         // never sent; the client sees a reset connection
+	loseResponse        // sent and applied; the client sees a reset connection
+	lateRequest         // the client sees a reset connection at once; the request lands later
+	throttle            // answered 400 ThrottlingException, not sent
+	overProvision       // answered 400 ProvisionedThroughputExceededException, not sent
 )
 
 // injector is an HTTP client that applies planned faults to the requests of
@@ -111,8 +111,8 @@ func (in *injector) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		body := fmt.Sprintf(`{"__type":"com.amazonaws.dynamodb.v20120810#%s","message":"injected"}`, name)
 		return &http.Response{StatusCode: 400, Status: "400 Bad Request", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-			Header:  http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amzn-Requestid": {"injected"}},
-			Body:    io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: req}, nil
+			Header: http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amzn-Requestid": {"injected"}},
+			Body:   io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: req}, nil
 	}
 	return in.base.RoundTrip(req)
 }
