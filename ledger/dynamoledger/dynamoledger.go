@@ -57,9 +57,17 @@
 // keeps one version of a key claimed at a time by checking the key's other
 // records before claiming, which two claimers racing on two versions of one
 // key can both pass (no transactions): it is not as strict as on SQLite or
-// PostgreSQL. DynamoDB TTL is turned on (attribute expires_at) when the table
-// is made with retention=DURATION and the endpoint has it (dynalite has not:
-// Purge works everywhere).
+// PostgreSQL.
+//
+// # Retention
+//
+// Purge works everywhere (through the age index, no Scan). With
+// retention=DURATION when the ledger is made (kept in its descriptor, so every
+// writer does the same), processed records carry expires_at = last update +
+// DURATION (unix seconds), and the table made with create_table=true has
+// DynamoDB TTL turned on for that attribute, where the endpoint has TTL
+// (dynalite answers UnknownOperationException: skipped). On a table made by
+// hand, turn TTL on for expires_at yourself.
 //
 // # Errors
 //
@@ -264,13 +272,16 @@ func (b *Backend) setUp(ctx context.Context, uc urlConfig, mustExist bool) error
 		}
 		item := map[string]types.AttributeValue{attrPK: str(metaPK), attrSK: str(metaSK), "format": num(1), "shards": num(int64(shards)),
 			"made": num(time.Now().UnixMilli())}
+		if uc.retention > 0 {
+			item["retention_ms"] = num(uc.retention.Milliseconds())
+		}
 		_, err := b.c.PutItem(ctx, &dynamodb.PutItemInput{TableName: &b.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)")})
 		var cf *types.ConditionalCheckFailedException
 		if err != nil && !errors.As(err, &cf) {
 			return b.wrap("writing the ledger's descriptor", err)
 		}
 		// Made by us or by another process at the same time: read what won.
-		return b.setUp(ctx, urlConfig{table: uc.table, shards: uc.shards}, true)
+		return b.setUp(ctx, urlConfig{table: uc.table, shards: uc.shards, retention: uc.retention}, true)
 	}
 	nv, _ := out.Item["shards"].(*types.AttributeValueMemberN)
 	fv, _ := out.Item["format"].(*types.AttributeValueMemberN)
@@ -280,6 +291,11 @@ func (b *Backend) setUp(ctx context.Context, uc urlConfig, mustExist bool) error
 	b.shards, _ = strconv.Atoi(nv.Value)
 	if b.shards < 1 {
 		return fmt.Errorf("%s: the ledger's descriptor says %q shards", b.where, nv.Value)
+	}
+	if rv, ok := out.Item["retention_ms"].(*types.AttributeValueMemberN); ok && b.retention == 0 {
+		// Kept by the ledger, so that every writer sets expires_at alike.
+		ms, _ := strconv.ParseInt(rv.Value, 10, 64)
+		b.retention = time.Duration(ms) * time.Millisecond
 	}
 	if uc.shards != 0 && uc.shards != b.shards {
 		return fmt.Errorf("%s: the ledger was made with %d shards, the URL asks for %d: drop shards= from the URL (it only applies when a ledger is made)",

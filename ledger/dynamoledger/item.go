@@ -1,6 +1,8 @@
 package dynamoledger
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -54,14 +56,41 @@ type row struct {
 type id struct{ bucket, key, ident string }
 
 func (i id) pk() string { return recordPK(i.bucket, i.key) }
-func (i id) sk() string { return "r" + strings.TrimPrefix(i.ident, i.key) }
+
+// sk is the record's sort key: "r", and with Options.EveryVersion the
+// version's part of the ident; a version id too long for DynamoDB's 1,024
+// bytes of sort key (S3's are 32 characters; the ledger takes any) is kept
+// as its SHA-256 (the ident attribute keeps it whole).
+func (i id) sk() string {
+	v := strings.TrimPrefix(i.ident, i.key)
+	if len(v) > maxSortKey-1 {
+		return "h" + digest(v)
+	}
+	return "r" + v
+}
+
+// DynamoDB's limits on key attributes: 2,048 bytes of partition key, 1,024
+// of sort key.
+const (
+	maxPartitionKey = 2048
+	maxSortKey      = 1024
+)
 
 // recordPK is the partition of a key's records (every version of it, with
 // Options.EveryVersion): the bucket's length makes it unambiguous whatever
-// the bucket and key hold. At most 2 + 20 + 63 + 1,024 bytes or so, under
-// DynamoDB's 2,048 for a partition key.
+// the bucket and key hold. An S3 key (1,024 bytes at most) in an S3 bucket
+// (63) fits; a longer pair is kept as its SHA-256.
 func recordPK(bucket, key string) string {
-	return "r#" + strconv.Itoa(len(bucket)) + "#" + bucket + "#" + key
+	pk := "r#" + strconv.Itoa(len(bucket)) + "#" + bucket + "#" + key
+	if len(pk) > maxPartitionKey {
+		return "h#" + digest(pk)
+	}
+	return pk
+}
+
+func digest(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
 }
 
 func (i id) key2() map[string]types.AttributeValue {

@@ -563,12 +563,12 @@ func (b *Backend) Get(ctx context.Context, bucket, key string) ([]ledger.Record,
 // scan reads every record of the table (the descriptor left out): for List
 // and Counts, which are for operators.
 func (b *Backend) scan(ctx context.Context, status ledger.Status, fn func(w *row) error) error {
-	in := &dynamodb.ScanInput{TableName: &b.table, ConsistentRead: aws.Bool(true), FilterExpression: aws.String("begins_with(pk, :r)"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":r": str("r#")}}
+	in := &dynamodb.ScanInput{TableName: &b.table, ConsistentRead: aws.Bool(true), FilterExpression: aws.String("attribute_exists(#id)"),
+		ExpressionAttributeNames: map[string]string{"#id": "ident"}}
 	if status != "" {
-		in.FilterExpression = aws.String("begins_with(pk, :r) AND #st = :st")
-		in.ExpressionAttributeNames = map[string]string{"#st": attrStatus}
-		in.ExpressionAttributeValues[":st"] = str(string(status))
+		in.FilterExpression = aws.String("attribute_exists(#id) AND #st = :st")
+		in.ExpressionAttributeNames["#st"] = attrStatus
+		in.ExpressionAttributeValues = map[string]types.AttributeValue{":st": str(string(status))}
 	}
 	for {
 		res, err := b.c.Scan(ctx, in)
@@ -617,9 +617,8 @@ func (b *Backend) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, er
 // Counts counts the records by status. It scans the table.
 func (b *Backend) Counts(ctx context.Context) (ledger.Counts, error) {
 	out := ledger.Counts{}
-	in := &dynamodb.ScanInput{TableName: &b.table, ConsistentRead: aws.Bool(true), FilterExpression: aws.String("begins_with(pk, :r)"),
-		ProjectionExpression: aws.String("#st"), ExpressionAttributeNames: map[string]string{"#st": attrStatus},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":r": str("r#")}}
+	in := &dynamodb.ScanInput{TableName: &b.table, ConsistentRead: aws.Bool(true), FilterExpression: aws.String("attribute_exists(#id)"),
+		ProjectionExpression: aws.String("#st"), ExpressionAttributeNames: map[string]string{"#st": attrStatus, "#id": "ident"}}
 	for {
 		res, err := b.c.Scan(ctx, in)
 		if err != nil {
