@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -15,7 +16,9 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/ledgertest"
 )
 
 // A fault is what the injector does to one request.
@@ -70,8 +73,13 @@ func (in *injector) client() *http.Client { return &http.Client{Transport: in} }
 var errReset = &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
 
 func (in *injector) RoundTrip(req *http.Request) (*http.Response, error) {
-	f := pass
 	in.mu.Lock()
+	return in.roundTrip(req)
+}
+
+// roundTrip is RoundTrip with in.mu held, which it unlocks.
+func (in *injector) roundTrip(req *http.Request) (*http.Response, error) {
+	f := pass
 	if req.Header.Get("X-Amz-Target") == in.op {
 		if in.seen < len(in.plan) {
 			f = in.plan[in.seen]
@@ -203,4 +211,50 @@ func TestLostAnswers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// chaos is an HTTP client that, at random, loses one request or answer in
+// rate, lands one late, or throttles it: every kind of request, every
+// operation.
+type chaos struct {
+	*injector
+	mu   sync.Mutex
+	rng  *rand.Rand
+	rate float64
+}
+
+func (c *chaos) RoundTrip(req *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	f := pass
+	if c.rng.Float64() < c.rate {
+		f = []fault{loseRequest, loseResponse, lateRequest, throttle, overProvision}[c.rng.IntN(5)]
+	}
+	c.mu.Unlock()
+	c.injector.mu.Lock()
+	c.injector.op, c.injector.plan, c.injector.seen = req.Header.Get("X-Amz-Target"), []fault{f}, 0
+	return c.injector.roundTrip(req)
+}
+
+// TestConformanceUnderFaults runs the conformance suite with 5% of all
+// requests lost before or after the server applied them, landing late, or
+// throttled: no case may tell.
+func TestConformanceUnderFaults(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("slow: -short")
+	}
+	ledgertest.Run(t, ledgertest.Harness{
+		New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
+			url := newTable(t)
+			c := &chaos{injector: newInjector(t), rng: rand.New(rand.NewPCG(1, uint64(len(t.Name())))), rate: 0.05}
+			return open(t, url, opts, &http.Client{Transport: c}), url
+		},
+		Env: testenv.DynamoDBEnv(),
+		// The process cases' children open the ledger without faults; they
+		// run in TestConformance.
+		Only: []string{"Basics", "Permutations", "PermutationsWhileClaimed", "NewerWhileClaimed", "LeaseExpiryAndFencing",
+			"RetryThenDead", "CompleteBatchAndRelease", "CompleteBatchRules", "RecordAndClaim", "RecordAndClaimOldestFirst",
+			"EventRoundTrip", "Lookup", "ReplayAndPurge", "EveryVersion", "Unordered", "ListAndCounts", "DuplicateStormGoroutines",
+			"NoLostUpdates", "NoDeadlocks", "TwoHandles"},
+	})
 }
