@@ -54,10 +54,9 @@
 //
 // Counts and List read the whole table (a Scan): they are for operators, not
 // for hot paths. OldestPending reads the work index. Options.EveryVersion
-// keeps one version of a key claimed at a time by checking the key's other
-// records before claiming, which two claimers racing on two versions of one
-// key can both pass (no transactions): it is not as strict as on SQLite or
-// PostgreSQL.
+// keeps one version of a key claimed at a time with a lock item per key
+// beside its records (see keylock.go): a claim costs one more write there,
+// and Complete, Fail and Release one more to give the lock up.
 //
 // # Retention
 //

@@ -306,6 +306,7 @@ func claimable(r *ledger.Record, now time.Time) bool {
 // claimed only if its work is still due.
 func (b *Backend) claimOne(ctx context.Context, c *row, now time.Time, lease time.Duration) (ledger.Claim, bool, error) {
 	i := id{c.rec.Bucket, c.rec.Key, c.ident}
+	var locked *lockRef // the key's lock this claim took (EveryVersion)
 	w, _, err := b.change(ctx, i, c, true, func(cur *row) (*ledger.Record, any, error) {
 		if cur == nil || !claimable(&cur.rec, now) {
 			return nil, nil, errSkip
@@ -318,11 +319,27 @@ func (b *Backend) claimOne(ctx context.Context, c *row, now time.Time, lease tim
 			if blocked {
 				return nil, nil, errSkip
 			}
+			l := lockRef{cur.ident, cur.rec.Token + 1}
+			if locked != nil && *locked != l {
+				b.dropLock(ctx, i.bucket, i.key, *locked)
+				locked = nil
+			}
+			ok, err := b.takeLock(ctx, i.bucket, i.key, l, now.Add(lease), now)
+			if err != nil {
+				return nil, nil, err
+			}
+			if !ok {
+				return nil, nil, errSkip
+			}
+			locked = &l
 		}
 		r := cur.rec
 		r.Status, r.Token, r.LeaseUntil, r.Attempts, r.RunGen, r.Updated = ledger.Claimed, r.Token+1, now.Add(lease), r.Attempts+1, r.Gen, now
 		return &r, nil, nil
 	})
+	if err != nil && locked != nil {
+		b.dropLock(ctx, i.bucket, i.key, *locked)
+	}
 	if errors.Is(err, errSkip) {
 		return ledger.Claim{}, false, nil
 	}
@@ -367,6 +384,9 @@ func (b *Backend) keyRows(ctx context.Context, bucket, key string) ([]*row, erro
 			return nil, b.wrap("read", err)
 		}
 		for _, item := range res.Items {
+			if sk, _ := item[attrSK].(*types.AttributeValueMemberS); sk != nil && sk.Value == lockSK {
+				continue
+			}
 			w, err := unmarshal(item)
 			if err != nil {
 				return nil, err
@@ -407,13 +427,38 @@ func (b *Backend) finish(ctx context.Context, op string, c ledger.Claim, apply f
 	return w, err
 }
 
-// Renew extends the claim's lease to lease from now.
+// Renew extends the claim's lease to lease from now (and, with
+// EveryVersion, the key's lock with it, first: a claim whose lock another
+// version took has lost its lease).
 func (b *Backend) Renew(ctx context.Context, c ledger.Claim, lease time.Duration) (ledger.Claim, error) {
+	if b.opts.EveryVersion {
+		ok, err := b.renewLock(ctx, c.Bucket, c.Key, lockRef{c.Ident, c.Token}, b.now().Add(lease))
+		if err != nil {
+			return c, err
+		}
+		if !ok {
+			cur, err := b.get(ctx, id{c.Bucket, c.Key, c.Ident})
+			if err != nil {
+				return c, err
+			}
+			return c, refuse("renew", c, cur)
+		}
+	}
 	w, err := b.finish(ctx, "renew", c, func(r *ledger.Record, now time.Time) { r.LeaseUntil = now.Add(lease) })
 	if err != nil {
 		return c, err
 	}
 	return w.claim(), nil
+}
+
+// settle is finish for Complete, Fail and Release, which end the claim: with
+// EveryVersion the key's lock is given up after.
+func (b *Backend) settle(ctx context.Context, op string, c ledger.Claim, apply func(r *ledger.Record, now time.Time)) error {
+	_, err := b.finish(ctx, op, c, apply)
+	if err == nil && b.opts.EveryVersion {
+		b.dropLock(ctx, c.Bucket, c.Key, lockRef{c.Ident, c.Token})
+	}
+	return err
 }
 
 // completeRecord is Complete's change: processed, or pending again if newer
@@ -429,8 +474,7 @@ func completeRecord(r *ledger.Record, result string, now time.Time) {
 
 // Complete records the claim's work as processed.
 func (b *Backend) Complete(ctx context.Context, c ledger.Claim, result string) error {
-	_, err := b.finish(ctx, "complete", c, func(r *ledger.Record, now time.Time) { completeRecord(r, result, now) })
-	return err
+	return b.settle(ctx, "complete", c, func(r *ledger.Record, now time.Time) { completeRecord(r, result, now) })
 }
 
 // refused tells the refusals of a change of a claim (lease lost, superseded,
@@ -465,7 +509,7 @@ func (b *Backend) CompleteBatch(ctx context.Context, cs []ledger.Claim, results 
 
 // Release gives the claim's work back without counting the attempt.
 func (b *Backend) Release(ctx context.Context, c ledger.Claim) error {
-	_, err := b.finish(ctx, "release", c, func(r *ledger.Record, now time.Time) {
+	return b.settle(ctx, "release", c, func(r *ledger.Record, now time.Time) {
 		counted := r.Gen == r.RunGen
 		if r.Attempts > 1 && counted {
 			r.Status = ledger.Failed
@@ -479,7 +523,6 @@ func (b *Backend) Release(ctx context.Context, c ledger.Claim) error {
 		}
 		r.LeaseUntil, r.NextAttempt = time.Time{}, now
 	})
-	return err
 }
 
 // Fail records a failed attempt: retried after a backoff if retryable and
@@ -490,7 +533,7 @@ func (b *Backend) Fail(ctx context.Context, c ledger.Claim, cause string, retrya
 		status = ledger.Failed
 	}
 	retryIn := driver.Backoff(b.opts, c.Attempts)
-	_, err := b.finish(ctx, "fail", c, func(r *ledger.Record, now time.Time) {
+	return b.settle(ctx, "fail", c, func(r *ledger.Record, now time.Time) {
 		if r.Gen != r.RunGen {
 			r.Status, r.Attempts, r.NextAttempt = ledger.Pending, 0, now
 		} else {
@@ -498,7 +541,6 @@ func (b *Backend) Fail(ctx context.Context, c ledger.Claim, cause string, retrya
 		}
 		r.LastError, r.LeaseUntil = cause, time.Time{}
 	})
-	return err
 }
 
 // Lookup returns the newest record of each key: one batched read per 100
