@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -122,7 +123,7 @@ func (b *Backend) RecordAndClaim(ctx context.Context, source string, evs []event
 		touched = append(touched, s)
 	}
 	slices.Sort(touched)
-	cs, err := b.claim(ctx, touched, n, lease)
+	cs, err := b.claim(ctx, touched, n, lease, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -175,7 +176,7 @@ func (b *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 	for i := range all {
 		all[i] = i
 	}
-	return b.claim(ctx, all, n, lease)
+	return b.claim(ctx, all, n, lease, true)
 }
 
 // shardCursor pages through one shard's due work.
@@ -186,15 +187,31 @@ type shardCursor struct {
 }
 
 // claim queries the shards' due work, earliest first, and claims candidates
-// in that order until n are claimed or none is left.
-func (b *Backend) claim(ctx context.Context, shards []int, n int, lease time.Duration) ([]ledger.Claim, error) {
+// in that order until n are claimed or none is left. spread (Claim) takes
+// the candidates (each shard's n earliest) in a random order instead, when
+// there are more than n: concurrent claimers that all went for the n
+// earliest would each win a few and pay a refused write (and a read) for
+// every other one.
+// RecordAndClaim takes the earliest: work due before its batch comes first.
+func (b *Backend) claim(ctx context.Context, shards []int, n int, lease time.Duration, spread bool) ([]ledger.Claim, error) {
 	now := b.now()
 	cursors := make([]*shardCursor, len(shards))
 	for i, s := range shards {
 		cursors[i] = &shardCursor{shard: s}
 	}
 	var out []ledger.Claim
-	for len(out) < n {
+	for round := 0; len(out) < n; round++ {
+		if !b.opts.EveryVersion && round > 0 {
+			if round == maxClaimRounds {
+				break // fewer than n: the rest is for the next Claim
+			}
+			// Candidates others took meanwhile have left the head of the
+			// index (their lease is not due): read it again rather than
+			// page on through a stale list.
+			for _, c := range cursors {
+				c.next, c.done = nil, false
+			}
+		}
 		var mu sync.Mutex
 		var cands []*row
 		page := int32(max(n-len(out), 8))
@@ -233,12 +250,17 @@ func (b *Backend) claim(ctx context.Context, shards []int, n int, lease time.Dur
 			dy, _ := due(&y.rec)
 			return cmp.Or(cmp.Compare(dx, dy), cmp.Compare(x.rec.Bucket, y.rec.Bucket), cmp.Compare(x.ident, y.ident))
 		})
-		got, err := b.claimRows(ctx, cands, n-len(out), now, lease)
+		if spread && len(cands) > n-len(out) {
+			// In a random order: claimers going through one list in order,
+			// each from its own place, run into each other's stretches.
+			mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+		}
+		got, contended, err := b.claimRows(ctx, cands, n-len(out), now, lease)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, got...)
-		if !slices.ContainsFunc(cursors, func(c *shardCursor) bool { return !c.done }) {
+		if !contended && !slices.ContainsFunc(cursors, func(c *shardCursor) bool { return !c.done }) {
 			break
 		}
 	}
@@ -246,9 +268,15 @@ func (b *Backend) claim(ctx context.Context, shards []int, n int, lease time.Dur
 	return out, nil
 }
 
-// claimRows claims up to n of cands (in order), each by a conditional write.
-func (b *Backend) claimRows(ctx context.Context, cands []*row, n int, now time.Time, lease time.Duration) ([]ledger.Claim, error) {
-	var out []ledger.Claim
+// maxClaimRounds bounds how often one Claim reads the index again after
+// other claimers took candidates it had read.
+const maxClaimRounds = 8
+
+// claimRows claims up to n of cands (in order), each by a conditional write,
+// n at a time in parallel; it stops early, contended, after a round in which
+// some candidates were taken by others (the rest of the list is likely
+// stale too).
+func (b *Backend) claimRows(ctx context.Context, cands []*row, n int, now time.Time, lease time.Duration) (out []ledger.Claim, contended bool, err error) {
 	if b.opts.EveryVersion {
 		// One at a time: a version claimed here is what keeps a later one of
 		// the same key from being claimed.
@@ -258,15 +286,15 @@ func (b *Backend) claimRows(ctx context.Context, cands []*row, n int, now time.T
 			}
 			cl, ok, err := b.claimOne(ctx, c, now, lease)
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			if ok {
 				out = append(out, cl)
 			}
 		}
-		return out, nil
+		return out, false, nil
 	}
-	for next := 0; len(out) < n && next < len(cands); {
+	for next := 0; len(out) < n && next < len(cands) && !contended; {
 		batch := cands[next:min(next+n-len(out), len(cands))]
 		next += len(batch)
 		got := make([]*ledger.Claim, len(batch))
@@ -278,15 +306,17 @@ func (b *Backend) claimRows(ctx context.Context, cands []*row, n int, now time.T
 			return err
 		})
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		for _, c := range got {
 			if c != nil {
 				out = append(out, *c)
+			} else {
+				contended = true
 			}
 		}
 	}
-	return out, nil
+	return out, contended, nil
 }
 
 // claimable tells whether r's work may be claimed at now.
