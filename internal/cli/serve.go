@@ -63,7 +63,7 @@ type serveFlags struct {
 
 func (f *serveFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.ledgerURL, "ledger", ledger.DefaultURL, "ledger URL: a path or sqlite:///path.db (embedded), postgres://…, or s3://bucket/prefix / file:///dir (in the object store)")
+	fs.StringVar(&f.ledgerURL, "ledger", ledger.DefaultURL, "ledger URL: a path or sqlite:///path.db (embedded), postgres://…, s3://bucket/prefix / file:///dir (in the object store), or dynamodb://TABLE?region=… (a DynamoDB table)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8470", "address for the webhook, /healthz, /readyz and /metrics")
 	fs.StringVar(&f.token, "webhook-token", "", "bearer token the webhook requires (required when --listen is not loopback)")
 	fs.StringArrayVar(&f.origins, "webhook-allow-origin", nil, "browser origin (scheme://host[:port]) whose requests the webhook accepts, repeatable; requests from any other web page are refused (event senders send no Origin)")
