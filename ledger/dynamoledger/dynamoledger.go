@@ -22,15 +22,18 @@
 // the time their work is due (pending and failed: next attempt; claimed:
 // lease expiry). The shard is a hash of the key (Options: shards=N, default
 // 8, fixed when the ledger is made), so no single index partition takes every
-// write. Claim queries the shards for what is due, earliest first, and claims
-// each candidate with a conditional write that raises its fencing token by
-// one: the index may lag or show a state that has moved on (it is eventually
-// consistent on DynamoDB), the condition decides, and a candidate whose write
-// was refused is read again (strongly consistent) and claimed only if it is
-// still due. Work that has just become due may be missed by one Claim while
-// the index catches up; it is never claimed twice. Claims never scan the
-// table. Finished records (processed, failed, dead) carry the "age" index's
-// ap = "a#<shard>" and as = last update, which Purge and Replay query.
+// write. Claim queries the shards for what is due, earliest first, reads each
+// candidate (strongly consistent) and claims it with a write conditional on
+// the revision read that raises its fencing token by one: the index may lag
+// or show a state that has moved on (it is eventually consistent on
+// DynamoDB), the record and the condition decide. Work that has just become
+// due may be missed by one Claim while the index catches up; it is never
+// claimed twice. Claims never scan the table. Finished records (processed,
+// failed, dead) carry the "age" index's ap = "a#<shard>" and as = last
+// update, which Purge and Replay query. Both indexes project only bucket,
+// key, ident and status, which change only when the index keys do, so a
+// write that changes neither (a duplicate, a coalesced or stale delivery, a
+// renewal) writes no index item.
 //
 // # Guarantees
 //
@@ -191,7 +194,7 @@ func parseURL(raw string) (urlConfig, error) {
 }
 
 // Schema is the table the ledger needs, for the error when it is missing.
-const Schema = `key pk (HASH, string) and sk (RANGE, string); global secondary indexes "work" (wp string HASH, ws number RANGE) and "age" (ap string HASH, as number RANGE), both projecting ALL attributes; on-demand billing (PAY_PER_REQUEST)`
+const Schema = `key pk (HASH, string) and sk (RANGE, string); global secondary indexes "work" (wp string HASH, ws number RANGE) and "age" (ap string HASH, as number RANGE), both projecting (INCLUDE) bucket, key, ident and status; on-demand billing (PAY_PER_REQUEST)`
 
 func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClient) (*Backend, error) {
 	uc, err := parseURL(raw)
@@ -307,9 +310,9 @@ func (b *Backend) setUp(ctx context.Context, uc urlConfig, mustExist bool) error
 // turns on TTL where the endpoint has it.
 func (b *Backend) createTable(ctx context.Context, uc urlConfig) error {
 	s, n := types.ScalarAttributeTypeS, types.ScalarAttributeTypeN
-	all := &types.Projection{ProjectionType: types.ProjectionTypeAll}
+	proj := &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: indexAttributes}
 	index := func(name, p, s string) types.GlobalSecondaryIndex {
-		return types.GlobalSecondaryIndex{IndexName: aws.String(name), Projection: all, KeySchema: []types.KeySchemaElement{
+		return types.GlobalSecondaryIndex{IndexName: aws.String(name), Projection: proj, KeySchema: []types.KeySchemaElement{
 			{AttributeName: aws.String(p), KeyType: types.KeyTypeHash}, {AttributeName: aws.String(s), KeyType: types.KeyTypeRange}}}
 	}
 	_, err := b.c.CreateTable(ctx, &dynamodb.CreateTableInput{

@@ -50,6 +50,7 @@ type row struct {
 	ident  string
 	rev    int64
 	nonces []string
+	due    int64 // an index row's: when its work is due (the work index's ws)
 }
 
 // id is where a record lives.
@@ -235,3 +236,27 @@ func unmarshal(m map[string]types.AttributeValue) (*row, error) {
 func (w *row) claim() ledger.Claim { return ledger.Claim{Record: w.rec, Ident: w.ident} }
 
 func (w *row) hasNonce(n string) bool { return slices.Contains(w.nonces, n) }
+
+// indexAttributes are what the indexes project besides their keys: the
+// record's identity and status, which change only when the index keys do
+// (or never), so that a write that changes neither (a duplicate, a coalesced
+// or stale delivery, a renewal) writes no index item.
+var indexAttributes = []string{"bucket", "key", "ident", attrStatus}
+
+// indexRow reads an index item: identity and status, the work index's due
+// time, and (age index) the last update. The rest of the record is not
+// there: read it (get) before changing it.
+func indexRow(m map[string]types.AttributeValue) (*row, error) {
+	w, err := unmarshal(m)
+	if err != nil {
+		return nil, err
+	}
+	if v, ok := m[attrWorkS].(*types.AttributeValueMemberN); ok {
+		w.due, _ = strconv.ParseInt(v.Value, 10, 64)
+	}
+	if v, ok := m[attrAgeS].(*types.AttributeValueMemberN); ok {
+		at, _ := strconv.ParseInt(v.Value, 10, 64)
+		w.rec.Updated = driver.FromUnixMilli(at)
+	}
+	return w, nil
+}

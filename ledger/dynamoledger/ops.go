@@ -229,7 +229,7 @@ func (b *Backend) claim(ctx context.Context, shards []int, n int, lease time.Dur
 			}
 			c.next, c.done = res.LastEvaluatedKey, len(res.LastEvaluatedKey) == 0
 			for _, item := range res.Items {
-				w, err := unmarshal(item)
+				w, err := indexRow(item)
 				if err != nil {
 					return err
 				}
@@ -246,9 +246,7 @@ func (b *Backend) claim(ctx context.Context, shards []int, n int, lease time.Dur
 			break
 		}
 		slices.SortStableFunc(cands, func(x, y *row) int {
-			dx, _ := due(&x.rec)
-			dy, _ := due(&y.rec)
-			return cmp.Or(cmp.Compare(dx, dy), cmp.Compare(x.rec.Bucket, y.rec.Bucket), cmp.Compare(x.ident, y.ident))
+			return cmp.Or(cmp.Compare(x.due, y.due), cmp.Compare(x.rec.Bucket, y.rec.Bucket), cmp.Compare(x.ident, y.ident))
 		})
 		if spread && len(cands) > n-len(out) {
 			// In a random order: claimers going through one list in order,
@@ -331,13 +329,14 @@ func claimable(r *ledger.Record, now time.Time) bool {
 	return false
 }
 
-// claimOne claims one candidate, as the index showed it: the write is
-// conditional on that revision; refused, the record is read again and
-// claimed only if its work is still due.
+// claimOne claims one candidate the index showed: the record is read
+// (strongly consistent: the index may be behind, and another claimer may
+// have taken it) and claimed, by a write conditional on the revision read,
+// only if its work is due.
 func (b *Backend) claimOne(ctx context.Context, c *row, now time.Time, lease time.Duration) (ledger.Claim, bool, error) {
 	i := id{c.rec.Bucket, c.rec.Key, c.ident}
 	var locked *lockRef // the key's lock this claim took (EveryVersion)
-	w, _, err := b.change(ctx, i, c, true, func(cur *row) (*ledger.Record, any, error) {
+	w, _, err := b.change(ctx, i, nil, false, func(cur *row) (*ledger.Record, any, error) {
 		if cur == nil || !claimable(&cur.rec, now) {
 			return nil, nil, errSkip
 		}
@@ -726,7 +725,7 @@ func (b *Backend) finishedRows(ctx context.Context, before int64, fn func(w *row
 				return b.wrap("query", err)
 			}
 			for _, item := range res.Items {
-				w, err := unmarshal(item)
+				w, err := indexRow(item)
 				if err != nil {
 					return err
 				}
@@ -811,8 +810,11 @@ func (b *Backend) Purge(ctx context.Context, olderThan time.Time, includeDead bo
 	}
 	done := make([]bool, len(cands))
 	err := each(ctx, len(cands), func(ctx context.Context, i int) error {
-		w := cands[i]
-		k := id{w.rec.Bucket, w.rec.Key, w.ident}
+		k := id{cands[i].rec.Bucket, cands[i].rec.Key, cands[i].ident}
+		w, err := b.get(ctx, k) // the index holds no revision
+		if err != nil {
+			return err
+		}
 		for w != nil && purgeable(&w.rec) {
 			_, err := b.c.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &b.table, Key: k.key2(),
 				ConditionExpression: aws.String("#rev = :rev"), ExpressionAttributeNames: map[string]string{"#rev": attrRev},
