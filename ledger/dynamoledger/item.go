@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/fnv"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -234,8 +233,6 @@ func unmarshal(m map[string]types.AttributeValue) (*row, error) {
 }
 
 func (w *row) claim() ledger.Claim { return ledger.Claim{Record: w.rec, Ident: w.ident} }
-
-func (w *row) hasNonce(n string) bool { return slices.Contains(w.nonces, n) }
 
 // indexAttributes are what the indexes project besides their keys: the
 // record's identity and status, which change only when the index keys do
