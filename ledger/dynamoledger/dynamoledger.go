@@ -22,7 +22,10 @@
 // the time their work is due (pending and failed: next attempt; claimed:
 // lease expiry). The shard is a hash of the key (Options: shards=N, default
 // 8, fixed when the ledger is made), so no single index partition takes every
-// write. Claim queries the shards for what is due, earliest first, reads each
+// write. Claim queries each shard for its earliest due work (RecordAndClaim
+// takes the earliest of the shards its batch touched; Claim takes those
+// candidates in a random order, so that concurrent claimers do not all race
+// for the same few records), reads each
 // candidate (strongly consistent) and claims it with a write conditional on
 // the revision read that raises its fencing token by one: the index may lag
 // or show a state that has moved on (it is eventually consistent on
@@ -56,7 +59,9 @@
 // # Limits
 //
 // Counts and List read the whole table (a Scan): they are for operators, not
-// for hot paths. OldestPending reads the work index. Options.EveryVersion
+// for hot paths. A record batch is not atomic: each key is its own
+// conditional write, so a batch that failed may be partly recorded (a
+// redelivery reports those events as duplicates). OldestPending reads the work index. Options.EveryVersion
 // keeps one version of a key claimed at a time with a lock item per key
 // beside its records (see keylock.go): a claim costs one more write there,
 // and Complete, Fail and Release one more to give the lock up.
