@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
-	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/dynamoledger"
 )
 
@@ -34,8 +33,9 @@ func Example() {
 		return
 	}
 	fmt.Println("token", cs[0].Token)
+	// After the lease ran out and another worker took over, Complete is
+	// refused (ledger.ErrLeaseLost or ledger.ErrSuperseded).
 	if err := l.Complete(ctx, cs[0], "thumbnail written"); err != nil {
 		fmt.Println(err)
 	}
-	_ = ledger.ErrLeaseLost // what Complete says once the lease ran out and another worker took over
 }
