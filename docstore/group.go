@@ -2,6 +2,7 @@ package docstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -85,7 +86,7 @@ func (d *Store) startLocked(key string, b *batcher) {
 
 // enqueue hands r to the key's committer, starting one if none runs, and waits
 // for the result. A request cancelled while still queued is withdrawn (it was
-// never applied); one whose context ends once a commit has taken it returns
+// never applied); one whose deadline passes once a commit has taken it returns
 // at once with ErrAmbiguous (its write may still land, as after a lost
 // response): a caller is never held past its own deadline by a commit that
 // hangs (a blackholed connection), which runs on, detached, until
@@ -120,6 +121,13 @@ func (d *Store) enqueue(ctx context.Context, key string, r *request) ([]byte, Me
 		}
 	}
 	d.mu.Unlock()
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// Cancelled, not out of time (a handle closing, a command
+		// interrupted): the commit that took the write decides, and its
+		// owner learns how (Close waits for what it started).
+		res := <-r.done
+		return res.value, res.meta, res.err
+	}
 	select {
 	case res := <-r.done:
 		return res.value, res.meta, res.err

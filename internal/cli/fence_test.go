@@ -20,10 +20,13 @@ import (
 )
 
 // A holder of a lease (cairn lock run, which gives its command
-// CAIRN_FENCING_TOKEN) is stopped with SIGSTOP past its TTL; another process
-// takes the lease and writes through put --fence-token and doc update
-// --fence-token; the first is continued and writes through the same helpers:
-// both of its writes are refused with exit 3, and the successor's stay.
+// CAIRN_FENCING_TOKEN) is stopped with SIGSTOP past its TTL. Its command's
+// process group is killed at the deadline, but a process of the command that
+// left the group (setsid, as a daemonising handler does) is beyond cairn's
+// reach: fencing is what stops its writes. Another process takes the lease and
+// writes through put --fence-token and doc update --fence-token; the escaped
+// writer then writes through the same helpers: both of its writes are refused
+// with exit 3, and the successor's stay.
 func TestFencedWritesOfAStalledHolder(t *testing.T) {
 	t.Parallel()
 	t.Run("dir", func(t *testing.T) {
@@ -60,16 +63,33 @@ func stalledHolder(t *testing.T, leaseURL string, at func(key string) string, en
 		}
 	}
 	out, doc := at("out/report.txt"), at("out/state.json")
-	// The handler: announce its token and pid, wait for "go", then write
-	// through both helpers, recording each exit status. It ignores SIGTERM,
-	// as a handler that does not stop in time would.
-	handler := func(who string) string {
-		return `trap '' TERM
-echo "$CAIRN_FENCING_TOKEN" > "$D/tok` + who + `.tmp" && mv "$D/tok` + who + `.tmp" "$D/tok` + who + `"
+	// The writer: announce its pid, wait for "go", then write through both
+	// helpers, recording each exit status. It ignores SIGTERM, as a handler
+	// that does not stop in time would.
+	for _, who := range []string{"A", "B"} {
+		w := `trap '' TERM
 echo $$ > "$D/pid` + who + `.tmp" && mv "$D/pid` + who + `.tmp" "$D/pid` + who + `"
 while [ ! -e "$D/go` + who + `" ]; do sleep 0.05; done
 "$BIN" put "$D/` + strings.ToLower(who) + `.txt" "$OUT" --fence-token "$CAIRN_FENCING_TOKEN" 2> "$D/err` + who + `-put"; echo $? > "$D/rc` + who + `-put"
 "$BIN" doc update "$DOC" --create --set by=` + who + ` --fence-token "$CAIRN_FENCING_TOKEN" 2> "$D/err` + who + `-doc"; echo $? > "$D/rc` + who + `-doc.tmp"; mv "$D/rc` + who + `-doc.tmp" "$D/rc` + who + `-doc"
+`
+		if err := os.WriteFile(filepath.Join(d, "writer"+who+".sh"), []byte(w), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The handler: announce its token, then run the writer: the successor's
+	// in its own process group; the stalled holder's in a session of its own
+	// (out of cairn's reach), while the command itself waits to be killed.
+	handler := func(who string) string {
+		h := `trap '' TERM
+echo "$CAIRN_FENCING_TOKEN" > "$D/tok` + who + `.tmp" && mv "$D/tok` + who + `.tmp" "$D/tok` + who + `"
+`
+		if who == "A" {
+			return h + `setsid sh "$D/writerA.sh" < /dev/null > /dev/null 2>&1 &
+while :; do sleep 1; done
+`
+		}
+		return h + `sh "$D/writerB.sh"
 `
 	}
 	cmdEnv := append(append(os.Environ(), env...), "D="+d, "BIN="+bin, "OUT="+out, "DOC="+doc)
@@ -94,11 +114,9 @@ while [ ! -e "$D/go` + who + `" ]; do sleep 0.05; done
 	tokA := readInt(t, filepath.Join(d, "tokA"))
 	shA = readInt(t, filepath.Join(d, "pidA"))
 
-	// Stall the holder: cairn lock run (it cannot renew) and its command.
+	// Stall the holder: cairn lock run cannot renew, and its command's group
+	// is killed at the deadline; the escaped writer waits on.
 	if err := syscall.Kill(a.Process.Pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(-shA, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 
@@ -122,12 +140,9 @@ while [ ! -e "$D/go` + who + `" ]; do sleep 0.05; done
 		}
 	}
 
-	// Wake the stalled command first (its cairn lock run stays stopped, so
-	// nothing stops it before it writes), then cairn lock run.
+	// Let the escaped writer write (its cairn lock run stays stopped), then
+	// continue cairn lock run.
 	if err := os.WriteFile(filepath.Join(d, "goA"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(-shA, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	waitFile(t, filepath.Join(d, "rcA-doc"), nil)
