@@ -33,6 +33,32 @@
 // decoded; EventBridge keys arrive as they are. The AWS schema comes from
 // github.com/aws/aws-lambda-go/events rather than being declared again here.
 //
+// # Versions
+//
+// In a versioned bucket a removal means one of two things, and the two must
+// not be confused. A DELETE without a version id (or a lifecycle rule expiring
+// the current version) places a delete marker: the key reads as absent
+// (ObjectRemoved:DeleteMarkerCreated, LifecycleExpiration:DeleteMarkerCreated,
+// "Object Deleted" with deletion-type "Delete Marker Created"). A DELETE with a
+// version id, and a lifecycle rule expiring noncurrent versions, permanently
+// deletes that one version and nothing else (ObjectRemoved:Delete or
+// LifecycleExpiration:Delete naming a version, "Object Deleted" with
+// "Permanently Deleted" and a version-id): the key's current state is
+// unchanged when the version was noncurrent (a lifecycle rule never deletes a
+// current version permanently), and when it was current the previous version
+// (or nothing) becomes current — deleting a delete marker even brings the
+// content back. Such an event is Removed with VersionOnly set: the version is
+// gone, the key may not be. A version id of "null" is not taken for a version
+// (unversioned buckets may send it for plain deletes), so such removals stay
+// removals of the key. MinIO announces the deletion of a delete marker by its
+// version id as ObjectRemoved:DeleteMarkerCreated again, with the marker's
+// version id, which one event alone cannot tell from the marker's creation;
+// a ledger can (it has seen that version id already: see package
+// ledger/driver). Package ledger hands a VersionOnly removal on only when
+// it keeps work per version (Options.EveryVersion); by default, where work is
+// one record per key holding its newest state, it is Ignored and an audit finds
+// a key whose current state it changed.
+//
 // # Ordering
 //
 // CompareSequencer orders two events of the SAME key: sequencers are hex
@@ -86,7 +112,7 @@ type Kind string
 // The kinds of event.
 const (
 	Created Kind = "created" // ObjectCreated:Put, Post, Copy, CompleteMultipartUpload / "Object Created"
-	Removed Kind = "removed" // ObjectRemoved:*, LifecycleExpiration:* (not NoOP) / "Object Deleted" (any reason)
+	Removed Kind = "removed" // ObjectRemoved:*, LifecycleExpiration:* (not NoOP) / "Object Deleted" (any reason); see VersionOnly
 	Test    Kind = "test"    // s3:TestEvent: ignore
 	Other   Kind = "other"   // restores, transitions, replication, tags, ACLs, reads, bucket events, NoOP: ignore
 )
@@ -119,6 +145,10 @@ type Event struct {
 	HostID    string    `json:"host_id,omitempty"`
 	Region    string    `json:"region,omitempty"`
 	Format    Format    `json:"format"`
+	// VersionOnly marks a Removed event that permanently deleted the one
+	// version VersionID names, not the key: another version of the key may
+	// still be current. See Versions in the package doc.
+	VersionOnly bool `json:"version_only,omitempty"`
 }
 
 // AuditPrefix begins the name of every event an audit resubmits (package
@@ -334,6 +364,30 @@ var kindFamilies = map[string]Kind{
 	"ReducedRedundancyLostObject": Other, "Replication": Other, "ObjectTagging": Other, "ObjectAcl": Other,
 	"ObjectAnnotation": Other, "ObjectAccessed": Other, "Scanner": Other, "BucketCreated": Other, "BucketRemoved": Other,
 }
+
+// versionOnly reports a removal, by its name and version id, that
+// permanently deleted one version rather than the key (see Versions in the
+// package doc): S3's and MinIO's ObjectRemoved:Delete and S3's
+// LifecycleExpiration:Delete naming a version (MinIO sends its noncurrent
+// expirations as ObjectRemoved:Delete too). A delete marker's creation, and
+// MinIO's DeleteAllVersions and LifecycleDelMarkerExpiration:Delete (the key
+// reads as absent before and after), are about the key whatever version they
+// name; so are the wildcards, whose meaning a hand-written sender decides.
+func versionOnly(kind Kind, name, versionID string) bool {
+	if kind != Removed || !realVersion(versionID) {
+		return false
+	}
+	switch strings.TrimPrefix(name, "s3:") {
+	case "ObjectRemoved:Delete", "LifecycleExpiration:Delete":
+		return true
+	}
+	return false
+}
+
+// realVersion reports a version id that names one version: not empty, and not
+// "null" (the version id of objects written while versioning was off, which
+// some servers send for every event of an unversioned bucket).
+func realVersion(id string) bool { return id != "" && id != "null" }
 
 // kindOf classifies an S3 event name (with or without the "s3:" prefix).
 func kindOf(name string) (Kind, error) {

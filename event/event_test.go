@@ -218,6 +218,9 @@ func FuzzParse(f *testing.F) {
 			if err := ev.Validate(); err != nil && ev.Kind != event.Test {
 				t.Fatalf("Parse returned an event that fails Validate (%v): %+v", err, ev)
 			}
+			if ev.VersionOnly && (ev.Kind != event.Removed || ev.VersionID == "" || ev.VersionID == "null") {
+				t.Fatalf("VersionOnly on an event that is not the removal of a named version: %+v", ev)
+			}
 		}
 		// ParseAll: the same good records, every bad one named.
 		all, rejected, err := event.ParseAll(data)

@@ -182,3 +182,61 @@ func TestEventBridgeDetailTypes(t *testing.T) {
 		t.Errorf("unknown detail-type: %v", err)
 	}
 }
+
+// A removal of one version (a DELETE naming a version id, a lifecycle rule's
+// noncurrent expiry) is marked VersionOnly, so that a ledger keeping the key's
+// newest state does not take it for the key's removal; a delete marker's
+// creation, a removal without a version (or with "null", as unversioned
+// buckets may send), and every version's removal are about the key.
+func TestVersionOnlyRemovals(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, version string
+		want          bool
+	}{
+		{"ObjectRemoved:Delete", "3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrHY", true},
+		{"s3:ObjectRemoved:Delete", "6821fe56-3e69-4e33-a4ac-378865bdd56e", true},
+		{"LifecycleExpiration:Delete", "v1", true},
+		{"ObjectRemoved:Delete", "", false},
+		{"ObjectRemoved:Delete", "null", false},
+		{"LifecycleExpiration:Delete", "", false},
+		{"LifecycleExpiration:Delete", "null", false},
+		{"ObjectRemoved:DeleteMarkerCreated", "m1", false},
+		{"LifecycleExpiration:DeleteMarkerCreated", "m1", false},
+		{"ObjectRemoved:DeleteAllVersions", "v1", false},
+		{"LifecycleDelMarkerExpiration:Delete", "m1", false},
+		{"ObjectRemoved:*", "v1", false},
+		{"ObjectRemoved:NoOP", "v1", false},
+		{"ObjectCreated:Put", "v1", false},
+	}
+	for _, tc := range tests {
+		body := `{"Records":[{"eventVersion":"2.3","eventSource":"aws:s3","eventName":"` + tc.name +
+			`","s3":{"bucket":{"name":"bkt"},"object":{"key":"k","versionId":"` + tc.version + `","sequencer":"0A"}}}]}`
+		evs, err := event.Parse([]byte(body))
+		if err != nil || len(evs) != 1 || evs[0].VersionOnly != tc.want || evs[0].VersionID != tc.version {
+			t.Errorf("%s version %q: %+v %v, want VersionOnly %v", tc.name, tc.version, evs, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		reason, deletionType, version string
+		want                          bool
+	}{
+		{"DeleteObject", "Permanently Deleted", "v1", true},
+		{"Lifecycle Expiration", "Permanently Deleted", "v1", true},
+		{"DeleteObject", "Permanently Deleted", "", false},
+		{"Lifecycle Expiration", "Permanently Deleted", "null", false},
+		{"DeleteObject", "Delete Marker Created", "m1", false},
+		{"Lifecycle Expiration", "Delete Marker Created", "m1", false},
+	} {
+		object := map[string]any{"key": "k", "sequencer": "0A"}
+		if tc.version != "" {
+			object["version-id"] = tc.version
+		}
+		body, _ := json.Marshal(map[string]any{"source": "aws.s3", "detail-type": "Object Deleted", "detail": map[string]any{
+			"bucket": map[string]string{"name": "bkt"}, "object": object, "reason": tc.reason, "deletion-type": tc.deletionType}})
+		evs, err := event.Parse(body)
+		if err != nil || len(evs) != 1 || evs[0].Kind != event.Removed || evs[0].VersionOnly != tc.want {
+			t.Errorf("Object Deleted %s %s %q: %+v %v, want VersionOnly %v", tc.reason, tc.deletionType, tc.version, evs, err, tc.want)
+		}
+	}
+}

@@ -262,6 +262,7 @@ func buildRecord(r *s3Record, path string, minio bool) (Event, error) {
 	ev := Event{Name: strings.TrimPrefix(r.EventName, "s3:"), Kind: kind, Time: r.EventTime, Region: r.AWSRegion, Format: FormatS3,
 		Bucket: r.S3.Bucket.Name, VersionID: r.S3.Object.VersionID, ETag: strings.Trim(r.S3.Object.ETag, `"`),
 		Size: r.S3.Object.Size, Sequencer: strings.ToUpper(r.S3.Object.Sequencer)}
+	ev.VersionOnly = versionOnly(kind, ev.Name, ev.VersionID)
 	if minio || r.EventSource == "minio:s3" {
 		ev.Format = FormatMinIO
 	}
@@ -291,7 +292,8 @@ func buildRecord(r *s3Record, path string, minio bool) (Event, error) {
 // eventBridgeKinds classifies every detail-type S3 sends to EventBridge.
 // "Object Deleted" is a removal whatever its reason ("DeleteObject" or
 // "Lifecycle Expiration") and deletion-type ("Permanently Deleted" or "Delete
-// Marker Created"); "Object Created" a creation whatever its reason
+// Marker Created"), of one version only (VersionOnly) when it was permanently
+// deleted and names a version; "Object Created" a creation whatever its reason
 // (PutObject, POST Object, CopyObject, CompleteMultipartUpload). The others
 // leave the content as it was: restores of archived objects, tags, ACLs,
 // storage class and access tier changes, and the end of an asynchronous copy
@@ -319,8 +321,9 @@ type eventBridge struct {
 			VersionID string  `json:"version-id"`
 			Sequencer string  `json:"sequencer"`
 		} `json:"object"`
-		RequestID string `json:"request-id"`
-		Reason    string `json:"reason"`
+		RequestID    string `json:"request-id"`
+		Reason       string `json:"reason"`
+		DeletionType string `json:"deletion-type"`
 	} `json:"detail"`
 }
 
@@ -340,6 +343,10 @@ func parseEventBridge(data []byte, path string) ([]Event, error) {
 	if e.Detail.Reason != "" {
 		ev.Name += ":" + e.Detail.Reason
 	}
+	// "Permanently Deleted" with a version-id deleted that version only (see
+	// Versions in the package doc); without one, or "Delete Marker Created",
+	// the key reads as absent.
+	ev.VersionOnly = kind == Removed && e.Detail.DeletionType == "Permanently Deleted" && realVersion(o.VersionID)
 	switch {
 	case ev.Bucket == "" && !ev.Ignorable():
 		return nil, malformed(join(path, "detail.bucket.name"), "missing")

@@ -21,13 +21,28 @@
 //
 // A write with token t is accepted if and only if t >= the highest token the
 // sink has recorded (its mark; an equal token is the same holder writing
-// again), and every accepted write records t. Tokens are non-negative int64s,
-// as the locks hand them out. An object or document written without fencing
-// has recorded no token: any token may replace it.
+// again), and every accepted write records t — with one exception for
+// objects, stated plainly: two writes of identical bytes are
+// indistinguishable to If-Match (see Limits), so a write judged on one
+// version can replace a later one with the same bytes and record a lower
+// mark. Tokens are non-negative int64s, as the locks hand them out. An object
+// or document written without fencing has recorded no token: any token may
+// replace it.
+//
+// A key's mark is wherever its last fenced write put it: an object's in its
+// metadata, a document's in its body. Each kind of write also reads the other
+// kind's: Put, Delete and PutKeepingMark over a fenced document are judged by
+// its mark (and PutKeepingMark carries it into the object's metadata);
+// Update and UpdateKeepingMark over a fenced object by the object's (and
+// store it in the wrapper).
 //
 // Writers without a token. Once a key carries a mark (an object written or
 // deleted by Put or Delete, a document written by Update), every write
-// through this package or the cairn CLI keeps it:
+// through this package or the cairn CLI keeps it, but for identical bytes
+// (see Limits) and a plain `cairn put` on a store whose capabilities it does
+// not know without a probe (S3): it checks the mark by a HEAD and then writes
+// without a condition, so a fenced write landing between the two is
+// overwritten:
 //
 //   - PutKeepingMark and UpdateKeepingMark write without a token and carry
 //     the mark forward, judged on the version they replace and written
@@ -36,7 +51,8 @@
 //     They refuse no one: they are for writers that hold no lock.
 //   - CheckUnfenced tells a writer that passes no token that the key it read
 //     is fenced (a *FencedError, ErrFenced); it then writes conditionally on
-//     what it read. `cairn put` and `cairn doc update` without --fence-token
+//     what it read. It reads the object's metadata only; CheckUnfencedAt also
+//     reads the body of a JSON object, where a fenced document keeps its mark. `cairn put` and `cairn doc update` without --fence-token
 //     refuse a fenced key this way (exit 3) unless given --unfenced, which is
 //     PutKeepingMark or UpdateKeepingMark. `cairn doc get` and Load give the
 //     value, never the wrapper.
@@ -100,14 +116,36 @@
 //
 // # Limits
 //
-// S3's ETag of a plain PUT is the MD5 of the body: it does not change with
-// metadata. If a higher token writes bytes identical to a version that a
-// stalled lower-token writer read, that version's ETag comes back and the
-// stalled writer's condition holds again (ABA): its write can land over the
-// higher token's. Tombstones carry a unique body and are never affected; for
-// objects whose bytes may repeat, put something unique in the body (the token
-// itself will do) or keep the state in a document (Update), whose every write
-// carries a nonce in the body.
+// Two writes of identical bytes are indistinguishable to If-Match. S3's ETag
+// of a plain PUT is the MD5 of the body (a multipart upload's, of its parts):
+// it does not change with metadata, so the mark cannot make it unique, and
+// nothing in this package may change the caller's bytes to make it so. If,
+// after a write read version A (bytes X, ETag E), another writer replaces A
+// with bytes X again, the ETag is E again and the first write's If-Match
+// still holds: it lands over the newer version. What can happen:
+//
+//   - Put with token 7 judged A (mark 6); token 9 rewrote X; Put lands and
+//     records 7: the mark goes down from 9 to 7, and token 8 is accepted
+//     afterwards.
+//   - PutKeepingMark judged A (mark 6) and carries 6 on over token 9's X.
+//   - A writer without a token that checked A with CheckUnfenced (unfenced)
+//     replaces token 9's X and erases its mark (a plain `cairn put`).
+//
+// In each case the newer version is overwritten by a write judged on an
+// older one, and the mark no longer says who wrote last, so a stale holder
+// can get in afterwards too. It can happen only when the newer write's bytes
+// equal the bytes of the version the older write read. It matters when a
+// key's successive fenced writes can carry identical bytes (a status object
+// rewritten with the same value, a re-run producing the same output) while a
+// stalled writer is still pending on it. Where that can happen, give each
+// fenced write distinct bytes (the token, a timestamp or a nonce in the body
+// will do) or keep the state in a document (Update), whose every write
+// carries a writer nonce in the body and so a new ETag (documents are not
+// affected). Tombstones carry a unique body and are never affected. A
+// versioned bucket does not help: S3 refuses If-Match with a version id on
+// writes (501 on AWS), so a write cannot be made conditional on the version
+// it judged rather than on its bytes. TestIdenticalBytesAreIndistinguishable
+// pins this behaviour.
 //
 // # Errors
 //

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/cairn-s3/cairn/docstore"
@@ -30,7 +31,9 @@ type DocMeta struct {
 }
 
 // split decodes a stored value: the fenced shape, or a plain value that has
-// recorded no token.
+// recorded no token. A top-level DocField that is not a non-negative integer
+// (null, -1, a string: no writer of this package stores those) is an error,
+// never read as a mark or as no mark.
 func split(cur []byte) (value json.RawMessage, token int64, err error) {
 	trimmed := bytes.TrimSpace(cur)
 	if len(trimmed) > 0 && trimmed[0] == '{' {
@@ -39,8 +42,8 @@ func split(cur []byte) (value json.RawMessage, token int64, err error) {
 			return nil, -1, err
 		}
 		if raw, ok := obj[DocField]; ok {
-			if err := json.Unmarshal(raw, &token); err != nil {
-				return nil, -1, fmt.Errorf("its %q field is not an integer: %w", DocField, err)
+			if err := json.Unmarshal(raw, &token); err != nil || token < 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+				return nil, -1, fmt.Errorf("its %q field is %s, not a fencing token (a non-negative integer): it was not written by package fence; rename the field, or rewrite the document", DocField, truncate(raw, 40))
 			}
 			return obj["value"], token, nil
 		}
@@ -48,6 +51,30 @@ func split(cur []byte) (value json.RawMessage, token int64, err error) {
 	return cur, -1, nil
 }
 
+func truncate(raw []byte, n int) string {
+	if len(raw) > n {
+		return string(raw[:n]) + "…"
+	}
+	return string(raw)
+}
+
+// CheckValue refuses a document value that would be stored without a mark
+// although its top level holds DocField, whatever that field holds (a
+// number, null, a string): it would read as a fenced document's wrapper,
+// forging a mark or hiding the value's other fields. It returns nil for
+// values that are not JSON objects. Every write of this package that stores
+// a value without a mark checks it; a writer that stores documents by other
+// means (docstore directly, `cairn doc create`) should too.
+func CheckValue(key string, value []byte) error {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(value, &top) != nil {
+		return nil // not an object
+	}
+	if _, ok := top[DocField]; ok {
+		return fmt.Errorf("fence: document %q: the top-level field %q is reserved for the fencing token (a value holding it would read as a fenced document's wrapper); nothing was written: rename the field, or write the document with a token: %w", key, DocField, objstore.ErrNotSupported)
+	}
+	return nil
+}
 func decodeValue[T any](key string, raw json.RawMessage, v *T) error {
 	if len(raw) == 0 {
 		return nil
@@ -63,9 +90,7 @@ func decodeValue[T any](key string, raw json.RawMessage, v *T) error {
 }
 
 // encode is how a value is stored: wrapped with its mark, or bare when the
-// document has none. A bare value must not look like the wrapper: its top
-// level may not hold DocField, or readers would take it for a mark (and the
-// value for the wrapper's "value" field).
+// document has none (CheckValue).
 func encode[T any](key string, v T, mark int64) ([]byte, error) {
 	if mark >= 0 {
 		return json.Marshal(Fenced[T]{Fence: mark, Value: v})
@@ -74,10 +99,23 @@ func encode[T any](key string, v T, mark int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, tok, err := split(data); err != nil || tok >= 0 {
-		return nil, fmt.Errorf("fence: document %q: the top-level field %q is reserved for the fencing token (a value holding it would read as a fenced document's wrapper); nothing was written: rename the field: %w", key, DocField, objstore.ErrNotSupported)
+	if err := CheckValue(key, data); err != nil {
+		return nil, err
 	}
 	return data, nil
+}
+
+// Unwrap splits a document's stored value (as docstore's LoadBytes returns
+// it) into the caller's value and the mark it records: the "value" of a
+// fenced document's wrapper and its token, or the stored bytes whole (JSON or
+// not) and -1 when there is no wrapper. A top-level DocField that is not a
+// token is an error. Load is LoadBytes, Unwrap and a JSON decode.
+func Unwrap(stored []byte) (value []byte, token int64, err error) {
+	raw, tok, err := split(stored)
+	if err != nil {
+		return nil, -1, fmt.Errorf("fence: %w", err)
+	}
+	return raw, tok, nil
 }
 
 // Load reads a fenced document's value and the token it has recorded. A
@@ -119,7 +157,7 @@ func Update[T any](ctx context.Context, d *docstore.Store, key string, token int
 	if !caps.ConditionalWrites() {
 		return out, DocMeta{Token: -1}, fmt.Errorf("fence: %s does not enforce conditional PUTs, so a stale writer could not be refused; nothing was written (run `cairn probe` to see what it enforces): %w", d.Objects(), objstore.ErrNotSupported)
 	}
-	data, m, err := d.UpdateJSON(ctx, key, func(cur []byte, m docstore.Meta) ([]byte, error) {
+	data, m, err := updateJSON(ctx, d, key, func(cur []byte, m docstore.Meta, objMark int64) ([]byte, error) {
 		var v T
 		have := int64(-1)
 		if m.Exists {
@@ -127,6 +165,7 @@ func Update[T any](ctx context.Context, d *docstore.Store, key string, token int
 			if err != nil {
 				return nil, fmt.Errorf("fence: document %q: %w", key, err)
 			}
+			tok = max(tok, objMark)
 			if token < tok {
 				return nil, &StaleError{Key: key, Token: token, Highest: tok}
 			}
@@ -166,7 +205,7 @@ func Update[T any](ctx context.Context, d *docstore.Store, key string, token int
 // its top level (objstore.ErrNotSupported): it would read as a wrapper.
 func UpdateKeepingMark[T any](ctx context.Context, d *docstore.Store, key string, fn func(v *T, m DocMeta) error) (T, DocMeta, error) {
 	var out T
-	data, m, err := d.UpdateJSON(ctx, key, func(cur []byte, m docstore.Meta) ([]byte, error) {
+	data, m, err := updateJSON(ctx, d, key, func(cur []byte, m docstore.Meta, objMark int64) ([]byte, error) {
 		var v T
 		mark := int64(-1)
 		if m.Exists {
@@ -174,7 +213,7 @@ func UpdateKeepingMark[T any](ctx context.Context, d *docstore.Store, key string
 			if err != nil {
 				return nil, fmt.Errorf("fence: document %q: %w", key, err)
 			}
-			mark = tok
+			mark = max(tok, objMark)
 			if err := decodeValue(key, raw, &v); err != nil {
 				return nil, err
 			}
@@ -192,4 +231,57 @@ func UpdateKeepingMark[T any](ctx context.Context, d *docstore.Store, key string
 		return out, DocMeta{Meta: m, Token: -1}, fmt.Errorf("fence: document %q: %w", key, err)
 	}
 	return out, DocMeta{Meta: m, Token: tok}, decodeValue(key, raw, &out)
+}
+
+// updateJSON is d.UpdateJSON whose fn also gets the mark the object carries
+// in its metadata (-1: none): an object written by Put or PutKeepingMark
+// keeps its mark there, not in its body, and a document written over it must
+// be judged by that mark and carry it on. The mark is read by a HEAD before
+// the update; fn runs on the version that HEAD saw, or on a document docstore
+// wrote since (whose metadata holds no mark); any other object landing in
+// between makes it read again. On a store that does not enforce
+// conditional writes no object carries a mark (Put refuses to write there),
+// and nothing is read first.
+func updateJSON(ctx context.Context, d *docstore.Store, key string, fn func(cur []byte, m docstore.Meta, objMark int64) ([]byte, error)) ([]byte, docstore.Meta, error) {
+	if caps, err := d.Objects().Capabilities(ctx); err != nil || !caps.ConditionalWrites() {
+		return d.UpdateJSON(ctx, key, func(cur []byte, m docstore.Meta) ([]byte, error) { return fn(cur, m, -1) })
+	}
+	for attempt := 0; ; attempt++ {
+		info, err := d.Objects().Head(ctx, key)
+		objMark, etag := int64(-1), ""
+		switch {
+		case err == nil:
+			objMark, _ = TokenOf(info)
+			etag = info.ETag
+		case errors.Is(err, objstore.ErrNotFound):
+		case permanent(err) || attempt >= 20:
+			return nil, docstore.Meta{}, fmt.Errorf("fence: document %q: reading the mark its object may carry: %w", key, err)
+		default:
+			if err := retryWait.Wait(ctx, attempt); err != nil {
+				return nil, docstore.Meta{}, err
+			}
+			continue
+		}
+		data, m, err := d.UpdateJSON(ctx, key, func(cur []byte, m docstore.Meta) ([]byte, error) {
+			switch {
+			case !m.Exists:
+				return fn(cur, m, -1)
+			case m.ETag == etag:
+				return fn(cur, m, objMark)
+			case m.Rev > 0:
+				// Written by docstore since the HEAD (a document: revision 1
+				// on), so no mark in its metadata: docstore's own redrive
+				// under contention needs no new HEAD.
+				return fn(cur, m, -1)
+			}
+			return nil, errChanged // a plain object the HEAD did not see
+		})
+		if errors.Is(err, errChanged) && attempt < 20 {
+			if err := retryWait.Wait(ctx, attempt); err != nil {
+				return nil, m, err
+			}
+			continue
+		}
+		return data, m, err
+	}
 }

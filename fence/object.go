@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/internal/backoff"
 	"github.com/cairn-s3/cairn/objstore"
 )
@@ -58,15 +59,19 @@ var ErrFenced = errors.New("fenced: a write without a fencing token would erase 
 // FencedError is the error of a refused write without a token.
 // errors.Is(err, ErrFenced) holds.
 type FencedError struct {
-	Key     string // the object or document key
-	Highest int64  // the mark: the highest token the key has recorded
-	Deleted bool   // the object is a tombstone written by Delete
+	Key      string // the object or document key
+	Highest  int64  // the mark: the highest token the key has recorded
+	Deleted  bool   // the object is a tombstone written by Delete
+	Document bool   // the key holds a fenced document (written by Update)
 }
 
 func (e *FencedError) Error() string {
 	what := "is fenced"
-	if e.Deleted {
+	switch {
+	case e.Deleted:
 		what = "was deleted by a fenced writer"
+	case e.Document:
+		what = "is a fenced document"
 	}
 	return fmt.Sprintf("fence: %q %s (highest token %d): a write without a token would erase that mark and let a stale holder in; nothing was written: write with the holder's token (fence.Put, fence.Update), or keep the mark (fence.PutKeepingMark, fence.UpdateKeepingMark)", e.Key, what, e.Highest)
 }
@@ -86,6 +91,74 @@ func CheckUnfenced(key string, info objstore.Info) error {
 		return nil
 	}
 	return &FencedError{Key: key, Highest: max(tok, 0), Deleted: del}
+}
+
+// CheckUnfencedAt is CheckUnfenced for a writer that may meet a fenced
+// document too: a document's mark is in its body ({"cairn_fence": N, …} as
+// Update stores it), which an object's Info does not show, so it reads the
+// body of an object stored as JSON (application/json, as package docstore
+// writes documents). It returns a *FencedError (ErrFenced) for a fenced
+// object, tombstone or document, and an error wrapping
+// objstore.ErrPreconditionFailed if the object changed since info was read
+// (read it again and call again).
+func CheckUnfencedAt(ctx context.Context, s *objstore.Store, key string, info objstore.Info) error {
+	if err := CheckUnfenced(key, info); err != nil {
+		return err
+	}
+	tok, err := documentMark(ctx, s, key, info)
+	if err != nil || tok < 0 {
+		return err
+	}
+	return &FencedError{Key: key, Highest: tok, Document: true}
+}
+
+// docPrefix is how every document package docstore stores begins (its
+// envelope, whose first field is the format).
+const docPrefix = `{"cairn_doc":`
+
+// errChanged: the object read is not the version a HEAD described.
+var errChanged = fmt.Errorf("fence: the object changed while it was read: %w", objstore.ErrPreconditionFailed)
+
+// documentMark returns the mark of a fenced document at key, whose HEAD gave
+// info: -1 if it is not one (not a document, no wrapper, or gone since). Only
+// an object stored as application/json is read, and of one that is not a
+// docstore document (its body does not begin as theirs does) only that
+// beginning, so a large JSON file is not downloaded. errChanged if what it
+// read is not the version info describes.
+func documentMark(ctx context.Context, s *objstore.Store, key string, info objstore.Info) (int64, error) {
+	if ct, _, _ := strings.Cut(info.ContentType, ";"); !strings.EqualFold(strings.TrimSpace(ct), "application/json") {
+		return -1, nil
+	}
+	rc, ginfo, err := s.Get(ctx, key)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return -1, errChanged
+	case err != nil:
+		return -1, err
+	}
+	head := make([]byte, len(docPrefix))
+	n, _ := io.ReadFull(rc, head)
+	rc.Close()
+	if ginfo.ETag != info.ETag {
+		return -1, errChanged
+	}
+	if string(head[:n]) != docPrefix {
+		return -1, nil
+	}
+	value, m, err := docstore.New(s, &docstore.Options{Strategy: docstore.CAS}).LoadBytes(ctx, key)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return -1, errChanged
+	case err != nil:
+		return -1, err
+	case m.ETag != info.ETag:
+		return -1, errChanged
+	}
+	_, tok, err := split(value)
+	if err != nil {
+		return -1, nil // not a wrapper this package wrote
+	}
+	return tok, nil
 }
 
 // Options tune Put and Delete. A nil *Options means all defaults.
@@ -226,6 +299,9 @@ func write(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeke
 		return objstore.Info{}, fmt.Errorf("fence: cannot tell whether %s enforces conditional writes, so nothing was written: %w", s, err)
 	}
 	if !caps.ConditionalWrites() {
+		if m == modeKeep {
+			return objstore.Info{}, fmt.Errorf("fence: %s does not enforce conditional PUTs (If-None-Match and If-Match), so no object there carries a fencing mark to keep (fenced writes are refused there) and a write keeping one cannot be made; nothing was written: write without keeping a mark (without --unfenced) (run `cairn probe` to see what it enforces): %w", s, objstore.ErrNotSupported)
+		}
 		return objstore.Info{}, fmt.Errorf("fence: %s does not enforce conditional PUTs (If-None-Match and If-Match), so a stale writer could not be refused; nothing was written (run `cairn probe` to see what it enforces): %w", s, objstore.ErrNotSupported)
 	}
 	var pending []sent // writes that may still land
@@ -280,7 +356,19 @@ func write(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeke
 				mark = -1 // nothing to carry forward
 			}
 		} else {
-			have, _ := TokenOf(info)
+			have, del := TokenOf(info)
+			if have < 0 && !del {
+				// A fenced document keeps its mark in its body: an object
+				// written over it carries the mark on (and is judged by it).
+				dm, err := documentMark(ctx, s, key, info)
+				if errors.Is(err, errChanged) {
+					continue
+				}
+				if err != nil {
+					return objstore.Info{}, ambiguousIf(pending, err)
+				}
+				have = dm
+			}
 			if m == modeKeep {
 				mark = have
 			} else if token < have {

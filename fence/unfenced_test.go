@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -178,6 +179,120 @@ func TestUpdateKeepingMark(t *testing.T) {
 		}
 		if _, m, err := fence.Load[json.RawMessage](ctx, d, "plain.json"); err != nil || m.Token != -1 {
 			t.Fatalf("plain document after the refusal: token %d %v", m.Token, err)
+		}
+	})
+}
+
+// A value stored without a mark may not hold cairn_fence at its top level
+// whatever it holds there (-1, null, a string): stored bare, it would read
+// as a wrapper whose "value" is missing, and the next fenced update would
+// store that nothing, losing the value's other fields. A document someone
+// else stored that way is refused with an error, never read as mark 0 or as
+// no mark.
+func TestReservedFieldWhateverItHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := docstore.New(mem.New(), nil)
+	for i, field := range []any{-1, nil, "x", 1.5, 0} {
+		key := fmt.Sprintf("p%d.json", i)
+		_, _, err := fence.UpdateKeepingMark(ctx, d, key, func(v *map[string]any, _ fence.DocMeta) error {
+			*v = map[string]any{fence.DocField: field, "orders": 42}
+			return nil
+		})
+		if !errors.Is(err, objstore.ErrNotSupported) {
+			t.Errorf("cairn_fence %v in a value without a mark: %v, want ErrNotSupported", field, err)
+		}
+		if _, _, err := d.LoadBytes(ctx, key); !errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("cairn_fence %v: something was stored (%v)", field, err)
+		}
+		if err := fence.CheckValue(key, []byte(fmt.Sprintf(`{"orders":1,%q:%s}`, fence.DocField, must(json.Marshal(field))))); !errors.Is(err, objstore.ErrNotSupported) {
+			t.Errorf("CheckValue with cairn_fence %v: %v", field, err)
+		}
+	}
+	for _, stored := range []string{`{"cairn_fence":null,"orders":42}`, `{"cairn_fence":-1,"orders":42}`, `{"cairn_fence":"7","orders":42}`} {
+		if _, err := docstore.Typed[json.RawMessage](d).Create(ctx, "foreign.json", json.RawMessage(stored)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := fence.Load[map[string]any](ctx, d, "foreign.json"); err == nil || !strings.Contains(err.Error(), "not a fencing token") {
+			t.Errorf("Load of %s: %v, want an error naming the field", stored, err)
+		}
+		for _, write := range []func() error{
+			func() error {
+				_, _, err := fence.Update(ctx, d, "foreign.json", 3, func(*map[string]any, fence.DocMeta) error { return nil })
+				return err
+			},
+			func() error {
+				_, _, err := fence.UpdateKeepingMark(ctx, d, "foreign.json", func(*map[string]any, fence.DocMeta) error { return nil })
+				return err
+			},
+		} {
+			if err := write(); err == nil {
+				t.Errorf("a write over %s succeeded", stored)
+			}
+		}
+		if raw, _, _ := d.LoadBytes(ctx, "foreign.json"); string(raw) != stored {
+			t.Errorf("%s became %s", stored, raw)
+		}
+		if err := d.Objects().Delete(ctx, "foreign.json", objstore.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// A document's mark is in its body, an object's in its metadata: each kind
+// of write is judged by the mark of the other kind too, and carries it on.
+func TestMarksAcrossObjectsAndDocuments(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, s *objstore.Store) {
+		ctx := context.Background()
+		d := docstore.New(s, nil)
+		set := func(v *map[string]int, _ fence.DocMeta) error { *v = map[string]int{"n": 1}; return nil }
+		// Object writers over a fenced document.
+		if _, _, err := fence.Update(ctx, d, "doc.json", 5, set); err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Head(ctx, "doc.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fe *fence.FencedError
+		if err := fence.CheckUnfencedAt(ctx, s, "doc.json", info); !errors.As(err, &fe) || !fe.Document || fe.Highest != 5 {
+			t.Fatalf("CheckUnfencedAt of a fenced document: %v", err)
+		}
+		if err := fence.CheckUnfenced("doc.json", info); err != nil {
+			t.Fatalf("CheckUnfenced reads metadata only: %v", err)
+		}
+		if _, err := fence.PutBytes(ctx, s, "doc.json", []byte("x"), 3, nil); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("Put token 3 over a document fenced by 5: %v", err)
+		}
+		if err := fence.Delete(ctx, s, "doc.json", 4, nil); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("Delete token 4 of a document fenced by 5: %v", err)
+		}
+		if _, err := fence.PutKeepingMark(ctx, s, "doc.json", strings.NewReader(`{"n":2}`), &fence.Options{ContentType: "application/json"}); err != nil {
+			t.Fatal(err)
+		}
+		if tok, _ := fence.Token(ctx, s, "doc.json"); tok != 5 {
+			t.Fatalf("PutKeepingMark over a document fenced by 5: mark %d", tok)
+		}
+		// Document writers over a fenced object.
+		if _, err := fence.PutBytes(ctx, s, "obj.json", []byte(`{"n":0}`), 6, &fence.Options{ContentType: "application/json"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := fence.Update(ctx, d, "obj.json", 4, set); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("Update token 4 over an object fenced by 6: %v", err)
+		}
+		if _, m, err := fence.UpdateKeepingMark(ctx, d, "obj.json", set); err != nil || m.Token != 6 {
+			t.Fatalf("UpdateKeepingMark over an object fenced by 6: token %d %v", m.Token, err)
+		}
+		if _, _, err := fence.Update(ctx, d, "obj.json", 4, set); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("Update token 4 after UpdateKeepingMark: %v", err)
 		}
 	})
 }

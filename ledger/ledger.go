@@ -7,7 +7,9 @@
 // Duplicate (this key and sequencer are known, or a newer sequencer announces
 // the very state already accepted: same ETag, kind and version), Stale (older
 // than what was accepted for the key), or Ignored (test events, NoOP
-// removals). Events without a sequencer (an audit's resubmissions) never
+// removals, and, unless work is kept per version, the removal of one version
+// of a versioned key: event.Event.VersionOnly, which never means the key is
+// gone; an audit resubmits the key if its current state changed). Events without a sequencer (an audit's resubmissions) never
 // override a sequenced decision: they only ask for the key to be processed
 // again when the state they saw differs from the accepted one (or its work
 // failed), and the handler sees them without a sequencer. Work is one

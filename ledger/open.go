@@ -35,7 +35,9 @@ const DefaultURL = "cairn-data/ledger.db"
 
 // Open opens a ledger: sqlite:///abs/path.db, a plain path (SQLite), or
 // postgres://… (postgresql:// too), or an object store: s3://bucket/prefix,
-// file:///dir (package objledger). The backend packages must be linked in.
+// file:///dir (package objledger), or a DynamoDB table:
+// dynamodb://TABLE?region=… (package dynamoledger). The backend packages
+// must be linked in.
 //
 // A string that is neither a URL of a known scheme nor a plausible path is
 // refused (ErrInvalidURL) before anything is created: a libpq keyword/value
@@ -102,7 +104,7 @@ func errKeywordValue(s string) error {
 }
 
 // builtinSchemes are the schemes of cairn's own backends, linked in or not.
-var builtinSchemes = map[string]bool{"sqlite": true, "postgres": true, "postgresql": true, "s3": true, "file": true}
+var builtinSchemes = map[string]bool{"sqlite": true, "postgres": true, "postgresql": true, "s3": true, "file": true, "dynamodb": true}
 
 // schemeColon is a URL scheme and ':' with the // missing.
 var schemeColon = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]+):`)

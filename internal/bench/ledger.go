@@ -81,6 +81,9 @@ func Ledger(ctx context.Context, opts LedgerOptions) ([]Result, error) {
 // benchOneLedger wipes the ledger at url, runs the naive baseline and cairn on
 // evs, and returns the results named after the backend.
 func benchOneLedger(ctx context.Context, url string, evs []event.Event, keys, naiveEvents, batch, workers, claims int) ([]Result, error) {
+	if isDynamoLedger(url) {
+		return benchDynamoLedger(ctx, url, evs, keys, naiveEvents, batch, workers)
+	}
 	var l *ledger.Ledger
 	var naive, perK float64
 	var naiveDesc, kind string
@@ -106,7 +109,7 @@ func benchOneLedger(ctx context.Context, url string, evs []event.Event, keys, na
 		db, ok := l.Backend().(interface{ DB() *sql.DB }) // SQL ledgers only
 		if !ok {
 			l.Close()
-			return nil, fmt.Errorf("bench ledger needs a SQL ledger (sqlite or postgres) or an object-store ledger (s3://, file://)")
+			return nil, fmt.Errorf("bench ledger needs a SQL ledger (sqlite or postgres), an object-store ledger (s3://, file://) or a DynamoDB one (dynamodb://)")
 		}
 		isPG := strings.HasPrefix(url, "postgres")
 		kind = "sqlite"

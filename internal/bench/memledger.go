@@ -58,7 +58,7 @@ func (m *memLedger) RecordAndClaim(_ context.Context, source string, evs []event
 		}
 		id := [2]string{ev.Bucket, driver.Ident(ev, false)}
 		prev := m.recs[id]
-		o, r := driver.Decide(prev, ev, source, now)
+		o, r := driver.Decide(prev, ev, source, now, false)
 		out[i].Outcome = o
 		if r == nil {
 			continue

@@ -141,8 +141,13 @@ The baseline runs on the same kind of storage, on the first --naive-events
 events of the same workload: on SQLite and PostgreSQL, seed 001's table done
 per event (SELECT, then INSERT or UPDATE, one transaction each); on an object
 store, one marker object per key (GET it, PUT it if the event is newer: no
-conditions, no batching; at most 2,000 events). For object stores the bench also
-counts requests per 1,000 events.
+conditions, no batching; at most 2,000 events); on DynamoDB (dynamodb://TABLE),
+AWS Lambda Powertools' idempotency pattern from --workers goroutines (per event
+a conditional put of an INPROGRESS item, then an update to COMPLETED), while
+cairn records, then claims and completes until no work is left. For object
+stores the bench also counts requests per 1,000 events, and for DynamoDB write
+requests per 1,000 events (the table and TABLE-naive are deleted before and
+after: scratch names).
 
 --ledger may be given several times: each ledger runs the same workload in turn,
 so SQLite, PostgreSQL and the object-store ledger are compared in one run. Every
@@ -150,7 +155,8 @@ ledger is wiped before its run (table cairn_ledger, or every object under the
 object-store ledger's prefix): point them at scratch locations.`,
 		Example: `  cairn bench ledger --ledger /tmp/bench.db
   cairn bench ledger --ledger 'postgres://postgres@127.0.0.1:5432/bench' --workers 8 --json
-  cairn bench ledger --ledger /tmp/bench.db --ledger 's3://scratch/ledger?endpoint=http://127.0.0.1:9000&path_style=true' --workers 4`,
+  cairn bench ledger --ledger /tmp/bench.db --ledger 's3://scratch/ledger?endpoint=http://127.0.0.1:9000&path_style=true' --workers 4
+  cairn bench ledger --ledger 'dynamodb://scratch-ledger?endpoint=http://127.0.0.1:4567' --events 20000 --keys 5000 --workers 8`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Events < 1000 || opts.Keys < 1 || opts.Batch < 1 || opts.Workers < 1 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/fence"
+	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
@@ -46,6 +47,8 @@ func openDoc(cmd *cobra.Command, obj *objectFlags, urls []string) (*docstore.Sto
 type docOut struct {
 	docstore.Meta
 	Value json.RawMessage `json:"value,omitempty"`
+	// ValueBase64 holds a value that is not JSON (a byte document), base64.
+	ValueBase64 []byte `json:"value_base64,omitempty"`
 	// FenceToken is a fenced document's mark (doc get only).
 	FenceToken *int64 `json:"fence_token,omitempty"`
 }
@@ -53,8 +56,10 @@ type docOut struct {
 func (e *env) printDoc(m docstore.Meta, value []byte, showValue bool) error {
 	if e.json {
 		out := docOut{Meta: m}
-		if showValue {
+		if showValue && json.Valid(value) {
 			out.Value = value
+		} else if showValue {
+			out.ValueBase64 = value
 		}
 		return e.writeJSON(out)
 	}
@@ -93,14 +98,20 @@ value, and --json adds "fence_token": N; --raw prints the stored form.`,
 				}
 				return e.printDoc(m, v, true)
 			}
-			v, fm, err := fence.Load[json.RawMessage](cmd.Context(), d, key)
+			// A byte or non-JSON document (docstore.CreateBytes, a plain upload) has no
+			// wrapper: it is printed as stored.
+			stored, m, err := d.LoadBytes(cmd.Context(), key)
 			if err != nil {
 				return err
 			}
-			if e.json && fm.Token >= 0 {
-				return e.writeJSON(docOut{Meta: fm.Meta, Value: v, FenceToken: &fm.Token})
+			v, tok, err := fence.Unwrap(stored)
+			if err != nil {
+				return fmt.Errorf("%s: %w (print the stored form with --raw)", safetext.Escape(key), err)
 			}
-			return e.printDoc(fm.Meta, v, true)
+			if e.json && tok >= 0 {
+				return e.writeJSON(docOut{Meta: m, Value: v, FenceToken: &tok})
+			}
+			return e.printDoc(m, v, true)
 		},
 	}
 	cmd.Flags().BoolVar(&raw, "raw", false, "print the value as stored (a fenced document's wrapper included)")
@@ -292,14 +303,9 @@ below it are still refused. The top-level field cairn_fence is reserved.`,
 }
 
 // unfencedValue refuses a value stored without a mark whose top level holds
-// cairn_fence: it would read as a fenced document's wrapper (forging a mark,
-// hiding its other fields).
+// cairn_fence (fence.CheckValue), as a usage error.
 func unfencedValue(data []byte) error {
-	var top map[string]json.RawMessage
-	if json.Unmarshal(data, &top) != nil {
-		return nil // not an object
-	}
-	if _, ok := top[fence.DocField]; ok {
+	if fence.CheckValue("", data) != nil {
 		return usagef("the top-level field %q is reserved for the fencing token (a value holding it would read as a fenced document); rename it, or write the document with --fence-token", fence.DocField)
 	}
 	return nil

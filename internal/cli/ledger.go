@@ -15,7 +15,8 @@ import (
 	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
 	// Ledger backends, linked in for their URL schemes.
-	_ "github.com/cairn-s3/cairn/ledger/objledger" // s3://, file://
+	_ "github.com/cairn-s3/cairn/ledger/dynamoledger" // dynamodb://
+	_ "github.com/cairn-s3/cairn/ledger/objledger"    // s3://, file://
 	_ "github.com/cairn-s3/cairn/ledger/postgres"
 	_ "github.com/cairn-s3/cairn/ledger/sqlite"
 )
@@ -59,7 +60,7 @@ func ledgerCmd(e *env) *cobra.Command {
 work, a duplicate or stale, and tracks the work through claims, retries and dead
 letters. --ledger takes sqlite:///path.db, a plain path (SQLite), postgres://…,
 or an object store (s3://bucket/prefix?…, file:///dir: the ledger kept in the
-store itself, no database);
+store itself, no database), or a DynamoDB table (dynamodb://TABLE?region=…);
 default ./cairn-data/ledger.db.`,
 	}
 	nonEmptyVar(cmd.PersistentFlags(), &url, "ledger", ledger.DefaultURL, "ledger URL", "drop --ledger for the default ("+ledger.DefaultURL+")")

@@ -56,13 +56,19 @@ change which object is meant.
                       fencing mark, keeping the mark (conditional on the
                       version read; starts over if it changes), so holders
                       below it are still refused
+With --fence-token or --unfenced, stdin is read into memory in full first
+(the body may have to be sent more than once).
 
 Without --fence-token or --unfenced, put refuses (exit 3) an object that
-carries a fencing mark (written or deleted with --fence-token): overwriting it
-would erase the mark and let a stale holder in. Where the store enforces
-conditional writes, a plain put is conditional on the version it judged, so a
-fenced write that lands meanwhile is never overwritten (a file is sent again,
-up to --retries times; stdin cannot be, and exits 3).`,
+carries a fencing mark (written or deleted with --fence-token, or a document
+updated with it): overwriting it would erase the mark and let a stale holder
+in. Where the store is known to enforce conditional writes without a probe
+(file://, mem://, or a store this command already probed), a plain put is
+conditional on the version it judged, so a fenced write that lands meanwhile
+is never overwritten: a file is sent again, up to --retries times, also when
+an upload's response was lost; stdin cannot be (exit 3 if the object was
+replaced, 1 if the outcome is unknown). Elsewhere (an S3 store) it checks the
+mark with a HEAD and then writes unconditionally.`,
 		Example: `  cairn put part-0001.parquet 's3://lake/datasets/orders/part-0001.parquet' --if-absent
   cairn put registry.json s3://lake/metastore/registry.json --if-match 9b2cf535f27731c974343645a3985328
   cairn put - --store file:///srv/mirror --key "$CAIRN_KEY" --fence-token "$CAIRN_FENCING_TOKEN"
@@ -129,6 +135,7 @@ up to --retries times; stdin cannot be, and exits 3).`,
 			if contentType == "" {
 				contentType = detectContentType(key, args[0])
 			}
+			sent, lost := 0, 0 // uploads sent; guarded ones whose response was lost
 			for attempt := 0; ; attempt++ {
 				// A fenced object's mark must survive: refuse it, and write
 				// conditionally on the version judged (guard).
@@ -138,12 +145,11 @@ up to --retries times; stdin cannot be, and exits 3).`,
 				// then only create the key (guard below).
 				unreadable := herr != nil && !errors.Is(herr, objstore.ErrNotFound)
 				if herr == nil {
-					if err := fence.CheckUnfenced(key, cur); err != nil {
+					if err := fence.CheckUnfencedAt(ctx, s, key, cur); errors.Is(err, objstore.ErrPreconditionFailed) && attempt < retries {
+						continue // it changed while its body was read
+					} else if err != nil {
 						return fencedRefusal(err)
 					}
-				}
-				if attempt > 0 && args[0] == "-" {
-					return fmt.Errorf("%w: %s was replaced by another writer during the upload and stdin cannot be sent again; nothing was written: run it again", objstore.ErrPreconditionFailed, safetext.Escape(key))
 				}
 				cond := objstore.Condition{Absent: ifAbsent, Match: ifMatch}
 				guarded := false
@@ -154,17 +160,24 @@ up to --retries times; stdin cannot be, and exits 3).`,
 					}
 				} else if err := precheck(ctx, s, key, cond); err != nil {
 					return err
-				} else if cond.IsZero() && canGuard(ctx, e, s) {
+				} else if cond.IsZero() && canGuard(e, s) {
 					cond, guarded = objstore.IfAbsent(), true
 					if !unreadable {
 						cond, _ = objstore.Replacing(cur, herr)
 					}
+				}
+				if sent > 0 && args[0] == "-" {
+					if lost > 0 {
+						return fmt.Errorf("%w: the response to the upload of %s was lost, so whether it landed is not known, and stdin cannot be sent again: check the object (cairn stat), or run it again from a file", objstore.ErrAmbiguous, safetext.Escape(key))
+					}
+					return fmt.Errorf("%w: %s was replaced by another writer during the upload and stdin cannot be sent again; nothing was written: run it again", objstore.ErrPreconditionFailed, safetext.Escape(key))
 				}
 				r, closeFn, err := open()
 				if err != nil {
 					return err
 				}
 				bar := progress.New(e.stderr, key, size)
+				sent++
 				info, err := s.Upload(ctx, key, r, &objstore.UploadOptions{PutOptions: objstore.PutOptions{If: cond, ContentType: contentType},
 					PartSize: partSize, Concurrency: concurrency, Progress: bar.Set})
 				closeFn()
@@ -172,10 +185,26 @@ up to --retries times; stdin cannot be, and exits 3).`,
 				if guarded && unreadable && errors.Is(err, objstore.ErrPreconditionFailed) {
 					return fmt.Errorf("%w: %s exists, and reading it to tell whether it carries a fencing mark failed (%v); nothing was written", objstore.ErrPreconditionFailed, safetext.Escape(key), herr)
 				}
-				changed := errors.Is(err, objstore.ErrPreconditionFailed) || guarded && errors.Is(err, objstore.ErrConflict) // 409: a racing write (AWS)
-				if (retryOnChange || guarded) && changed && (attempt < retries || guarded && args[0] == "-") {
-					e.log.Info("the object changed during the upload; starting over", "key", key, "attempt", attempt+1)
+				if guarded && errors.Is(err, objstore.ErrAmbiguous) && ctx.Err() == nil && (attempt < retries || args[0] == "-") {
+					// The condition was ours, not the user's: a lost response
+					// (a reset, a 503 the SDK may not retry under a condition)
+					// is settled by sending the file again on what is there
+					// now. At most one of the two can land on the version
+					// judged; if the first landed, the second replaces it with
+					// the same bytes.
+					lost++
+					e.log.Info("the upload's response was lost; reading the object and sending it again", "key", key, "attempt", attempt+1, "err", err)
 					continue
+				}
+				changed := errors.Is(err, objstore.ErrPreconditionFailed) || guarded && errors.Is(err, objstore.ErrConflict) // 409: a racing write (AWS)
+				if (retryOnChange || guarded) && changed {
+					if attempt < retries || guarded && args[0] == "-" {
+						e.log.Info("the object changed during the upload; starting over", "key", key, "attempt", attempt+1)
+						continue
+					}
+					if guarded {
+						return fmt.Errorf("%w: %s was replaced by other writers during each of %d uploads; nothing was written: run it again, or raise --retries", objstore.ErrPreconditionFailed, safetext.Escape(key), attempt+1)
+					}
 				}
 				if err != nil {
 					return err
@@ -275,8 +304,11 @@ func fencedRefusal(err error) error {
 		return err
 	}
 	what := "is fenced"
-	if fe.Deleted {
+	switch {
+	case fe.Deleted:
 		what = "was deleted by a fenced writer"
+	case fe.Document:
+		what = "is a fenced document"
 	}
 	return fencedCLIError(fmt.Sprintf("%s %s (highest token %d): pass --fence-token, or --unfenced to write without a token while keeping the mark; nothing was written", safetext.Escape(fe.Key), what, fe.Highest))
 }
@@ -289,15 +321,18 @@ func (e fencedCLIError) Error() string        { return string(e) }
 func (e fencedCLIError) Is(target error) bool { return target == fence.ErrFenced }
 
 // canGuard reports whether a plain put may be made conditional on the
-// version it judged unfenced: the store enforces conditional PUTs (a probe,
-// saved for later commands, may run to tell). A store that does not enforce
-// them holds no mark (package fence refuses to write there); where the probe
-// cannot run, the put goes unconditionally, as it did before marks were
-// checked, after the HEAD that found none.
-func canGuard(ctx context.Context, e *env, s *objstore.Store) bool {
-	caps, err := s.Capabilities(ctx)
-	if err != nil {
-		e.log.Debug("writing without a condition: cannot tell whether the store enforces them", "err", err)
+// version it judged unfenced: the store is known, without a request, to
+// enforce conditional PUTs (a directory or memory store, capabilities given
+// in the store's options, or a verdict this process already loaded). Neither
+// a probe nor a saved verdict's check (both write scratch objects) runs for a
+// plain put, and an S3 store that was not judged yet is written
+// unconditionally after the HEAD that found no mark, as before marks were
+// checked; there a fenced write landing between that HEAD and the upload is
+// overwritten (see the README).
+func canGuard(e *env, s *objstore.Store) bool {
+	caps, ok := s.KnownCapabilities()
+	if !ok {
+		e.log.Debug("writing without a condition: the store's capabilities are not known without a probe")
 		return false
 	}
 	return caps.ConditionalWrites()

@@ -66,7 +66,7 @@ type serveFlags struct {
 
 func (f *serveFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	nonEmptyVar(fs, &f.ledgerURL, "ledger", ledger.DefaultURL, "ledger URL: a path or sqlite:///path.db (embedded), postgres://…, or s3://bucket/prefix / file:///dir (in the object store)", "drop --ledger for the default ("+ledger.DefaultURL+")")
+	nonEmptyVar(fs, &f.ledgerURL, "ledger", ledger.DefaultURL, "ledger URL: a path or sqlite:///path.db (embedded), postgres://…, s3://bucket/prefix / file:///dir (in the object store), or dynamodb://TABLE?region=… (a DynamoDB table)", "drop --ledger for the default ("+ledger.DefaultURL+")")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8470", "address for the webhook, /healthz, /readyz and /metrics")
 	nonEmptyVar(fs, &f.token, "webhook-token", "", "bearer token the webhook requires (required when --listen is not loopback)", "an empty token would leave the webhook open; drop the flag to run without one (loopback only)")
 	fs.StringArrayVar(&f.origins, "webhook-allow-origin", nil, "browser origin (scheme://host[:port]) whose requests the webhook accepts, repeatable; requests from any other web page are refused (event senders send no Origin)")

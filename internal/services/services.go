@@ -1,7 +1,8 @@
 // Package services starts the real servers cairn's tests and developers use —
 // S3 servers (MinIO, versitygw with its posix backend, gofakes3 with its memory
 // backend; each built once from the Go module proxy at a pinned version) and
-// PostgreSQL for the shared ledger — on free 127.0.0.1 ports with throw-away
+// PostgreSQL for the shared ledger, and dynalite (a DynamoDB API on Node,
+// installed once with npm) for the DynamoDB ledger — on free 127.0.0.1 ports with throw-away
 // data directories. Tests start them with DieWithParent, so a killed
 // test process takes its servers with it; `go run ./internal/cmd/services` starts
 // them for a developer shell and stops them on request.
@@ -11,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +20,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -363,4 +366,96 @@ func StartPostgres(ctx context.Context, binDir string, o Options) (*Server, erro
 			return nil, errors.New("postgres did not become ready in 60s: " + tail(o.LogFile))
 		}
 	}
+}
+
+// DynaliteVersion is the pinned version of dynalite, the DynamoDB API on
+// Node the DynamoDB ledger is tested on (npm package; AWS's own DynamoDB
+// Local may not be used here: its licence). It has conditions, update
+// expressions, queries and secondary indexes; no transactions and no TTL.
+const DynaliteVersion = "4.0.0"
+
+// NodeBinary is the Node.js the machine has ($CAIRN_NODE, else node on PATH).
+func NodeBinary() (string, error) {
+	if p := os.Getenv("CAIRN_NODE"); p != "" {
+		return p, nil
+	}
+	p, err := exec.LookPath("node")
+	if err != nil {
+		return "", fmt.Errorf("no node on PATH (dynalite needs Node.js 20 or newer): %w", err)
+	}
+	return p, nil
+}
+
+// DynaliteCLI returns the path of dynalite's cli.js in the cache
+// (<CacheDir>/dynalite/node_modules/dynalite/cli.js) and whether the pinned
+// version is installed there.
+func DynaliteCLI() (string, bool) {
+	dir := filepath.Join(CacheDir(), "dynalite", "node_modules", "dynalite")
+	data, err := os.ReadFile(filepath.Join(dir, "package.json"))
+	ok := err == nil && strings.Contains(string(data), `"version": "`+DynaliteVersion+`"`)
+	return filepath.Join(dir, "cli.js"), ok
+}
+
+// InstallDynalite installs the pinned dynalite into the cache with the
+// machine's npm (npm install --prefix <CacheDir>/dynalite), once.
+func InstallDynalite(ctx context.Context, log io.Writer) (string, error) {
+	cli, ok := DynaliteCLI()
+	if ok {
+		return cli, nil
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		return "", fmt.Errorf("no npm on PATH (install Node.js 20 and npm to run dynalite): %w", err)
+	}
+	prefix := filepath.Join(CacheDir(), "dynalite")
+	if err := os.MkdirAll(prefix, 0o755); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(log, "services: installing dynalite@%s into %s once\n", DynaliteVersion, prefix)
+	cmd := exec.CommandContext(ctx, npm, "install", "--prefix", prefix, "--no-audit", "--no-fund", "--no-save", "dynalite@"+DynaliteVersion)
+	cmd.Dir = prefix
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("npm install dynalite@%s: %w", DynaliteVersion, err)
+	}
+	if cli, ok = DynaliteCLI(); !ok {
+		return "", fmt.Errorf("npm install succeeded but dynalite %s is missing at %s", DynaliteVersion, cli)
+	}
+	return cli, nil
+}
+
+// StartDynalite starts dynalite (cli, from DynaliteCLI) on a free loopback
+// port with an in-memory store; Server.URL is its endpoint
+// (http://127.0.0.1:PORT). Any credentials are accepted.
+func StartDynalite(ctx context.Context, cli string, o Options) (*Server, error) {
+	node, err := NodeBinary()
+	if err != nil {
+		return nil, err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	// Tables are ACTIVE at once (the default keeps them CREATING for 500 ms).
+	cmd := exec.Command(node, cli, "--port", strconv.Itoa(port), "--host", "127.0.0.1",
+		"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")
+	cmd.Env = append(os.Environ(), o.Env...)
+	s, err := start(cmd, o)
+	if err != nil {
+		return nil, err
+	}
+	s.URL, s.AccessKey, s.SecretKey = "http://"+addr, "cairnadmin", "cairnadmin-secret"
+	// Ready once it answers HTTP (an unsigned request is a 400).
+	if err := waitReady(ctx, s, "dynalite", o, func() bool {
+		resp, err := http.Get(s.URL + "/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	return s, nil
 }

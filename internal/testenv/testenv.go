@@ -2,7 +2,8 @@
 // gofakes3) and PostgreSQL. Each is taken from the environment when set
 // (CAIRN_TEST_S3_ENDPOINT with CAIRN_TEST_S3_ACCESS_KEY /
 // CAIRN_TEST_S3_SECRET_KEY for MinIO, CAIRN_TEST_VERSITYGW_* and
-// CAIRN_TEST_GOFAKES3_* likewise; CAIRN_TEST_POSTGRES_URL),
+// CAIRN_TEST_GOFAKES3_* likewise; CAIRN_TEST_POSTGRES_URL;
+// CAIRN_TEST_DYNAMODB_ENDPOINT for dynalite),
 // else started once per test binary on 127.0.0.1 and killed when the binary
 // exits (call Stop from TestMain; a killed binary takes them along by
 // Pdeathsig). When a server cannot be had, a test fails if
@@ -117,6 +118,8 @@ func Stop() {
 	}
 	pg.Stop()
 	pg = nil
+	dyn.Stop()
+	dyn, dynErr = nil, nil
 	for _, d := range tmpDirs {
 		os.RemoveAll(d)
 	}
@@ -172,6 +175,47 @@ var (
 	pg    *services.Server
 	pgErr error
 )
+
+var (
+	dyn    *services.Server
+	dynErr error
+)
+
+// DynamoDB returns the endpoint of a DynamoDB API server for tests (dynalite),
+// starting one if CAIRN_TEST_DYNAMODB_ENDPOINT is not set. It accepts any
+// credentials; DynamoDBEnv is the environment for clients and children.
+func DynamoDB(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv("CAIRN_TEST_DYNAMODB_ENDPOINT"); u != "" {
+		return u
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if dyn == nil && dynErr == nil {
+		cli, ok := services.DynaliteCLI()
+		if !ok {
+			dynErr = fmt.Errorf("dynalite %s is not installed at %s (install it: go run ./internal/cmd/services install)", services.DynaliteVersion, cli)
+		} else if dir, err := os.MkdirTemp("", "cairn-dynalite-"); err != nil {
+			dynErr = err
+		} else {
+			tmpDirs = append(tmpDirs, dir)
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			dyn, dynErr = services.StartDynalite(ctx, cli, services.Options{DataDir: dir, DieWithParent: true})
+			cancel()
+		}
+	}
+	if dynErr != nil {
+		unavailable(t, "dynalite (DynamoDB)", dynErr)
+	}
+	return dyn.URL
+}
+
+// DynamoDBEnv is the environment a DynamoDB client (or a child process) needs
+// for the test server: any static credentials and a region.
+func DynamoDBEnv() []string {
+	return []string{"AWS_ACCESS_KEY_ID=cairnadmin", "AWS_SECRET_ACCESS_KEY=cairnadmin-secret", "AWS_REGION=us-east-1",
+		"AWS_EC2_METADATA_DISABLED=true"}
+}
 
 // Postgres returns the base URL of a PostgreSQL server for tests, starting one
 // if CAIRN_TEST_POSTGRES_URL is not set.

@@ -101,13 +101,24 @@ func Ident(ev event.Event, everyVersion bool) string {
 	return ev.Key
 }
 
-// Decide applies one event to the current row (nil if none) and returns the
-// outcome and the row to store (nil if unchanged). It is the single place the
-// ledger's acceptance rules live; every backend calls it inside its
-// transaction, so all backends decide alike.
-func Decide(row *ledger.Record, ev event.Event, source string, now time.Time) (ledger.Outcome, *ledger.Record) {
+// Decide applies one event to the current row (nil if none) of a ledger
+// opened with Options.EveryVersion = everyVersion (the row is the one Ident
+// names) and returns the outcome and the row to store (nil if unchanged). It
+// is the single place the ledger's acceptance rules live; every backend calls
+// it inside its transaction, so all backends decide alike.
+//
+// Unless everyVersion, a removal of one version (event.Event.VersionOnly, and
+// MinIO's DeleteMarkerCreated naming the accepted marker again) is Ignored,
+// never taken for the key's removal; when it removed the version the row
+// accepted, the row is still returned, its sequencer moved on and its event
+// time cleared, so that an audit's resubmission of what the key holds now is
+// accepted (see versionRemoved).
+func Decide(row *ledger.Record, ev event.Event, source string, now time.Time, everyVersion bool) (ledger.Outcome, *ledger.Record) {
 	if ev.Ignorable() {
 		return ledger.Ignored, nil
+	}
+	if !everyVersion && (ev.VersionOnly || markerRemoved(row, ev)) {
+		return versionRemoved(row, ev, now)
 	}
 	if row == nil {
 		r := &ledger.Record{Bucket: ev.Bucket, Key: ev.Key, VersionID: ev.VersionID, ETag: ev.ETag, Size: ev.Size, Kind: ev.Kind,
@@ -184,6 +195,59 @@ func Decide(row *ledger.Record, ev event.Event, source string, now time.Time) (l
 		r.Seq = ev.Sequencer
 		return accept(), &r
 	}
+}
+
+// markerRemoved reports a removal that names, with a newer sequencer, the
+// very version the ledger accepted as the key's removal: a version id is
+// created once, so the same delete marker cannot be placed twice; the second
+// event is that marker's deletion, which brings the previous version back.
+// MinIO announces deleting a delete marker by its version id so: as
+// ObjectRemoved:DeleteMarkerCreated again, with the marker's version id
+// (seen on a real MinIO: event.TestMinIOSends). A version id of "null" is
+// excluded: a bucket whose versioning is suspended gives every delete marker
+// that id.
+func markerRemoved(row *ledger.Record, ev event.Event) bool {
+	return row != nil && row.Kind == event.Removed && ev.Kind == event.Removed && ev.VersionID != "" && ev.VersionID != "null" &&
+		ev.VersionID == row.VersionID && !ev.Unordered() && row.Seq != "" && event.CompareSequencer(ev.Sequencer, row.Seq) > 0
+}
+
+// versionRemoved decides, for a ledger whose work is one record per key
+// holding its newest state, a removal of one version only
+// (event.Event.VersionOnly: a DELETE naming a version id, a lifecycle rule's
+// noncurrent expiry). It is never work, and never taken for "the key is
+// gone": the version it deleted was noncurrent (a lifecycle rule never
+// deletes a current version permanently; a later write made it so), and the
+// key's state is unchanged; or it was current, deleted by a request, and the
+// previous version (or nothing) is current now, which the event does not say.
+// Handing it on as a removal would have a handler delete what mirrors a live
+// object; as a creation, send it to read a key that may be gone, with no
+// later event to follow. So the outcome is Ignored, and what the key holds now
+// is left to an audit (package audit resubmits a key whose listing differs
+// from the accepted state, or which is gone).
+//
+// When it deleted the very version the ledger accepted as the key's state
+// (and is newer than it), the row is kept with that knowledge: its sequencer
+// moves on (older events stay stale) and its event time is cleared, since
+// the accepted state no longer orders the key: an audit's resubmission of
+// what the key holds now (an older version become current again, or content
+// back after a delete marker was deleted) is accepted whatever the age of
+// that object, where it would otherwise be judged older than the accepted
+// event.
+func versionRemoved(row *ledger.Record, ev event.Event, now time.Time) (ledger.Outcome, *ledger.Record) {
+	if row == nil || ev.VersionID != row.VersionID {
+		return ledger.Ignored, nil
+	}
+	if !ev.Unordered() && row.Seq != "" && event.CompareSequencer(ev.Sequencer, row.Seq) <= 0 {
+		return ledger.Ignored, nil
+	}
+	r := *row
+	r.Seen++
+	r.Updated = now
+	if !ev.Unordered() {
+		r.Seq = ev.Sequencer
+	}
+	r.EventTime = time.Time{}
+	return ledger.Ignored, &r
 }
 
 // SortClaims puts claims in the order Claim and RecordAndClaim return them:

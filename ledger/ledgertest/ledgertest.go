@@ -61,6 +61,7 @@ func Run(t *testing.T, h Harness) {
 		{"Lookup", testLookup},
 		{"ReplayAndPurge", testReplayPurge},
 		{"EveryVersion", testEveryVersion},
+		{"VersionRemovals", testVersionRemovals},
 		{"Unordered", testUnordered},
 		{"ListAndCounts", testList},
 		{"DuplicateStormGoroutines", testStorm},

@@ -85,7 +85,7 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 					rec := w.record()
 					cur = &rec
 				}
-				o, next := driver.Decide(cur, ev, source, nowT)
+				o, next := driver.Decide(cur, ev, source, nowT, l.opts.EveryVersion)
 				out[i].Outcome = o
 				if next != nil {
 					h.put(rid, toRow(driver.Ident(ev, l.opts.EveryVersion), next))

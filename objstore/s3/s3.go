@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -461,7 +462,7 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, opts objstore
 	if err != nil {
 		return objstore.ListPage{}, err
 	}
-	if err := b.checkReplaced(ctx, out.EncodingType, keys); err != nil {
+	if err := b.checkReplaced(ctx, out.EncodingType, keys, prefixes); err != nil {
 		return objstore.ListPage{}, err
 	}
 	// Merge objects and common prefixes, both sorted, into one ordered page.
@@ -495,9 +496,22 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, opts objstore
 // and if it is not there the listing cannot name the real key. That is an
 // error, never a silently wrong name (a caller would read, copy or audit a
 // key that does not exist, and skip the one that does).
-func (b *Backend) checkReplaced(ctx context.Context, enc types.EncodingType, keys []string) error {
+func (b *Backend) checkReplaced(ctx context.Context, enc types.EncodingType, keys, prefixes []string) error {
 	if enc == types.EncodingTypeUrl {
 		return nil
+	}
+	// A folder name (common prefix) is checked by listing one key under it.
+	for _, p := range prefixes {
+		if !strings.ContainsRune(p, utf8.RuneError) {
+			continue
+		}
+		out, err := b.c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &b.bucket, Prefix: aws.String(p), MaxKeys: aws.Int32(1)})
+		if err != nil {
+			return b.mapErr(err, false)
+		}
+		if len(out.Contents) == 0 && len(out.CommonPrefixes) == 0 {
+			return fmt.Errorf("%w: list: the server names folder %q, under which there is nothing: it ignores encoding-type=url and replaced characters XML cannot carry (control characters) with U+FFFD, so it cannot list such names; rename them with another client or use a server that URL-encodes listings (AWS S3, MinIO)", objstore.ErrNotSupported, p)
+		}
 	}
 	for _, k := range keys {
 		if !strings.ContainsRune(k, utf8.RuneError) {
@@ -671,12 +685,17 @@ func (b *Backend) Uploads(ctx context.Context) (int, error) {
 // newline and CR; U+FFFE, U+FFFF) is deleted by its own DeleteObject request:
 // the SDK writes such a character into the DeleteObjects body as U+FFFD, so
 // the server would be asked to delete another key, answer that it is not
-// there, and the object would stay while DeleteBatch reported it gone.
+// there, and the object would stay while DeleteBatch reported it gone. So is
+// a key holding CR: the request carries it (as a character reference), but a
+// server writes it raw into an error's key, which XML parsers read as LF, so
+// a failure on "a\rb" would be pinned on "a\nb" and "a\rb" counted deleted.
+// An error naming a key that was not in its request fails the whole request's
+// keys: which of them failed cannot be told.
 func (b *Backend) DeleteBatch(ctx context.Context, keys []string) (map[string]error, error) {
 	failed := map[string]error{}
 	var batch []string
 	for _, k := range keys {
-		if xmlSafe(k) {
+		if xmlSafe(k) && !strings.ContainsRune(k, '\r') {
 			batch = append(batch, k)
 			continue
 		}
@@ -698,12 +717,31 @@ func (b *Backend) DeleteBatch(ctx context.Context, keys []string) (map[string]er
 		if err != nil {
 			return nil, b.mapErr(err, true)
 		}
+		inChunk := make(map[string]bool, len(chunk))
+		for _, k := range chunk {
+			inChunk[k] = true
+		}
+		chunkFailed := map[string]error{}
+		var stranger string
 		for _, e := range out.Errors {
+			k := aws.ToString(e.Key)
+			if !inChunk[k] {
+				stranger = k
+				break
+			}
 			if aws.ToString(e.Code) == "NoSuchKey" {
 				continue
 			}
-			failed[aws.ToString(e.Key)] = fmt.Errorf("%s: %s", aws.ToString(e.Code), aws.ToString(e.Message))
+			chunkFailed[k] = fmt.Errorf("%s: %s", aws.ToString(e.Code), aws.ToString(e.Message))
 		}
+		if stranger != "" {
+			err := fmt.Errorf("delete: the server reported a failure for key %q, which was not in the request, so which of the request's %d keys failed cannot be told; none is taken as deleted: delete them again", stranger, len(chunk))
+			for _, k := range chunk {
+				failed[k] = err
+			}
+			continue
+		}
+		maps.Copy(failed, chunkFailed)
 	}
 	return failed, nil
 }

@@ -1,7 +1,8 @@
 // Command services starts the real servers cairn's tests use — the S3 servers
 // MinIO, versitygw and gofakes3 (each built once from the Go module proxy at a
-// pinned version, cached) and PostgreSQL (the machine's binaries) — on free
-// 127.0.0.1 ports with temporary data.
+// pinned version, cached), PostgreSQL (the machine's binaries) and dynalite
+// (the DynamoDB API on the machine's Node, npm-installed once into the cache)
+// — on free 127.0.0.1 ports with temporary data.
 //
 //	go run ./internal/cmd/services run [--no-postgres] -- CMD ARGS…
 //	    start both, run CMD with CAIRN_TEST_* set, stop both (the test entry point)
@@ -9,7 +10,7 @@
 //	    start both in the background for a developer shell; prints export lines
 //	go run ./internal/cmd/services stop
 //	go run ./internal/cmd/services install
-//	    build the S3 servers into the cache if they are not there yet
+//	    build the S3 servers and install dynalite into the cache if they are not there yet
 //
 // Servers started by run die with it; servers started by start belong to a
 // detached supervisor that stops them on `stop`, after --ttl, or when killed.
@@ -89,9 +90,14 @@ func ensure(ctx context.Context, name string) (string, error) {
 	return bin, nil
 }
 
-// ensureAll builds every S3 server that is not in the cache yet, in parallel.
+// ensureAll builds every S3 server that is not in the cache yet, in parallel,
+// and installs dynalite.
 func ensureAll(ctx context.Context) error {
-	errs := make(chan error, len(services.S3Servers))
+	errs := make(chan error, len(services.S3Servers)+1)
+	go func() {
+		_, err := services.InstallDynalite(ctx, os.Stderr)
+		errs <- err
+	}()
 	for _, srv := range services.S3Servers {
 		go func() {
 			_, err := ensure(ctx, srv.Name)
@@ -99,7 +105,7 @@ func ensureAll(ctx context.Context) error {
 		}()
 	}
 	var first error
-	for range services.S3Servers {
+	for range len(services.S3Servers) + 1 {
 		if err := <-errs; err != nil && first == nil {
 			first = err
 		}
@@ -110,6 +116,7 @@ func ensureAll(ctx context.Context) error {
 type started struct {
 	s3   map[string]*services.Server
 	pg   *services.Server
+	dyn  *services.Server
 	dirs []string
 }
 
@@ -118,13 +125,15 @@ func (s *started) stop() {
 		srv.Stop()
 	}
 	s.pg.Stop()
+	s.dyn.Stop()
 	for _, d := range s.dirs {
 		os.RemoveAll(d)
 	}
 }
 
 // env is what tests read: CAIRN_TEST_S3_* for MinIO (the default S3 server),
-// CAIRN_TEST_<NAME>_* for the others.
+// CAIRN_TEST_<NAME>_* for the others, CAIRN_TEST_POSTGRES_URL and
+// CAIRN_TEST_DYNAMODB_ENDPOINT.
 func (s *started) env() []string {
 	var e []string
 	for _, srv := range services.S3Servers {
@@ -140,6 +149,9 @@ func (s *started) env() []string {
 	}
 	if s.pg != nil {
 		e = append(e, "CAIRN_TEST_POSTGRES_URL="+s.pg.URL)
+	}
+	if s.dyn != nil {
+		e = append(e, "CAIRN_TEST_DYNAMODB_ENDPOINT="+s.dyn.URL)
 	}
 	return e
 }
@@ -165,6 +177,19 @@ func startAll(ctx context.Context, withPG bool, o services.Options) (*started, e
 			return nil, err
 		}
 		st.s3[srv.Name] = x
+	}
+	cli, _ := services.DynaliteCLI()
+	ddir, err := os.MkdirTemp("", "cairn-dynalite-")
+	if err != nil {
+		st.stop()
+		return nil, err
+	}
+	st.dirs = append(st.dirs, ddir)
+	do := o
+	do.DataDir = ddir
+	if st.dyn, err = services.StartDynalite(ctx, cli, do); err != nil {
+		st.stop()
+		return nil, err
 	}
 	if withPG {
 		pdir, err := os.MkdirTemp("", "cairn-pg-")

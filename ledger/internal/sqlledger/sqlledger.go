@@ -655,7 +655,7 @@ func (l *Backend) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs [
 		for _, id := range todo {
 			r := cur[id].rec
 			for _, i := range byID[id] {
-				o, n := driver.Decide(r, evs[i], source, now)
+				o, n := driver.Decide(r, evs[i], source, now, l.opts.EveryVersion)
 				out[i].Outcome = o
 				if n != nil {
 					r = n

@@ -1,0 +1,27 @@
+package dynamoledger
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/cairn-s3/cairn/ledger"
+)
+
+// ExpiresAt is the expires_at attribute (unix seconds, 0 if none) of the
+// record of key (latest-state ledgers) in l.
+func ExpiresAt(ctx context.Context, l *ledger.Ledger, bucket, key string) (int64, error) {
+	b := l.Backend().(*Backend)
+	out, err := b.c.GetItem(ctx, &dynamodb.GetItemInput{TableName: &b.table, Key: id{bucket, key, key}.key2(), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return 0, err
+	}
+	v, ok := out.Item[attrExpires].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, nil
+	}
+	return strconv.ParseInt(v.Value, 10, 64)
+}
