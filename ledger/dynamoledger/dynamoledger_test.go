@@ -27,6 +27,7 @@ func TestMain(m *testing.M) {
 			os.Setenv(k, v)
 		}
 	}
+	ledgertest.MaybeChild() // the child side of ledgertest's process cases
 	testmain.Run(m)
 }
 

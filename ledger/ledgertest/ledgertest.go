@@ -2,8 +2,9 @@
 // pass: call Run from the backend's tests, with a Harness whose New returns
 // the backend wrapped in a *ledger.Ledger (ledger.NewLedger or the backend's
 // Open), so the suite checks what users get. Process tests re-execute the
-// test binary (testenv.Child); its TestMain must be the shared testmain.Run,
-// which runs the child side.
+// test binary; its TestMain must call MaybeChild first, which runs the child
+// side. The suite depends on the ledger and event packages only, so a backend
+// in another module can run all of it.
 //
 // The cases are grouped by area, one file each: recording and reading
 // (record.go), claims, leases and contention (claim.go), settling claims

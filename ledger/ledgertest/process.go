@@ -1,7 +1,9 @@
 package ledgertest
 
 // Processes: several processes sharing one ledger, and a worker killed with
-// its claim held. The children are this test binary run again (testenv.Child).
+// its claim held. The children are this test binary run again: the parent
+// starts it with the child's mode in the environment, and MaybeChild, first
+// in the test package's TestMain, runs the child side instead of the tests.
 
 import (
 	"bufio"
@@ -17,25 +19,55 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
-	"github.com/cairn-s3/cairn/internal/testenv"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
+// Child-process protocol: the parent starts the test binary with these
+// variables; the child prints childHello and its mode, opens the ledger at
+// envURL, runs, and prints its reports.
 const (
-	envURL  = "CAIRN_LEDGERTEST_URL"
-	envSeed = "CAIRN_LEDGERTEST_SEED"
+	envChild = "CAIRN_LEDGERTEST_CHILD"
+	envURL   = "CAIRN_LEDGERTEST_URL"
+	envSeed  = "CAIRN_LEDGERTEST_SEED"
+
+	childHello = "ledgertest child"
 )
 
-// The children: registered with testenv, run by the shared TestMain
-// (testmain.Run) when the test binary is re-executed as one.
-func init() {
-	testenv.RegisterChild("ledgertest-storm", func() int {
-		return childMain(func(ctx context.Context, l *ledger.Ledger, seed uint64) error {
+// MaybeChild runs the child side of a process case and exits, if this process
+// was started as one; otherwise it returns at once. Call it first in the
+// TestMain of every package that calls Run:
+//
+//	func TestMain(m *testing.M) {
+//		ledgertest.MaybeChild()
+//		os.Exit(m.Run())
+//	}
+//
+// The child opens the ledger with ledger.Open, so the test binary must
+// import the backend that registers the ledger's URL scheme.
+func MaybeChild() {
+	mode := os.Getenv(envChild)
+	if mode == "" {
+		return
+	}
+	fmt.Println(childHello, mode)
+	fn := childBody(mode)
+	if fn == nil {
+		fmt.Println("error unknown mode", mode)
+		os.Exit(2)
+	}
+	os.Exit(childMain(fn))
+}
+
+// childBody is what the child of mode does with the ledger, or nil for an
+// unknown mode.
+func childBody(mode string) func(ctx context.Context, l *ledger.Ledger, seed uint64) error {
+	switch mode {
+	case "storm":
+		return func(ctx context.Context, l *ledger.Ledger, seed uint64) error {
 			return work(ctx, l, storm(30, seed), 10, func(key, seq string, token int64) { fmt.Println("ran", key, seq, token) })
-		})
-	})
-	testenv.RegisterChild("ledgertest-claim-and-hang", func() int {
-		return childMain(func(ctx context.Context, l *ledger.Ledger, _ uint64) error {
+		}
+	case "claim-and-hang":
+		return func(ctx context.Context, l *ledger.Ledger, _ uint64) error {
 			if _, err := l.Record(ctx, "child", []event.Event{ev("durable", "01")}); err != nil {
 				return err
 			}
@@ -45,10 +77,9 @@ func init() {
 				time.Sleep(time.Hour) // killed here
 			}
 			return err
-		})
-	})
-	testenv.RegisterChild("ledgertest-record-and-hang", func() int {
-		return childMain(func(ctx context.Context, l *ledger.Ledger, _ uint64) error {
+		}
+	case "record-and-hang":
+		return func(ctx context.Context, l *ledger.Ledger, _ uint64) error {
 			// Every key once, then the first half again, newer: several
 			// states of one key recorded by one process before it dies.
 			for _, b := range [][]event.Event{recorderBatch(0, killedKeys, "01"), recorderBatch(0, killedKeys/2, "02")} {
@@ -59,10 +90,9 @@ func init() {
 			fmt.Println("recorded")
 			time.Sleep(time.Hour) // killed here
 			return nil
-		})
-	})
-	testenv.RegisterChild("ledgertest-claim-complete-and-hang", func() int {
-		return childMain(func(ctx context.Context, l *ledger.Ledger, _ uint64) error {
+		}
+	case "claim-complete-and-hang":
+		return func(ctx context.Context, l *ledger.Ledger, _ uint64) error {
 			if _, err := l.Record(ctx, "child", recorderBatch(0, killedKeys, "01")); err != nil {
 				return err
 			}
@@ -91,8 +121,9 @@ func init() {
 			fmt.Println(strings.Join(line, " "))
 			time.Sleep(time.Hour) // killed here
 			return nil
-		})
-	})
+		}
+	}
+	return nil
 }
 
 // errBadLine is a child's line that is not a report.
@@ -128,9 +159,14 @@ func childMain(fn func(ctx context.Context, l *ledger.Ledger, seed uint64) error
 	return 0
 }
 
+// child starts the test binary again as the child of mode on the ledger at
+// url, and returns it with a scanner of its reports. The child is killed and
+// waited for when the test ends, unless the test waited for it already.
 func child(t *testing.T, h Harness, url, mode string, seed int) (*exec.Cmd, *bufio.Scanner) {
 	t.Helper()
-	cmd := testenv.Child(t, "ledgertest-"+mode, append(h.Env, envURL+"="+url, envSeed+"="+strconv.Itoa(seed))...)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChild+"="+mode, envURL+"="+url, envSeed+"="+strconv.Itoa(seed))
+	cmd.Env = append(cmd.Env, h.Env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -139,7 +175,18 @@ func child(t *testing.T, h Harness, url, mode string, seed int) (*exec.Cmd, *buf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	return cmd, bufio.NewScanner(out)
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() || sc.Text() != childHello+" "+mode {
+		t.Fatalf("the test binary started as a ledgertest child printed %q, not %q: "+
+			"call ledgertest.MaybeChild() first in this package's TestMain", sc.Text(), childHello+" "+mode)
+	}
+	return cmd, sc
 }
 
 func testStormProcesses(t *testing.T, h Harness) {

@@ -26,7 +26,12 @@ import (
 	"github.com/cairn-s3/cairn/objstore/mem"
 )
 
-func TestMain(m *testing.M) { testmain.Run(m) }
+// TestMain runs the child side of ledgertest's process cases first (see
+// ledgertest.MaybeChild), then the tests.
+func TestMain(m *testing.M) {
+	ledgertest.MaybeChild()
+	testmain.Run(m)
+}
 
 func open(t *testing.T, url string, opts *ledger.Options) *ledger.Ledger {
 	t.Helper()

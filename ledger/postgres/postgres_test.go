@@ -13,7 +13,12 @@ import (
 	"github.com/cairn-s3/cairn/ledger/postgres"
 )
 
-func TestMain(m *testing.M) { testmain.Run(m) }
+// TestMain runs the child side of ledgertest's process cases first (see
+// ledgertest.MaybeChild), then the tests.
+func TestMain(m *testing.M) {
+	ledgertest.MaybeChild()
+	testmain.Run(m)
+}
 
 func TestConformance(t *testing.T) {
 	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {

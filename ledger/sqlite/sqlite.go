@@ -27,10 +27,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"modernc.org/sqlite" // the driver
 
+	"github.com/cairn-s3/cairn/internal/sqlschema"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/internal/sqlledger"
 )
@@ -56,43 +58,16 @@ func init() {
 	})
 }
 
-var migrations = []string{`CREATE TABLE cairn_ledger (
- bucket TEXT NOT NULL, ident TEXT NOT NULL, key TEXT NOT NULL, version_id TEXT NOT NULL DEFAULT '', etag TEXT NOT NULL DEFAULT '',
- size INTEGER NOT NULL DEFAULT 0, kind TEXT NOT NULL DEFAULT '', name TEXT NOT NULL DEFAULT '', event_time INTEGER NOT NULL DEFAULT 0,
- seq TEXT NOT NULL DEFAULT '', seq_sort TEXT NOT NULL DEFAULT '', status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
- token INTEGER NOT NULL DEFAULT 0, lease_until INTEGER NOT NULL DEFAULT 0, next_at INTEGER NOT NULL DEFAULT 0,
- first_seen INTEGER NOT NULL DEFAULT 0, updated INTEGER NOT NULL DEFAULT 0, seen INTEGER NOT NULL DEFAULT 0,
- stale INTEGER NOT NULL DEFAULT 0, last_error TEXT NOT NULL DEFAULT '', result TEXT NOT NULL DEFAULT '',
- source TEXT NOT NULL DEFAULT '', gen INTEGER NOT NULL DEFAULT 0, run_gen INTEGER NOT NULL DEFAULT 0,
- replays INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (bucket, ident)) WITHOUT ROWID`,
-	`CREATE INDEX cairn_ledger_work ON cairn_ledger (status, next_at)`,
-	`CREATE INDEX cairn_ledger_key ON cairn_ledger (bucket, key)`,
-	// Record (sqlledger) writes a row only if its revision is the one it read.
-	`ALTER TABLE cairn_ledger ADD COLUMN rev INTEGER NOT NULL DEFAULT 0`,
-	// The accepted event's format, region and request IDs, handed back with
-	// each claim ('' in rows written before).
-	`ALTER TABLE cairn_ledger ADD COLUMN format TEXT NOT NULL DEFAULT ''`,
-	`ALTER TABLE cairn_ledger ADD COLUMN region TEXT NOT NULL DEFAULT ''`,
-	`ALTER TABLE cairn_ledger ADD COLUMN request_id TEXT NOT NULL DEFAULT ''`,
-	`ALTER TABLE cairn_ledger ADD COLUMN host_id TEXT NOT NULL DEFAULT ''`,
-	// Record batches go to the intake log, folded into cairn_ledger later.
-	sqlledger.LogMigration,
-}
+// migrations are the schema's (package sqlschema, shared with the SQLite
+// drivers benchmark), then the intake log's table: Record batches go to the
+// intake log, folded into cairn_ledger later.
+var migrations = append(slices.Clip(sqlschema.SQLiteMigrations), sqlledger.LogMigration)
 
 // jsonRows passes a batch as one JSON argument, read with json_each: one
 // statement for a whole batch, prepared once (SQLite caps bound parameters).
 func jsonRows(rows [][]any, types []string) (string, []any) {
 	data, _ := json.Marshal(rows)
-	var sb strings.Builder
-	sb.WriteString("(SELECT ")
-	for i := range types {
-		if i > 0 {
-			sb.WriteString(", ")
-		}
-		fmt.Fprintf(&sb, "value->>%d AS c%d", i, i+1)
-	}
-	sb.WriteString(" FROM json_each(?))")
-	return sb.String(), []any{string(data)}
+	return sqlschema.JSONEachFrom(len(types)), []any{string(data)}
 }
 
 // busy tells SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their extended

@@ -18,7 +18,12 @@ import (
 	"github.com/cairn-s3/cairn/ledger/sqlite"
 )
 
-func TestMain(m *testing.M) { testmain.Run(m) }
+// TestMain runs the child side of ledgertest's process cases first (see
+// ledgertest.MaybeChild), then the tests.
+func TestMain(m *testing.M) {
+	ledgertest.MaybeChild()
+	testmain.Run(m)
+}
 
 func TestConformance(t *testing.T) {
 	ledgertest.Run(t, harness(sqlledger.LogLimits{}))

@@ -10,6 +10,7 @@ require (
 )
 
 require (
+	github.com/cairn-s3/cairn v0.0.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
@@ -24,3 +25,6 @@ require (
 )
 
 replace github.com/cairn-s3/cairn/internal/bench/sqlitedrivers/work => ./work
+
+// The ledger's schema and SQL come from cairn's own source (internal/sqlschema).
+replace github.com/cairn-s3/cairn => ../../..

@@ -56,6 +56,7 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/internal/backoff"
+	"github.com/cairn-s3/cairn/internal/sqlschema"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/driver"
 )
@@ -129,7 +130,7 @@ type Backend struct {
 var _ ledger.Backend = (*Backend)(nil)
 
 // upsertSizes are the row counts of the prepared upserts, largest first.
-var upsertSizes = []int{64, 8, 1}
+var upsertSizes = sqlschema.UpsertSizes
 
 // New migrates the schema and returns a Backend on db.
 func New(ctx context.Context, db *sql.DB, d Dialect, opts *ledger.Options) (*Backend, error) {
@@ -470,9 +471,9 @@ func (l *Backend) now(ctx context.Context, q querier) (time.Time, error) {
 	return time.UnixMilli(ms), nil
 }
 
-const cols = `bucket, ident, key, version_id, etag, size, kind, name, event_time, seq, seq_sort, status, attempts, token,
-lease_until, next_at, first_seen, updated, seen, stale, last_error, result, source, gen, run_gen, replays,
-format, region, request_id, host_id`
+// cols are the ledger's columns in the order rows are written and read (rev
+// follows).
+const cols = sqlschema.Cols
 
 func ms(t time.Time) int64     { return driver.UnixMilli(t) }
 func fromMS(v int64) time.Time { return driver.FromUnixMilli(v) }
@@ -541,32 +542,16 @@ func (l *Backend) columns(ident string, r *ledger.Record, rev int64, text func(s
 }
 
 // colTypes are the SQL types of cols and rev, for Dialect.Rows.
-var colTypes = []string{"text", "text", "text", "text", "text", "bigint", "text", "text", "bigint", "text", "text", "text", "bigint",
-	"bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "text", "text", "text", "bigint", "bigint", "bigint",
-	"text", "text", "text", "text", "bigint"}
+var colTypes = sqlschema.ColTypes
 
-// upsertHead inserts the columns c1..c31 of a row source (cols, then rev).
-const upsertHead = `INSERT INTO cairn_ledger (` + cols + `, rev)
-SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27,
-c28, c29, c30, c31`
-
-// upsertFrom writes rows whose revision is still the one Record read: a new
-// row is inserted with rev 1 (and refused if another writer inserted the key
-// first), an existing row is updated only if its rev is one less than the
-// row's new rev. Rows are written in the order of the row source (key order).
-var upsertFrom = upsertHead + `
-FROM %s WHERE true` + onConflictSet + `
-WHERE cairn_ledger.rev = excluded.rev - 1`
-
-// onConflictSet is an upsert's conflict clause: every column but the key
-// from the row offered (each upsert adds its WHERE guard).
-const onConflictSet = `
-ON CONFLICT (bucket, ident) DO UPDATE SET version_id=excluded.version_id, etag=excluded.etag, size=excluded.size,
-kind=excluded.kind, name=excluded.name, event_time=excluded.event_time, seq=excluded.seq, seq_sort=excluded.seq_sort,
-status=excluded.status, attempts=excluded.attempts, token=excluded.token, lease_until=excluded.lease_until, next_at=excluded.next_at,
-first_seen=excluded.first_seen, updated=excluded.updated, seen=excluded.seen, stale=excluded.stale, last_error=excluded.last_error,
-result=excluded.result, source=excluded.source, gen=excluded.gen, run_gen=excluded.run_gen, replays=excluded.replays,
-format=excluded.format, region=excluded.region, request_id=excluded.request_id, host_id=excluded.host_id, rev=excluded.rev`
+// The upserts' text (see package sqlschema): upsertHead inserts the columns
+// c1..c31 of a row source; upsertFrom writes rows whose revision is still the
+// one Record read; onConflictSet is the conflict clause each upsert guards.
+const (
+	upsertHead    = sqlschema.UpsertHead
+	upsertFrom    = sqlschema.UpsertFrom
+	onConflictSet = sqlschema.OnConflictSet
+)
 
 type rowID struct{ bucket, ident string }
 
@@ -867,28 +852,7 @@ const valuesRows = 500
 
 // valuesFrom is a row source over rows with columns c1..cols: a SELECT over a
 // VALUES list (whose columns SQLite names column1, column2, …).
-func valuesFrom(rows [][]any, cols int) (string, []any) {
-	var sb strings.Builder
-	sb.WriteString("(SELECT ")
-	for i := range cols {
-		if i > 0 {
-			sb.WriteString(", ")
-		}
-		fmt.Fprintf(&sb, "column%d AS c%d", i+1, i+1)
-	}
-	sb.WriteString(" FROM (VALUES ")
-	one := "(" + strings.TrimSuffix(strings.Repeat("?, ", cols), ", ") + ")"
-	args := make([]any, 0, len(rows)*cols)
-	for i, r := range rows {
-		if i > 0 {
-			sb.WriteString(", ")
-		}
-		sb.WriteString(one)
-		args = append(args, r...)
-	}
-	sb.WriteString("))")
-	return sb.String(), args
-}
+func valuesFrom(rows [][]any, cols int) (string, []any) { return sqlschema.ValuesFrom(rows, cols) }
 
 // load reads the rows of ids and their revisions, in one statement, without
 // locking them (Record's upsert checks the revisions).

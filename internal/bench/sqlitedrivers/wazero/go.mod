@@ -8,9 +8,13 @@ require (
 )
 
 require (
+	github.com/cairn-s3/cairn v0.0.0 // indirect
 	github.com/ncruces/julianday v1.0.0 // indirect
 	github.com/tetratelabs/wazero v1.11.0 // indirect
-	golang.org/x/sys v0.41.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 )
 
 replace github.com/cairn-s3/cairn/internal/bench/sqlitedrivers/work => ../work
+
+// The ledger's schema and SQL come from cairn's own source (internal/sqlschema).
+replace github.com/cairn-s3/cairn => ../../../..

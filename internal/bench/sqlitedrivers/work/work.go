@@ -2,8 +2,9 @@
 // driver: one driver per binary (each cmd/ and wazero/ is a main package that
 // links one driver and calls Main), one workload per process, on a fresh file
 // with the pragmas of cairn's SQLite ledger (ledger/sqlite/sqlite.go). It
-// imports no driver and nothing of cairn, so each driver's binary holds that
-// driver alone.
+// imports no driver, and of cairn only the ledger's schema and SQL text
+// (internal/sqlschema, standard library only), so each driver's binary holds
+// that driver alone.
 package work
 
 import (
@@ -21,6 +22,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cairn-s3/cairn/internal/sqlschema"
 )
 
 // Result is what one workload run prints (one JSON line on stdout).
@@ -48,89 +51,33 @@ type Result struct {
 	Writes int `json:"writes,omitempty"`
 }
 
-// The ledger's schema: ledger/sqlite/sqlite.go's migrations, in order.
-var migrations = []string{`CREATE TABLE cairn_ledger (
- bucket TEXT NOT NULL, ident TEXT NOT NULL, key TEXT NOT NULL, version_id TEXT NOT NULL DEFAULT '', etag TEXT NOT NULL DEFAULT '',
- size INTEGER NOT NULL DEFAULT 0, kind TEXT NOT NULL DEFAULT '', name TEXT NOT NULL DEFAULT '', event_time INTEGER NOT NULL DEFAULT 0,
- seq TEXT NOT NULL DEFAULT '', seq_sort TEXT NOT NULL DEFAULT '', status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
- token INTEGER NOT NULL DEFAULT 0, lease_until INTEGER NOT NULL DEFAULT 0, next_at INTEGER NOT NULL DEFAULT 0,
- first_seen INTEGER NOT NULL DEFAULT 0, updated INTEGER NOT NULL DEFAULT 0, seen INTEGER NOT NULL DEFAULT 0,
- stale INTEGER NOT NULL DEFAULT 0, last_error TEXT NOT NULL DEFAULT '', result TEXT NOT NULL DEFAULT '',
- source TEXT NOT NULL DEFAULT '', gen INTEGER NOT NULL DEFAULT 0, run_gen INTEGER NOT NULL DEFAULT 0,
- replays INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (bucket, ident)) WITHOUT ROWID`,
-	`CREATE INDEX cairn_ledger_work ON cairn_ledger (status, next_at)`,
-	`CREATE INDEX cairn_ledger_key ON cairn_ledger (bucket, key)`,
-	`ALTER TABLE cairn_ledger ADD COLUMN rev INTEGER NOT NULL DEFAULT 0`,
-	`ALTER TABLE cairn_ledger ADD COLUMN format TEXT NOT NULL DEFAULT ''`,
-	`ALTER TABLE cairn_ledger ADD COLUMN region TEXT NOT NULL DEFAULT ''`,
-	`ALTER TABLE cairn_ledger ADD COLUMN request_id TEXT NOT NULL DEFAULT ''`,
-	`ALTER TABLE cairn_ledger ADD COLUMN host_id TEXT NOT NULL DEFAULT ''`,
-}
+// The ledger's schema and SQL, from cairn's own source (package sqlschema,
+// which ledger/sqlite and sqlledger use): its migrations in order, its
+// columns in the order sqlledger writes them (rev follows: nCols values a
+// row), the guarded upsert (%s: the row source) and its conflict clause.
+var migrations = sqlschema.SQLiteMigrations
 
-// cols are the ledger's columns in the order sqlledger writes them; rev
-// follows (31 values a row).
-const cols = `bucket, ident, key, version_id, etag, size, kind, name, event_time, seq, seq_sort, status, attempts, token,
-lease_until, next_at, first_seen, updated, seen, stale, last_error, result, source, gen, run_gen, replays,
-format, region, request_id, host_id`
+const (
+	cols          = sqlschema.Cols
+	upsertFrom    = sqlschema.UpsertFrom
+	upsertHead    = sqlschema.UpsertHead
+	onConflictSet = sqlschema.OnConflictSet
+)
 
-const nCols = 31
-
-// setAll is the DO UPDATE SET list of sqlledger's upsert.
-const setAll = `version_id=excluded.version_id, etag=excluded.etag, size=excluded.size,
-kind=excluded.kind, name=excluded.name, event_time=excluded.event_time, seq=excluded.seq, seq_sort=excluded.seq_sort,
-status=excluded.status, attempts=excluded.attempts, token=excluded.token, lease_until=excluded.lease_until, next_at=excluded.next_at,
-first_seen=excluded.first_seen, updated=excluded.updated, seen=excluded.seen, stale=excluded.stale, last_error=excluded.last_error,
-result=excluded.result, source=excluded.source, gen=excluded.gen, run_gen=excluded.run_gen, replays=excluded.replays,
-format=excluded.format, region=excluded.region, request_id=excluded.request_id, host_id=excluded.host_id, rev=excluded.rev`
-
-// upsertFrom is sqlledger's upsert: a row is written only if its revision is
-// the one read (new rows get rev 1).
-const upsertFrom = `INSERT INTO cairn_ledger (` + cols + `, rev)
-SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27,
-c28, c29, c30, c31
-FROM %s WHERE true
-ON CONFLICT (bucket, ident) DO UPDATE SET ` + setAll + `
-WHERE cairn_ledger.rev = excluded.rev - 1`
+var nCols = len(sqlschema.ColTypes)
 
 // upsertSizes are sqlledger's prepared multi-row upserts (SQLite dialect).
-var upsertSizes = []int{64, 8, 1}
+var upsertSizes = sqlschema.UpsertSizes
 
 // valuesFrom is sqlledger's row source over n rows of placeholders.
 func valuesFrom(n int) string {
-	var sb strings.Builder
-	sb.WriteString("(SELECT ")
-	for i := range nCols {
-		if i > 0 {
-			sb.WriteString(", ")
-		}
-		fmt.Fprintf(&sb, "column%d AS c%d", i+1, i+1)
-	}
-	sb.WriteString(" FROM (VALUES ")
-	one := "(" + strings.TrimSuffix(strings.Repeat("?, ", nCols), ", ") + ")"
-	for i := range n {
-		if i > 0 {
-			sb.WriteString(", ")
-		}
-		sb.WriteString(one)
-	}
-	sb.WriteString("))")
-	return sb.String()
+	from, _ := sqlschema.ValuesFrom(make([][]any, n), nCols)
+	return from
 }
 
 // jsonFrom is the SQLite dialect's json_each row source (sqlledger's Rows):
 // columns c1..cn from one JSON array of arrays.
-func jsonFrom(n int) string {
-	var sb strings.Builder
-	sb.WriteString("(SELECT ")
-	for i := range n {
-		if i > 0 {
-			sb.WriteString(", ")
-		}
-		fmt.Fprintf(&sb, "value->>%d AS c%d", i, i+1)
-	}
-	sb.WriteString(" FROM json_each(?))")
-	return sb.String()
-}
+func jsonFrom(n int) string { return sqlschema.JSONEachFrom(n) }
 
 // Config sizes the workloads.
 type Config struct {
@@ -375,10 +322,7 @@ func foldFrom(ctx context.Context, db *sql.DB, blob, from string) (time.Duration
 	if err != nil {
 		return 0, err
 	}
-	q := `INSERT INTO cairn_ledger (` + cols + `, rev)
-SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27,
-c28, c29, c30, c31 FROM ` + from + ` WHERE true
-ON CONFLICT (bucket, ident) DO UPDATE SET ` + setAll
+	q := upsertHead + " FROM " + from + " WHERE true" + onConflictSet
 	if _, err := tx.ExecContext(ctx, q, blob); err != nil {
 		tx.Rollback()
 		return 0, err
