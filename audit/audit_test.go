@@ -15,15 +15,15 @@ import (
 
 	"github.com/cairn-s3/cairn/audit"
 	"github.com/cairn-s3/cairn/event"
-	"github.com/cairn-s3/cairn/internal/testenv"
-	"github.com/cairn-s3/cairn/internal/testenv/testledger"
-	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testenv/testledger"
+	"github.com/cairn-s3/cairn/internal/testing/testmain"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/objledger"
 	"github.com/cairn-s3/cairn/ledger/postgres"
 	"github.com/cairn-s3/cairn/ledger/sqlite"
 	"github.com/cairn-s3/cairn/objstore"
-	fsstore "github.com/cairn-s3/cairn/objstore/fs"
+	"github.com/cairn-s3/cairn/objstore/fsstore"
 	"github.com/cairn-s3/cairn/objstore/mem"
 )
 
@@ -152,7 +152,7 @@ func TestAudit(t *testing.T) {
 			}
 			// The real run, fanned out over the folders.
 			rep = run(func(o *audit.Options) { o.Now, o.Parallel = later, 4 })
-			if rep.Resubmitted != 10 || rep.Decisions[string(ledger.New)] != 10 {
+			if rep.Resubmitted != 10 || rep.Decisions[string(ledger.Accepted)] != 10 {
 				t.Fatalf("audit: %+v decisions %v", rep.Counts, rep.Decisions)
 			}
 			ran := processAll(t, l)

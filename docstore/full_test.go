@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/docstore"
-	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/faulty"
-	"github.com/cairn-s3/cairn/objstore/fs"
+	"github.com/cairn-s3/cairn/objstore/fsstore"
 	"github.com/cairn-s3/cairn/objstore/mem"
 )
 
@@ -46,7 +46,7 @@ func TestFullStoreGivesUpAtOnce(t *testing.T) {
 		{"register", injected(faulty.Options{IgnoreConditions: true}), docstore.Options{Strategy: docstore.Register, LastWriterWins: true}},
 		{"full tmpfs", func(t *testing.T) (*objstore.Store, *atomic.Int64) {
 			dir := testenv.SmallDisk(t, 1<<20)
-			b, err := fs.Open(dir, &fs.Options{NoSync: true})
+			b, err := fsstore.Open(dir, &fsstore.Options{NoSync: true})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/docstore"
-	"github.com/cairn-s3/cairn/internal/faultproxy"
-	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/faultproxy"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/faulty"
 	"github.com/cairn-s3/cairn/objstore/mem"

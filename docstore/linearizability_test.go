@@ -16,7 +16,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/cairn-s3/cairn/docstore"
-	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/faulty"
 	"github.com/cairn-s3/cairn/objstore/mem"

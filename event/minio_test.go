@@ -17,7 +17,7 @@ import (
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/cairn-s3/cairn/event"
-	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
 )
 
 // TestMinIOSends: what a real MinIO sends to a webhook is parsed as it means.

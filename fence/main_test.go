@@ -3,7 +3,7 @@ package fence_test
 import (
 	"testing"
 
-	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/internal/testing/testmain"
 )
 
 func TestMain(m *testing.M) { testmain.Run(m) }

@@ -12,7 +12,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/cairn-s3/cairn/fence"
-	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
 )
 
 func TestSQLStatements(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/cairn-s3/cairn/docstore"
 	"github.com/cairn-s3/cairn/fence"
-	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/mem"
 )

@@ -81,7 +81,7 @@ func TestLocalLeaseDeadline(t *testing.T) {
 	}{
 		{"hung-renewal", func(t *testing.T) (*ledger.Ledger, *ledger.Ledger, func(bool)) {
 			l := &hungRenew{Backend: newLedger(t, nil).Backend()}
-			led := ledger.NewLedger(l)
+			led := ledger.New(l)
 			return led, led, l.blocked.Store
 		}},
 		{"stalled-store", func(t *testing.T) (*ledger.Ledger, *ledger.Ledger, func(bool)) {

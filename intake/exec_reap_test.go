@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
-	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
 )
 
 // The test binary serves as its own exec handler watchdog.

@@ -596,7 +596,7 @@ func claimedOwn(ds []ledger.Decision, cs []ledger.Claim) bool {
 		claimed[[2]string{c.Bucket, c.Key}] = true
 	}
 	for _, d := range ds {
-		if (d.Outcome == ledger.New || d.Outcome == ledger.Coalesced) && !claimed[[2]string{d.Bucket, d.Key}] {
+		if (d.Outcome == ledger.Accepted || d.Outcome == ledger.Coalesced) && !claimed[[2]string{d.Bucket, d.Key}] {
 			return false
 		}
 	}
@@ -607,7 +607,7 @@ func claimedOwn(ds []ledger.Decision, cs []ledger.Claim) bool {
 func (p *Pipeline) decided(ds []ledger.Decision) (work int) {
 	for _, d := range ds {
 		p.m.decisions.WithLabelValues(string(d.Outcome)).Inc()
-		if d.Outcome == ledger.New || d.Outcome == ledger.Coalesced {
+		if d.Outcome == ledger.Accepted || d.Outcome == ledger.Coalesced {
 			work++
 		}
 	}

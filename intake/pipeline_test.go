@@ -17,7 +17,7 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/intake"
-	"github.com/cairn-s3/cairn/internal/testenv/testledger"
+	"github.com/cairn-s3/cairn/internal/testing/testenv/testledger"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
@@ -238,7 +238,7 @@ func TestLeaseLost(t *testing.T) {
 	l := &flakyRenew{Backend: newLedger(t, nil).Backend()}
 	l.blocked.Store(true)
 	outcomes := make(chan string, 4)
-	p, err := intake.New(ledger.NewLedger(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+	p, err := intake.New(ledger.New(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
 		if w.Token == 1 {
 			<-ctx.Done() // stalls until its lease is known lost
 			return "stale holder", nil
@@ -357,7 +357,7 @@ func TestSettleRetried(t *testing.T) {
 			var runs atomic.Int64
 			reg := prometheus.NewRegistry()
 			outcomes := make(chan string, 4)
-			p, err := intake.New(ledger.NewLedger(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+			p, err := intake.New(ledger.New(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
 				runs.Add(1)
 				if w.Event.Key == "fails" {
 					return "", errors.New("try later")
@@ -406,7 +406,7 @@ func TestSettleGivenUp(t *testing.T) {
 		l.failing.Store(1 << 40)
 		reg := prometheus.NewRegistry()
 		outcomes := make(chan string, 4)
-		p, err := intake.New(ledger.NewLedger(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "done", nil }), &intake.Options{Lease: 400 * time.Millisecond, Poll: 10 * time.Millisecond, Registerer: reg,
+		p, err := intake.New(ledger.New(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "done", nil }), &intake.Options{Lease: 400 * time.Millisecond, Poll: 10 * time.Millisecond, Registerer: reg,
 			OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- fmt.Sprint(w.Token, " ", outcome) }})
 		if err != nil {
 			t.Fatal(err)
@@ -439,7 +439,7 @@ func TestSettleGivenUp(t *testing.T) {
 		l := &flakySettle{Backend: newLedger(t, nil).Backend(), refuse: fmt.Errorf("fail: %w", ledger.ErrLeaseLost)}
 		reg := prometheus.NewRegistry()
 		outcomes := make(chan string, 4)
-		p, err := intake.New(ledger.NewLedger(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "", errors.New("try later") }), &intake.Options{Poll: 10 * time.Millisecond, Registerer: reg,
+		p, err := intake.New(ledger.New(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "", errors.New("try later") }), &intake.Options{Poll: 10 * time.Millisecond, Registerer: reg,
 			OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- outcome }})
 		if err != nil {
 			t.Fatal(err)

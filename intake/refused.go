@@ -183,7 +183,7 @@ func (p *Pipeline) replayRefused(ctx context.Context, w Work) (string, error) {
 		counts[d.Outcome]++
 	}
 	var parts []string
-	for _, o := range []ledger.Outcome{ledger.New, ledger.Coalesced, ledger.Duplicate, ledger.Stale, ledger.Ignored} {
+	for _, o := range []ledger.Outcome{ledger.Accepted, ledger.Coalesced, ledger.Duplicate, ledger.Stale, ledger.Ignored} {
 		if counts[o] > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", o, counts[o]))
 		}

@@ -101,7 +101,7 @@ func TestWebhookRefusals(t *testing.T) {
 			if status != http.StatusOK || r.Kept == nil || r.Kept.Bucket != intake.RefusedBucket || !strings.Contains(r.Refused, tc.hint) {
 				t.Fatalf("%s (delivery %d): %d %+v, want 200 keeping the message, the reason mentioning %q", tc.name, delivery+1, status, r, tc.hint)
 			}
-			if want := map[int]ledger.Outcome{0: ledger.New, 1: ledger.Duplicate}[delivery]; r.Kept.Outcome != want {
+			if want := map[int]ledger.Outcome{0: ledger.Accepted, 1: ledger.Duplicate}[delivery]; r.Kept.Outcome != want {
 				t.Errorf("%s (delivery %d): kept as %s, want %s", tc.name, delivery+1, r.Kept.Outcome, want)
 			}
 			keys[tc.name] = r.Kept.Key
@@ -195,7 +195,7 @@ func TestRefusedReplay(t *testing.T) {
 	fixed, _ := intake.RefusedEvent(event.S3Body(ev("now-accepted\nkey", 7)), event.ErrUnknownEventType, nil)
 	still, _ := intake.RefusedEvent([]byte(`{"hello":"world"}`), event.ErrUnknownFormat, nil)
 	ds, err := p.Submit(ctx, "webhook", []event.Event{fixed, still})
-	if err != nil || ds[0].Outcome != ledger.New || ds[1].Outcome != ledger.New {
+	if err != nil || ds[0].Outcome != ledger.Accepted || ds[1].Outcome != ledger.Accepted {
 		t.Fatalf("Submit of refused messages: %+v %v", ds, err)
 	}
 	for _, e := range []event.Event{fixed, still} {
@@ -301,7 +301,7 @@ func TestOwnPrefixesPerBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, want := range []ledger.Outcome{ledger.Ignored, ledger.New, ledger.New} {
+	for i, want := range []ledger.Outcome{ledger.Ignored, ledger.Accepted, ledger.Accepted} {
 		if ds[i].Outcome != want {
 			t.Errorf("%s/%s: %s, want %s", evs[i].Bucket, evs[i].Key, ds[i].Outcome, want)
 		}

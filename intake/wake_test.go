@@ -176,7 +176,7 @@ func TestYieldedDispatcherWokenWhenLoopIdles(t *testing.T) {
 	base := newLedger(t, nil)
 	g := &gatedLedger{Backend: base.Backend(), claimHit: make(chan struct{}), recordHit: make(chan struct{}),
 		claimGate: make(chan struct{}), recordGate: make(chan struct{})}
-	l := ledger.NewLedger(g)
+	l := ledger.New(g)
 	// kX: recorded and done, so a resubmission is a duplicate; then a
 	// backlog of three.
 	if _, err := l.Record(ctx, "s", []event.Event{ev("kX", 1)}); err != nil {

@@ -122,7 +122,7 @@ func TestWebhookBadInput(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if outcomes[ledger.New] != 1 || outcomes[ledger.Duplicate] != 319 {
+	if outcomes[ledger.Accepted] != 1 || outcomes[ledger.Duplicate] != 319 {
 		t.Fatalf("duplicate flood outcomes %v, want 1 new and 319 duplicates", outcomes)
 	}
 	evs, _ := event.Parse(put)

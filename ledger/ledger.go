@@ -3,7 +3,7 @@
 // lost, unordered across keys, and a key can be overwritten faster than its
 // events arrive; the ledger decides what work is valid.
 //
-// Record stores events durably and decides each one: New (work to do),
+// Record stores events durably and decides each one: Accepted (work to do),
 // Duplicate (this key and sequencer are known, or a newer sequencer announces
 // the very state already accepted: same ETag, kind and version), Stale (older
 // than what was accepted for the key), or Ignored (test events, NoOP
@@ -50,7 +50,7 @@
 // A *Ledger is the same type on every backend: Open picks the backend by URL
 // (sqlite:///path or a plain path, postgres://…, s3://… or file://… with
 // package ledger/objledger), each backend package has an Open of its own,
-// and NewLedger wraps any Backend. The Ledger checks arguments and shapes
+// and New wraps any Backend. The Ledger checks arguments and shapes
 // results once, for every backend: a result or failure cause is kept up to
 // MaxText bytes (cut at a UTF-8 boundary); a lease must be positive; a claim
 // must be one Claim returned. Writing a backend: see package ledger/driver
@@ -98,7 +98,7 @@ type Outcome string
 
 // The outcomes.
 const (
-	New       Outcome = "new"       // accepted: work to do
+	Accepted  Outcome = "new"       // accepted: work to do (stored and printed as "new")
 	Coalesced Outcome = "coalesced" // accepted; replaced older pending work for the key
 	Duplicate Outcome = "duplicate" // this key and sequencer were already recorded
 	Stale     Outcome = "stale"     // older than the accepted event for the key

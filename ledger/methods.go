@@ -17,15 +17,14 @@ import (
 const MaxText = 4096
 
 // Ledger is the user-facing handle on a ledger, over a Backend. Open one with
-// Open (by URL), a backend package's Open, or NewLedger. It is safe for
+// Open (by URL), a backend package's Open, or New. It is safe for
 // concurrent use.
 type Ledger struct {
 	b Backend
 }
 
-// NewLedger returns a Ledger over b; its Close closes b. (It is not called
-// New: New is the Outcome of an event accepted as new work.)
-func NewLedger(b Backend) *Ledger { return &Ledger{b: b} }
+// New returns a Ledger over b; its Close closes b.
+func New(b Backend) *Ledger { return &Ledger{b: b} }
 
 // Backend returns the backend the ledger runs on, for backend-specific calls
 // (e.g. an object-store ledger's Compact).

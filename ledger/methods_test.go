@@ -57,7 +57,7 @@ func TestLedgerChecksArguments(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := &spy{}
-	l := ledger.NewLedger(s)
+	l := ledger.New(s)
 	held := ledger.Claim{Record: ledger.Record{Bucket: "b", Key: "k"}, Ident: "k"}
 	bare := ledger.Claim{Record: ledger.Record{Bucket: "b", Key: "k"}} // no Ident: not from Claim
 
@@ -113,7 +113,7 @@ func TestLedgerClipsText(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := &spy{}
-	l := ledger.NewLedger(s)
+	l := ledger.New(s)
 	c := ledger.Claim{Record: ledger.Record{Bucket: "b", Key: "k"}, Ident: "k"}
 	long := strings.Repeat("a", ledger.MaxText-1) + "é and more" // é straddles the limit
 	short := "fine ✓"
@@ -145,7 +145,7 @@ func TestLedgerClipsText(t *testing.T) {
 func TestLedgerClipsInvalidUTF8(t *testing.T) {
 	t.Parallel()
 	s := &spy{}
-	l := ledger.NewLedger(s)
+	l := ledger.New(s)
 	c := ledger.Claim{Record: ledger.Record{Bucket: "b", Key: "k"}, Ident: "k"}
 	for _, in := range []string{"ok \xff", strings.Repeat("\xfe", ledger.MaxText)} {
 		if err := l.Fail(context.Background(), c, in, true); err != nil {

@@ -10,11 +10,11 @@ import (
 	"testing"
 
 	"github.com/cairn-s3/cairn/event"
-	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
 	"github.com/cairn-s3/cairn/ledger"
 	_ "github.com/cairn-s3/cairn/ledger/objledger"
 	_ "github.com/cairn-s3/cairn/ledger/postgres"
-	_ "github.com/cairn-s3/cairn/objstore/fs" // file:// ledgers
+	_ "github.com/cairn-s3/cairn/objstore/fsstore" // file:// ledgers
 )
 
 // tree lists every path under dir.

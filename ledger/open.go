@@ -22,7 +22,7 @@ var ErrInvalidURL = errors.New("invalid ledger URL")
 var ErrNoLedger = errors.New("no ledger")
 
 // An Opener opens a ledger's backend from a URL; backends register one per
-// scheme, and Open wraps what it returns with NewLedger.
+// scheme, and Open wraps what it returns with New.
 type Opener func(ctx context.Context, url string, opts *Options) (Backend, error)
 
 var openers registry.Registry[Opener]
@@ -80,7 +80,7 @@ func Open(ctx context.Context, url string, opts *Options) (*Ledger, error) {
 	if err != nil {
 		return nil, redactError(err)
 	}
-	return NewLedger(b), nil
+	return New(b), nil
 }
 
 // libpqKeywords are connection keywords that, alone before an '=', mark a

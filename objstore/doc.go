@@ -1,5 +1,5 @@
 // Package objstore is cairn's narrow, honest interface to object stores: Amazon S3
-// and S3-compatible servers (package s3), a local directory (package fs) and memory
+// and S3-compatible servers (package s3store), a local directory (package fsstore) and memory
 // (package mem).
 //
 // A [Store] is the concrete type users call. It validates keys, turns paged listings
@@ -27,7 +27,7 @@
 //
 // Only a write that carries a condition needs the capabilities. Reads (Get,
 // Head, List) never probe, so read-only credentials are enough to read. A
-// Store whose backend identifies its server ([ServerIdentifier]: package s3)
+// Store whose backend identifies its server ([ServerIdentifier]: package s3store)
 // finds its capabilities, on first need, in this order:
 //
 //  1. [Options].Capabilities, or the backend's own declaration;

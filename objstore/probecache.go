@@ -23,7 +23,7 @@ const DefaultProbeTTL = 24 * time.Hour
 const verdictFormat = 1
 
 // ServerIdentifier is implemented by backends whose probe verdict can be saved
-// and reused across processes (package s3). Backends that enforce conditions
+// and reused across processes (package s3store). Backends that enforce conditions
 // themselves declare them instead; wrappers that change what a server does
 // (faults, policies) do not implement it, so nothing is saved for them.
 type ServerIdentifier interface {

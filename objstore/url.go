@@ -127,7 +127,7 @@ func Open(ctx context.Context, raw string, opts *Options) (*Store, error) {
 	}
 	o, ok := openers.Get(u.Scheme)
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown scheme %q in %q; known schemes: %s (a program links a backend by importing it, e.g. _ \"github.com/cairn-s3/cairn/objstore/s3\")", ErrInvalidURL, u.Scheme, raw, strings.Join(Schemes(), ", "))
+		return nil, fmt.Errorf("%w: unknown scheme %q in %q; known schemes: %s (a program links a backend by importing it, e.g. _ \"github.com/cairn-s3/cairn/objstore/s3store\")", ErrInvalidURL, u.Scheme, raw, strings.Join(Schemes(), ", "))
 	}
 	b, err := o(ctx, u)
 	if err != nil {

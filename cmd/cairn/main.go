@@ -9,8 +9,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/cairn-s3/cairn/cmd/cairn/internal/cli"
 	"github.com/cairn-s3/cairn/intake"
-	"github.com/cairn-s3/cairn/internal/cli"
 )
 
 func main() {

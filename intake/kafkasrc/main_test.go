@@ -3,7 +3,7 @@ package kafkasrc_test
 import (
 	"testing"
 
-	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/internal/testing/testmain"
 )
 
 // TestMain is the shared one: it fails the binary if goroutines leaked.

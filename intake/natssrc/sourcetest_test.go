@@ -13,7 +13,7 @@ import (
 	"github.com/cairn-s3/cairn/intake"
 	"github.com/cairn-s3/cairn/intake/natssrc"
 	"github.com/cairn-s3/cairn/intake/sourcetest"
-	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
 )
 
 // TestSources runs the sources conformance suite on an in-process NATS

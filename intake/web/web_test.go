@@ -20,9 +20,9 @@ import (
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/event/eventtest"
 	"github.com/cairn-s3/cairn/intake/web"
-	"github.com/cairn-s3/cairn/internal/testenv"
-	"github.com/cairn-s3/cairn/internal/testenv/testledger"
-	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testenv/testledger"
+	"github.com/cairn-s3/cairn/internal/testing/testmain"
 	"github.com/cairn-s3/cairn/ledger"
 )
 

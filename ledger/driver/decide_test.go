@@ -19,7 +19,7 @@ func TestDecideQueuePlace(t *testing.T) {
 		return event.Event{Bucket: "b", Key: "k", Sequencer: seq, Kind: event.Created, ETag: "e" + seq}
 	}
 	o, r := driver.Decide(nil, ev("01"), "t", t0, false)
-	if o != ledger.New || !r.NextAttempt.Equal(t0) {
+	if o != ledger.Accepted || !r.NextAttempt.Equal(t0) {
 		t.Fatalf("first event: %v, next %v", o, r.NextAttempt)
 	}
 	o, r2 := driver.Decide(r, ev("02"), "t", t0.Add(time.Minute), false)

@@ -124,7 +124,7 @@ func Decide(row *ledger.Record, ev event.Event, source string, now time.Time, ev
 		r := &ledger.Record{Bucket: ev.Bucket, Key: ev.Key, VersionID: ev.VersionID, ETag: ev.ETag, Size: ev.Size, Kind: ev.Kind,
 			Name: ev.Name, EventTime: ev.Time, Seq: ev.Sequencer, Status: ledger.Pending, FirstSeen: now, Updated: now, Seen: 1, Source: source, Gen: 1,
 			NextAttempt: now, Format: ev.Format, Region: ev.Region, RequestID: ev.RequestID, HostID: ev.HostID}
-		return ledger.New, r
+		return ledger.Accepted, r
 	}
 	r := *row
 	r.Seen++
@@ -147,7 +147,7 @@ func Decide(row *ledger.Record, ev event.Event, source string, now time.Time, ev
 		if prev == ledger.Pending || prev == ledger.Failed {
 			return ledger.Coalesced
 		}
-		return ledger.New
+		return ledger.Accepted
 	}
 	switch {
 	case ev.Unordered():

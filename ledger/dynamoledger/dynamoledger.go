@@ -147,7 +147,7 @@ func OpenWithClient(ctx context.Context, url string, opts *ledger.Options, hc aw
 	if err != nil {
 		return nil, err
 	}
-	return ledger.NewLedger(b), nil
+	return ledger.New(b), nil
 }
 
 // config is what a URL says.

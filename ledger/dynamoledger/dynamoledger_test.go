@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
-	"github.com/cairn-s3/cairn/internal/testenv"
-	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testmain"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/dynamoledger"
 	"github.com/cairn-s3/cairn/ledger/ledgertest"

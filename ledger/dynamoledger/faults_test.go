@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
-	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/ledgertest"
 )
@@ -173,7 +173,7 @@ func TestLostAnswers(t *testing.T) {
 			}
 			var ds []ledger.Decision
 			step("record", func() (err error) { ds, err = l.Record(ctx, "s", []event.Event{ev("01")}); return })
-			if ds[0].Outcome != ledger.New {
+			if ds[0].Outcome != ledger.Accepted {
 				t.Fatalf("first delivery decided %s, want new", ds[0].Outcome)
 			}
 			step("record again", func() (err error) { ds, err = l.Record(ctx, "s", []event.Event{ev("02")}); return })

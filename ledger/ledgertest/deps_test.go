@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/internal/testing/testmain"
 )
 
 func TestMain(m *testing.M) { testmain.Run(m) }
@@ -25,8 +25,8 @@ func TestDependsOnTheLedgerOnly(t *testing.T) {
 		"github.com/nats-io/",
 		"github.com/aws/aws-sdk-go-v2",
 		cairn + "internal/test",
-		cairn + "internal/services",
-		cairn + "internal/faultproxy",
+		cairn + "internal/testing/services",
+		cairn + "internal/testing/faultproxy",
 		cairn + "objstore",
 	}
 	for _, pkg := range strings.Fields(string(out)) {

@@ -1,6 +1,6 @@
 // Package ledgertest is the conformance suite every intake ledger backend must
 // pass: call Run from the backend's tests, with a Harness whose New returns
-// the backend wrapped in a *ledger.Ledger (ledger.NewLedger or the backend's
+// the backend wrapped in a *ledger.Ledger (ledger.New or the backend's
 // Open), so the suite checks what users get. Process tests re-execute the
 // test binary; its TestMain must call MaybeChild first, which runs the child
 // side. The suite depends on the ledger and event packages only, so a backend

@@ -280,7 +280,7 @@ func testKilledRecorder(t *testing.T, h Harness) {
 		t.Skip("this ledger cannot be opened from another process")
 	}
 	// This handle records first, so that it holds state of its own about k000.
-	if got := outcomes(must(l.Record(ctx, "parent", []event.Event{ev("k000", "00")}))(t)); got[0] != ledger.New {
+	if got := outcomes(must(l.Record(ctx, "parent", []event.Event{ev("k000", "00")}))(t)); got[0] != ledger.Accepted {
 		t.Fatalf("first record: %v", got)
 	}
 	cmd, out := child(t, h, url, "record-and-hang", 0)
@@ -350,7 +350,7 @@ func testTwoHandles(t *testing.T, h Harness) {
 			t.Fatalf("a/%s: %s, want %s", seq, got[0], want)
 		}
 	}
-	rec(l1, "1", ledger.New)
+	rec(l1, "1", ledger.Accepted)
 	rec(l2, "1", ledger.Duplicate)
 	rec(l2, "2", ledger.Coalesced)
 	rec(l1, "2", ledger.Duplicate)
@@ -364,7 +364,7 @@ func testTwoHandles(t *testing.T, h Harness) {
 	if c.Seq != "2" {
 		t.Fatalf("claim of a: %+v", c)
 	}
-	rec(l1, "3", ledger.New) // newer work while claimed
+	rec(l1, "3", ledger.Accepted) // newer work while claimed
 	if err := l2.Complete(ctx, c, "done"); err != nil {
 		t.Fatal(err)
 	}

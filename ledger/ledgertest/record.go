@@ -22,7 +22,7 @@ func testBasics(t *testing.T, h Harness) {
 	test := event.Event{Bucket: "b", Kind: event.Test, Name: "TestEvent"}
 	noop := event.Event{Bucket: "b", Key: "gone", Kind: event.Other, Name: "ObjectRemoved:NoOP", Sequencer: "01"}
 	ds := must(l.Record(ctx, "webhook", []event.Event{ev("k", "0A"), ev("k", "0A"), ev("k", "09"), test, noop}))(t)
-	want := []ledger.Outcome{ledger.New, ledger.Duplicate, ledger.Stale, ledger.Ignored, ledger.Ignored}
+	want := []ledger.Outcome{ledger.Accepted, ledger.Duplicate, ledger.Stale, ledger.Ignored, ledger.Ignored}
 	if got := outcomes(ds); !slices.Equal(got, want) {
 		t.Fatalf("decisions %v, want %v", got, want)
 	}
@@ -175,7 +175,7 @@ func testNewerWhileClaimed(t *testing.T, h Harness) {
 	l, _ := h.New(t, nil)
 	must(l.Record(ctx, "s", []event.Event{ev("k", "01")}))(t)
 	c := must(l.Claim(ctx, 1, time.Minute))(t)[0]
-	if got := outcomes(must(l.Record(ctx, "s", []event.Event{ev("k", "02")}))(t)); got[0] != ledger.New {
+	if got := outcomes(must(l.Record(ctx, "s", []event.Event{ev("k", "02")}))(t)); got[0] != ledger.Accepted {
 		t.Fatalf("newer event while claimed: %v", got)
 	}
 	if more := must(l.Claim(ctx, 5, time.Minute))(t); len(more) != 0 {
@@ -254,7 +254,7 @@ func testRecordAndClaim(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := outcomes(ds); !slices.Equal(got, []ledger.Outcome{ledger.New, ledger.Duplicate, ledger.New, ledger.New, ledger.New}) {
+	if got := outcomes(ds); !slices.Equal(got, []ledger.Outcome{ledger.Accepted, ledger.Duplicate, ledger.Accepted, ledger.Accepted, ledger.Accepted}) {
 		t.Fatalf("decisions %v", got)
 	}
 	// Two claims of this batch's new work (all due at once: which two is the
@@ -399,7 +399,7 @@ func testUnordered(t *testing.T, h Harness) {
 		t.Fatalf("audit of an unchanged object: %v", got)
 	}
 	audit.ETag = "changed"
-	if got := outcomes(must(l.Record(ctx, "audit", []event.Event{audit}))(t)); got[0] != ledger.New {
+	if got := outcomes(must(l.Record(ctx, "audit", []event.Event{audit}))(t)); got[0] != ledger.Accepted {
 		t.Fatalf("audit of a changed object: %v", got)
 	}
 	// A late real event older than the accepted one is still stale.
@@ -493,7 +493,7 @@ func testOddKeys(t *testing.T, h Harness) {
 		}
 		evs = append(evs, e)
 	}
-	if ds := must(l.Record(ctx, "s", evs))(t); !slices.Equal(outcomes(ds), slices.Repeat([]ledger.Outcome{ledger.New}, len(evs))) {
+	if ds := must(l.Record(ctx, "s", evs))(t); !slices.Equal(outcomes(ds), slices.Repeat([]ledger.Outcome{ledger.Accepted}, len(evs))) {
 		t.Fatalf("decisions %v", outcomes(ds))
 	}
 	// The same keys again are duplicates: no backend folded two keys into one.

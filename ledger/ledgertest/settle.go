@@ -108,7 +108,7 @@ func testRetryDead(t *testing.T, h Harness) {
 		t.Fatalf("dead letters were claimed: %+v", cs)
 	}
 	// A newer event revives a dead key.
-	if got := outcomes(must(l.Record(ctx, "s", []event.Event{ev("k", "02")}))(t)); got[0] != ledger.New {
+	if got := outcomes(must(l.Record(ctx, "s", []event.Event{ev("k", "02")}))(t)); got[0] != ledger.Accepted {
 		t.Fatalf("newer event for a dead key: %v", got)
 	}
 	if cs := must(l.Claim(ctx, 10, time.Minute))(t); len(cs) != 1 || cs[0].Attempts != 1 {

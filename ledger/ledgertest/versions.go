@@ -69,22 +69,22 @@ func testVersionRemovals(t *testing.T, h Harness) {
 	// accepted, not judged older than v2's event.
 	audit := event.Event{Bucket: "b", Key: "k", VersionID: "v0", ETag: "etag-v0", Kind: event.Created, Name: event.AuditPrefix + "Changed",
 		Time: time.Date(2025, 12, 1, 0, 0, 0, 0, time.UTC), Format: event.FormatAudit}
-	check("audit resubmission of v0", ledger.New, []event.Event{audit}, event.Created, "v0")
+	check("audit resubmission of v0", ledger.Accepted, []event.Event{audit}, event.Created, "v0")
 	drain(t, ctx, l, map[string][]string{})
 
 	// A delete marker, then the marker deleted by its id: content is back.
-	check("delete marker", ledger.New, []event.Event{versionEvent("ObjectRemoved:DeleteMarkerCreated", "05", "m1", "")}, event.Removed, "m1")
+	check("delete marker", ledger.Accepted, []event.Event{versionEvent("ObjectRemoved:DeleteMarkerCreated", "05", "m1", "")}, event.Removed, "m1")
 	drain(t, ctx, l, map[string][]string{})
 	check("DELETE ?versionId=m1 (the marker)", ledger.Ignored,
 		[]event.Event{versionEvent("ObjectRemoved:Delete", "06", "m1", "")}, event.Removed, "m1")
 	audit.Time = time.Date(2025, 12, 2, 0, 0, 0, 0, time.UTC)
-	check("audit resubmission of v0 after the marker went", ledger.New, []event.Event{audit}, event.Created, "v0")
+	check("audit resubmission of v0 after the marker went", ledger.Accepted, []event.Event{audit}, event.Created, "v0")
 	drain(t, ctx, l, map[string][]string{})
 
 	// MinIO announces the deletion of a delete marker as DeleteMarkerCreated
 	// again, with the marker's version id: the same marker cannot be placed
 	// twice, so it is the marker's removal, not the key's.
-	check("delete marker m2", ledger.New, []event.Event{versionEvent("ObjectRemoved:DeleteMarkerCreated", "07", "m2", "")}, event.Removed, "m2")
+	check("delete marker m2", ledger.Accepted, []event.Event{versionEvent("ObjectRemoved:DeleteMarkerCreated", "07", "m2", "")}, event.Removed, "m2")
 	drain(t, ctx, l, map[string][]string{})
 	check("redelivery of m2's event", ledger.Duplicate, []event.Event{versionEvent("ObjectRemoved:DeleteMarkerCreated", "07", "m2", "")}, event.Removed, "m2")
 	check("MinIO: DeleteMarkerCreated m2 again (m2 deleted)", ledger.Ignored,
@@ -93,11 +93,11 @@ func testVersionRemovals(t *testing.T, h Harness) {
 		t.Fatalf("a delete marker's deletion made work: %+v", cs)
 	}
 	audit.Time = time.Date(2025, 12, 3, 0, 0, 0, 0, time.UTC)
-	check("audit resubmission of v0 after m2 went", ledger.New, []event.Event{audit}, event.Created, "v0")
+	check("audit resubmission of v0 after m2 went", ledger.Accepted, []event.Event{audit}, event.Created, "v0")
 	// In a bucket whose versioning is suspended every marker is "null".
 	for _, seq := range []string{"09", "10"} {
 		drain(t, ctx, l, map[string][]string{})
-		check("delete marker null "+seq, ledger.New, []event.Event{versionEvent("ObjectRemoved:DeleteMarkerCreated", seq, "null", "")}, event.Removed, "null")
+		check("delete marker null "+seq, ledger.Accepted, []event.Event{versionEvent("ObjectRemoved:DeleteMarkerCreated", seq, "null", "")}, event.Removed, "null")
 	}
 
 	// A key the ledger never saw: a version's removal makes no record.
@@ -114,7 +114,7 @@ func testVersionRemovals(t *testing.T, h Harness) {
 	must(lv.Record(ctx, "s", []event.Event{put("01", "v1"), put("02", "v2")}))(t)
 	drain(t, ctx, lv, map[string][]string{})
 	ds := must(lv.Record(ctx, "s", []event.Event{versionEvent("LifecycleExpiration:Delete", "03", "v1", "")}))(t)
-	if ds[0].Outcome != ledger.New {
+	if ds[0].Outcome != ledger.Accepted {
 		t.Fatalf("every version: removal of v1: %v, want new", outcomes(ds))
 	}
 	cs := must(lv.Claim(ctx, 10, time.Minute))(t)

@@ -247,11 +247,11 @@ func Open(ctx context.Context, s *objstore.Store, opts *ledger.Options, cfg *Opt
 	if err != nil {
 		return nil, err
 	}
-	return ledger.NewLedger(b), nil
+	return ledger.New(b), nil
 }
 
 // OpenBackend is Open returning the backend itself, for its own methods
-// (Compact, Shards, Store); wrap it with ledger.NewLedger to use it as a
+// (Compact, Shards, Store); wrap it with ledger.New to use it as a
 // ledger.
 func OpenBackend(ctx context.Context, s *objstore.Store, opts *ledger.Options, cfg *Options) (*Backend, error) {
 	c := cfg.withDefaults()

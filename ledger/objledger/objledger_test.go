@@ -15,14 +15,14 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
-	"github.com/cairn-s3/cairn/internal/testenv"
-	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testmain"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/ledgertest"
 	"github.com/cairn-s3/cairn/ledger/objledger"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/faulty"
-	_ "github.com/cairn-s3/cairn/objstore/fs" // file:// ledgers
+	_ "github.com/cairn-s3/cairn/objstore/fsstore" // file:// ledgers
 	"github.com/cairn-s3/cairn/objstore/mem"
 )
 

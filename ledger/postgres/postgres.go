@@ -159,7 +159,7 @@ func Open(ctx context.Context, url string, opts *ledger.Options) (*ledger.Ledger
 	if err != nil {
 		return nil, err
 	}
-	return ledger.NewLedger(b), nil
+	return ledger.New(b), nil
 }
 
 // open connects and migrates the schema.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-s3/cairn/internal/testenv"
-	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testmain"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/ledgertest"
 	"github.com/cairn-s3/cairn/ledger/postgres"

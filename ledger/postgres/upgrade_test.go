@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/cairn-s3/cairn/event"
-	"github.com/cairn-s3/cairn/internal/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
@@ -38,7 +38,7 @@ func TestUpgradeFromSchema3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ds[0].Outcome != ledger.Duplicate || ds[1].Outcome != ledger.New || ds[2].Outcome != ledger.New {
+	if ds[0].Outcome != ledger.Duplicate || ds[1].Outcome != ledger.Accepted || ds[2].Outcome != ledger.Accepted {
 		t.Fatalf("decisions %v %v %v, want duplicate, new, new", ds[0].Outcome, ds[1].Outcome, ds[2].Outcome)
 	}
 	cs, err := l.Claim(ctx, 5, 60e9)

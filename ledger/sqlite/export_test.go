@@ -13,7 +13,7 @@ func OpenWithLogLimits(ctx context.Context, path string, opts *ledger.Options, l
 	if err != nil {
 		return nil, err
 	}
-	return ledger.NewLedger(b), nil
+	return ledger.New(b), nil
 }
 
 // Queued reports how many calls wait in l's group-commit queue.

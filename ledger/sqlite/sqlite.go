@@ -100,7 +100,7 @@ func Open(ctx context.Context, path string, opts *ledger.Options) (*ledger.Ledge
 	if err != nil {
 		return nil, err
 	}
-	return ledger.NewLedger(b), nil
+	return ledger.New(b), nil
 }
 
 // open opens the ledger at path with synchronous set to sync: FULL (a commit

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
-	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/internal/testing/testmain"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/internal/sqlledger"
 	"github.com/cairn-s3/cairn/ledger/ledgertest"
@@ -69,12 +69,12 @@ func TestInvalidUTF8BypassesTheLog(t *testing.T) {
 			}
 		}
 	}
-	record(l, ledger.New, ev("logged", "01", "e1"))
+	record(l, ledger.Accepted, ev("logged", "01", "e1"))
 	if _, err := l.Get(ctx, "b", "logged"); err != nil { // folds: the table has revision 1
 		t.Fatal(err)
 	}
 	record(l, ledger.Coalesced, ev("logged", "02", "e2"))                             // revision 2, in the log
-	record(l, ledger.New, ev("odd", "01", "bad\xff\xfe"))                             // direct
+	record(l, ledger.Accepted, ev("odd", "01", "bad\xff\xfe"))                        // direct
 	record(l, ledger.Coalesced, ev("logged", "03", "e3"), ev("odd", "02", "\xc3bad")) // direct: revision 3 over 2
 	other, err := ledger.Open(ctx, "sqlite://"+path, nil)
 	if err != nil {

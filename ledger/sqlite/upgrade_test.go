@@ -43,7 +43,7 @@ func TestUpgradeFromSchema3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ds[0].Outcome != ledger.Duplicate || ds[1].Outcome != ledger.New {
+	if ds[0].Outcome != ledger.Duplicate || ds[1].Outcome != ledger.Accepted {
 		t.Fatalf("decisions %v %v, want duplicate, new", ds[0].Outcome, ds[1].Outcome)
 	}
 	cs, err := l.Claim(ctx, 5, 60e9)

@@ -28,7 +28,7 @@ func TestWALStaysSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := ledger.NewLedger(b)
+	l := ledger.New(b)
 	defer l.Close()
 	rnd := rand.New(rand.NewPCG(1, 2))
 	const limit, transaction = 16 << 20, 24 << 20 // the WAL's bound, and room for one fold of 2,000 rows

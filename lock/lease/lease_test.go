@@ -17,13 +17,13 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/cairn-s3/cairn/docstore"
-	"github.com/cairn-s3/cairn/internal/testenv"
-	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
+	"github.com/cairn-s3/cairn/internal/testing/testmain"
 	"github.com/cairn-s3/cairn/lock/lease"
 	"github.com/cairn-s3/cairn/objstore"
-	_ "github.com/cairn-s3/cairn/objstore/fs"
+	_ "github.com/cairn-s3/cairn/objstore/fsstore"
 	"github.com/cairn-s3/cairn/objstore/mem"
-	_ "github.com/cairn-s3/cairn/objstore/s3"
+	_ "github.com/cairn-s3/cairn/objstore/s3store"
 )
 
 func TestMain(m *testing.M) { testmain.Run(m) }

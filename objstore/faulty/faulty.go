@@ -73,7 +73,7 @@ const (
 	// detached from the caller's context. Only for writes.
 	LateApply
 	// Full: the store refuses the request as a full disk does: nothing is
-	// applied, and the client gets the error objstore/fs returns on one, an
+	// applied, and the client gets the error objstore/fsstore returns on one, an
 	// objstore.ErrUnwritable wrapping syscall.ENOSPC (not transient: retry
 	// loops give up at once). Only for requests that store data (put, copy,
 	// and the multipart create, part and complete); the others (reads,

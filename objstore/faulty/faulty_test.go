@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/internal/testing/testmain"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/faulty"
 	"github.com/cairn-s3/cairn/objstore/mem"

@@ -3,7 +3,7 @@ package mem_test
 import (
 	"testing"
 
-	"github.com/cairn-s3/cairn/internal/testmain"
+	"github.com/cairn-s3/cairn/internal/testing/testmain"
 	"github.com/cairn-s3/cairn/objstore"
 	"github.com/cairn-s3/cairn/objstore/mem"
 	"github.com/cairn-s3/cairn/objstore/objstoretest"

@@ -1,0 +1,30 @@
+module github.com/cairn-s3/cairn/cmd/cairn/internal/bench/sqlitedrivers
+
+go 1.26.0
+
+require (
+	github.com/cairn-s3/cairn/cmd/cairn/internal/bench/sqlitedrivers/work v0.0.0
+	github.com/mattn/go-sqlite3 v1.14.53
+	github.com/ncruces/go-sqlite3 v0.37.0
+	modernc.org/sqlite v1.61.1
+)
+
+require (
+	github.com/cairn-s3/cairn v0.0.0 // indirect
+	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/mattn/go-isatty v0.0.24 // indirect
+	github.com/ncruces/go-sqlite3-wasm/v6 v6.5.35401 // indirect
+	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/ncruces/julianday v1.0.0 // indirect
+	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	modernc.org/libc v1.79.0 // indirect
+	modernc.org/mathutil v1.7.1 // indirect
+	modernc.org/memory v1.12.1 // indirect
+)
+
+replace github.com/cairn-s3/cairn/cmd/cairn/internal/bench/sqlitedrivers/work => ./work
+
+// The ledger's schema and SQL come from cairn's own source (internal/sqlschema).
+replace github.com/cairn-s3/cairn => ../../../../..

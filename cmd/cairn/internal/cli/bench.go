@@ -1,0 +1,311 @@
+package cli
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cairn-s3/cairn/cmd/cairn/internal/bench"
+	"github.com/cairn-s3/cairn/cmd/cairn/internal/durflag"
+)
+
+// The bench commands parse flags and call package bench, which holds the
+// workloads, the baselines and the report.
+
+func benchCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench NAME",
+		Short: "Measure cairn against a naive baseline in the same run and print the ratio",
+		Long: `bench runs a whole-system benchmark. Each measures a naive baseline and cairn
+in the same run, interleaved, and prints both figures and their ratio (with
+--json, one JSON object per line; the last line has name, unit, baseline, cairn
+and ratio). Absolute figures on shared machines are noise; ratios are not.`,
+	}
+	cmd.AddCommand(benchObjstoreCmd(e), benchDocsCmd(e), benchDocsWorkerCmd(e), benchLedgerCmd(e), benchServeCmd(e), benchFsCmd(e), benchAuditCmd(e))
+	return cmd
+}
+
+func benchObjstoreCmd(e *env) *cobra.Command {
+	var storeURL string
+	var opts bench.ObjstoreOptions
+	cmd := &cobra.Command{
+		Use:   "objstore",
+		Short: "Cost of conditional writes (if-absent, if-match) against plain writes on one store",
+		Long: `Measures, alternating in rounds on the same store, plain PUTs (the baseline)
+against write-once PUTs (If-None-Match: *) of fresh keys and compare-and-swap
+PUTs (If-Match) of one key. A ratio near 1 means conditions are nearly free;
+the fs store's target is >= 0.5 (conditional within 2x of plain).`,
+		Example: `  cairn bench objstore --store ./cairn-data/bench
+  cairn bench objstore --store 's3://bucket/bench?endpoint=http://127.0.0.1:9000&path_style=true' --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Ops < 10 {
+				return usagef("--ops must be at least 10")
+			}
+			s, err := openStore(cmd.Context(), storeURL)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			return e.printResults(bench.Objstore(cmd.Context(), s, opts))
+		},
+	}
+	nonEmptyVar(cmd.Flags(), &storeURL, "store", "./cairn-data/bench", "store URL to benchmark (scratch keys go under cairn-bench/)", "name the store, or drop --store for ./cairn-data/bench")
+	cmd.Flags().IntVar(&opts.Ops, "ops", 400, "operations per variant")
+	cmd.Flags().IntVar(&opts.Size, "size", 4096, "object size in bytes")
+	return cmd
+}
+
+func benchDocsCmd(e *env) *cobra.Command {
+	var storeURL, writersList string
+	var opts bench.DocsOptions
+	cmd := &cobra.Command{
+		Use:   "docs",
+		Short: "Committed updates/s on one document: the naive CAS loop vs cairn's group commit",
+		Long: `For each writer count, W goroutines increment one counter document for
+--duration with the textbook loop (GET, modify, PUT If-Match, retry on 412) and
+then with cairn (docstore.Update with group commit), each on a fresh key. Reports
+committed updates per second, p99 update latency and the ratio. With --procs,
+also runs that many OS processes of --proc-writers each, both ways. Every phase
+checks that the counter equals the number of updates reported committed.`,
+		Example: `  cairn bench docs --store 's3://bench?endpoint=http://127.0.0.1:9000&path_style=true' --json`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, f := range strings.Split(writersList, ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || n < 1 {
+					return usagef("--writers %q: a comma-separated list of positive numbers", writersList)
+				}
+				opts.Writers = append(opts.Writers, n)
+			}
+			ctx := cmd.Context()
+			s, err := openStore(ctx, storeURL)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			opts.Store, opts.StoreURL, opts.Log = s, storeURL, e.log
+			return e.printResults(bench.Docs(ctx, opts))
+		},
+	}
+	cmd.Flags().StringVar(&storeURL, "store", "./cairn-data/bench", "store URL")
+	cmd.Flags().StringVar(&writersList, "writers", "1,4,16,64", "writer counts to measure")
+	durflag.Var(cmd.Flags(), &opts.Duration, "duration", 3*time.Second, "how long each phase runs")
+	cmd.Flags().IntVar(&opts.Procs, "procs", 4, "OS processes for the multi-process phase (0 skips it)")
+	cmd.Flags().IntVar(&opts.ProcWriters, "proc-writers", 16, "writers in each process")
+	return cmd
+}
+
+// benchDocsWorkerCmd is one worker process of bench docs (bench.DocsOptions.WorkerCommand).
+func benchDocsWorkerCmd(e *env) *cobra.Command {
+	var storeURL string
+	var opts bench.DocsWorkerOptions
+	var startNs int64
+	cmd := &cobra.Command{
+		Use:    "docs-worker",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			s, err := openStore(ctx, storeURL)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			opts.Start = time.Unix(0, startNs)
+			return e.writeJSON(bench.DocsWorker(ctx, s, opts))
+		},
+	}
+	cmd.Flags().StringVar(&storeURL, "store", "", "")
+	cmd.Flags().StringVar(&opts.Mode, "mode", "cairn", "")
+	cmd.Flags().StringVar(&opts.Key, "key", "", "")
+	cmd.Flags().IntVar(&opts.Writers, "writers", 16, "")
+	durflag.Var(cmd.Flags(), &opts.Duration, "duration", 3*time.Second, "")
+	cmd.Flags().Int64Var(&startNs, "start", 0, "")
+	return cmd
+}
+
+func benchLedgerCmd(e *env) *cobra.Command {
+	var opts bench.LedgerOptions
+	cmd := &cobra.Command{
+		Use:   "ledger",
+		Short: "Ledger decisions/s: batched cairn against a naive per-event ledger, for each --ledger given",
+		Long: `Generates --events events over --keys keys (overwrites with increasing
+sequencers, 1% duplicates, 5% reordered) and records them into the ledger in
+batches of --batch from --workers goroutines: decisions per second. Then claims
+and completes up to --claims records: claims+completions/s.
+
+The baseline runs on the same kind of storage, on the first --naive-events
+events of the same workload: on SQLite and PostgreSQL, seed 001's table done
+per event (SELECT, then INSERT or UPDATE, one transaction each); on an object
+store, one marker object per key (GET it, PUT it if the event is newer: no
+conditions, no batching; at most 2,000 events); on DynamoDB (dynamodb://TABLE),
+AWS Lambda Powertools' idempotency pattern from --workers goroutines (per event
+a conditional put of an INPROGRESS item, then an update to COMPLETED), while
+cairn records, then claims and completes until no work is left. For object
+stores the bench also counts requests per 1,000 events, and for DynamoDB write
+requests per 1,000 events (the table and TABLE-naive are deleted before and
+after: scratch names).
+
+--ledger may be given several times: each ledger runs the same workload in turn,
+so SQLite, PostgreSQL and the object-store ledger are compared in one run. Every
+ledger is wiped before its run (table cairn_ledger, or every object under the
+object-store ledger's prefix): point them at scratch locations.`,
+		Example: `  cairn bench ledger --ledger /tmp/bench.db
+  cairn bench ledger --ledger 'postgres://postgres@127.0.0.1:5432/bench' --workers 8 --json
+  cairn bench ledger --ledger /tmp/bench.db --ledger 's3://scratch/ledger?endpoint=http://127.0.0.1:9000&path_style=true' --workers 4
+  cairn bench ledger --ledger 'dynamodb://scratch-ledger?endpoint=http://127.0.0.1:4567' --events 20000 --keys 5000 --workers 8`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Events < 1000 || opts.Keys < 1 || opts.Batch < 1 || opts.Workers < 1 {
+				return usagef("--events >= 1000, --keys, --batch and --workers >= 1")
+			}
+			return e.printResults(bench.Ledger(cmd.Context(), opts))
+		},
+	}
+	nonEmptyArrayVar(cmd.Flags(), &opts.URLs, "ledger", "ledger URL, repeatable (scratch: it is wiped; default ./cairn-data/bench-ledger.db)", "name the ledger, or drop --ledger for the default")
+	cmd.Flags().IntVar(&opts.Events, "events", 1_000_000, "events to record")
+	cmd.Flags().IntVar(&opts.Keys, "keys", 100_000, "distinct keys")
+	cmd.Flags().IntVar(&opts.NaiveEvents, "naive-events", 10_000, "events for the naive baseline")
+	cmd.Flags().IntVar(&opts.Batch, "batch", 1000, "events per Record call")
+	cmd.Flags().IntVar(&opts.Workers, "workers", 1, "concurrent recorders and claimers")
+	cmd.Flags().IntVar(&opts.Claims, "claims", 20_000, "records to claim and complete")
+	return cmd
+}
+
+func benchServeCmd(e *env) *cobra.Command {
+	var opts bench.ServeOptions
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Intake throughput through the webhook: cairn (ledger) against the same server with the ledger bypassed",
+		Long: `Posts MinIO-style webhook bodies (one record per POST, distinct keys) from
+--senders concurrent senders to a real HTTP server on 127.0.0.1, and measures
+sustained events/s from the first POST to the last handler call, and the p99
+delivery-to-handler latency (POST sent → handler called).
+
+cairn: the webhook records each event in the ledger (group commit) before
+answering, workers claim, run the handler, and complete (batched). Baseline: the
+same server and handler with the ledger bypassed (the handler runs inside the
+request). Run with a Go no-op handler (--events) and with an exec handler that
+runs /bin/true (--exec-events). Each side runs --rounds times, alternating:
+events/s is the median round's, the latencies are over every round's events.
+With the no-op handler a third side runs in each round, the pipeline ceiling:
+the same pipeline on an in-memory ledger that keeps nothing (a measuring
+instrument, not a ledger), printed with "ratio pipeline ceiling/baseline"
+(the pipeline's share of the gap) and "cairn/pipeline ceiling" (the
+ledger's).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Events < 100 || opts.Senders < 1 || opts.Concurrency < 1 || opts.Rounds < 1 {
+				return usagef("--events >= 100, --senders, --concurrency and --rounds >= 1")
+			}
+			return e.printResults(bench.Serve(cmd.Context(), opts))
+		},
+	}
+	cmd.Flags().IntVar(&opts.Events, "events", 50000, "events for the no-op handler run")
+	cmd.Flags().IntVar(&opts.ExecEvents, "exec-events", 3000, "events for the exec handler run (0 skips it)")
+	cmd.Flags().IntVar(&opts.Senders, "senders", 64, "concurrent webhook senders")
+	cmd.Flags().IntVar(&opts.Concurrency, "concurrency", 64, "handlers at once")
+	nonEmptyVar(cmd.Flags(), &opts.LedgerURL, "ledger", "", "ledger URL (default: a fresh SQLite file); wiped by nothing: refused if it holds work to do", "drop --ledger for a fresh SQLite file")
+	cmd.Flags().StringVar(&opts.Only, "only", "", "run only the noop or the exec handler")
+	cmd.Flags().IntVar(&opts.Rounds, "rounds", 3, "rounds of each side, alternating (events/s is the median round's)")
+	cmd.Flags().BoolVar(&opts.SkipBaseline, "skip-baseline", false, "profiling: run cairn only")
+	_ = cmd.Flags().MarkHidden("skip-baseline")
+	return cmd
+}
+
+func benchFsCmd(e *env) *cobra.Command {
+	var storeURL string
+	var opts bench.FsOptions
+	cmd := &cobra.Command{
+		Use:   "fs --store URL",
+		Short: "Folder rename: cairn (parallel, journaled, locked) against the naive list/copy/delete loop",
+		Long: `Writes --objects small objects under two folders of the store, renames one with
+the naive sequential loop (list, copy one, delete one) and the other with cairn
+(tree lock, intent journal, --concurrency copies and deletes in flight), and
+prints objects/s for both, the ratio, and the share of cairn's time spent on
+its journal.
+
+It also measures the store's ceiling: in --rounds rounds, bare CopyObject
+requests (no journal, no lock) of --ceiling-objects of the same objects at each
+of --ceiling-concurrency in flight, then every object of the round's folder at
+the fastest of them (the ceiling), then a rename by cairn of that folder. It
+prints cairn's copy rate (over its copy phase) against the ceiling, both the
+median of the rounds, with the p50 and p99 of one
+copy on each side, the whole rename's rate against the same ceiling, and
+cairn's requests per object.
+
+With --memory-objects N,… it then renames folders of N objects (on the store
+given; use a local directory) and reports the peak Go heap during each rename:
+the manifest is streamed in chunks, so memory stays flat as N grows.
+
+Everything the bench writes is under cairn-bench-fs/ and is deleted after.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if storeURL == "" || opts.Objects < 1 || opts.Concurrency < 0 {
+				return usagef("--store and --objects >= 1 are required; --concurrency may not be negative")
+			}
+			ctx := cmd.Context()
+			s, err := openStore(ctx, storeURL)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			opts.Store, opts.StoreURL, opts.Progress = s, storeURL, e.stderr
+			return e.printResults(bench.Fs(ctx, opts))
+		},
+	}
+	nonEmptyVar(cmd.Flags(), &storeURL, "store", "", "store URL (s3://… or a directory)", "name the store")
+	cmd.Flags().IntVar(&opts.Objects, "objects", 10000, "objects in the renamed folders")
+	cmd.Flags().IntVar(&opts.Concurrency, "concurrency", 0, "cairn's copies and deletes in flight (default: the folder package's)")
+	cmd.Flags().IntVar(&opts.Rounds, "rounds", 3, "rounds of ceiling measurement and cairn rename")
+	cmd.Flags().IntSliceVar(&opts.CeilingConcurrencies, "ceiling-concurrency", []int{8, 16, 32, 64, 128}, "bare CopyObject requests in flight at which the ceiling is measured")
+	cmd.Flags().IntVar(&opts.CeilingObjects, "ceiling-objects", 1000, "objects copied by each ceiling measurement")
+	cmd.Flags().IntSliceVar(&opts.MemoryObjects, "memory-objects", nil, "also rename folders of these sizes and report peak heap (e.g. 20000,200000)")
+	return cmd
+}
+
+func benchAuditCmd(e *env) *cobra.Command {
+	var storeURL string
+	var opts bench.AuditOptions
+	cmd := &cobra.Command{
+		Use:   "audit --store URL [--objects N]",
+		Short: "Audit time against a bare LIST of the same prefix, with a ledger holding every object",
+		Long: `Writes --objects small objects under cairn-bench-audit/N/ (reused if an earlier
+run that was killed left exactly that many there), records them in a fresh
+SQLite ledger as processed, then times a bare LIST of the prefix and a dry-run
+audit of it, and reports the ratio and the audit's peak Go heap.
+
+When it ends, on success, error or interrupt (Ctrl-C) alike, it deletes every
+object under cairn-bench-audit/N/ and says so on stderr (or what it could not
+delete, and how to delete it). Only a killed process leaves them behind.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if storeURL == "" || opts.Objects < 1 {
+				return usagef("--store and --objects >= 1 are required")
+			}
+			ctx := cmd.Context()
+			s, err := openStore(ctx, storeURL)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			opts.Store, opts.StoreURL, opts.Progress = s, storeURL, e.stderr
+			return e.printResults(bench.Audit(ctx, opts))
+		},
+	}
+	nonEmptyVar(cmd.Flags(), &storeURL, "store", "", "store URL", "name the store")
+	cmd.Flags().IntVar(&opts.Objects, "objects", 100000, "objects to audit")
+	return cmd
+}
+
+// printResults prints a benchmark's results as a table (or JSON), or returns
+// the error that ended it.
+func (e *env) printResults(results []bench.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	return bench.Print(e.stdout, e.json, results)
+}

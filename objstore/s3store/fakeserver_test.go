@@ -1,0 +1,136 @@
+package s3store_test
+
+import (
+	"encoding/xml"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cairn-s3/cairn/objstore"
+	"github.com/cairn-s3/cairn/objstore/s3store"
+)
+
+// fakeS3 answers just enough of S3 to show how the backend reads answers no
+// real server under test sends on demand: DeleteObjects errors whose key holds
+// a raw CR (XML parsers read it as LF) or names a key not in the request, and
+// listings that ignore encoding-type=url and name a folder with U+FFFD.
+type fakeS3 struct {
+	mu       sync.Mutex
+	denied   map[string]bool // keys whose delete is refused
+	stranger string          // a key DeleteObjects reports although not asked for
+	deleted  []string        // keys deleted, in order
+	folder   string          // a common prefix every listing names, as is
+}
+
+func (f *fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := strings.TrimPrefix(r.URL.Path, "/bkt/")
+	switch {
+	case r.Method == http.MethodPost && r.URL.Query().Has("delete"):
+		var req struct {
+			Objects []struct {
+				Key string `xml:"Key"`
+			} `xml:"Object"`
+		}
+		body, _ := io.ReadAll(r.Body)
+		if err := xml.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var out strings.Builder
+		out.WriteString(`<?xml version="1.0" encoding="UTF-8"?><DeleteResult>`)
+		for _, o := range req.Objects {
+			if f.denied[o.Key] {
+				// As servers do: the key raw, a CR included.
+				out.WriteString("<Error><Key>" + o.Key + "</Key><Code>AccessDenied</Code><Message>denied</Message></Error>")
+				continue
+			}
+			f.deleted = append(f.deleted, o.Key)
+		}
+		if f.stranger != "" {
+			out.WriteString("<Error><Key>" + f.stranger + "</Key><Code>InternalError</Code><Message>oops</Message></Error>")
+		}
+		out.WriteString("</DeleteResult>")
+		w.Header().Set("Content-Type", "application/xml")
+		_, _ = io.WriteString(w, out.String())
+	case r.Method == http.MethodDelete:
+		k, _ := url.PathUnescape(key)
+		if f.denied[k] {
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>denied</Message></Error>`)
+			return
+		}
+		f.deleted = append(f.deleted, k)
+		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodGet && r.URL.Query().Get("list-type") == "2":
+		w.Header().Set("Content-Type", "application/xml")
+		prefix := r.URL.Query().Get("prefix")
+		out := `<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>bkt</Name><IsTruncated>false</IsTruncated>`
+		if prefix == "" { // the folder is named only at the top: under it there is nothing
+			out += "<Contents><Key>plain</Key><Size>1</Size><ETag>\"e\"</ETag></Contents><CommonPrefixes><Prefix>" + f.folder + "</Prefix></CommonPrefixes>"
+		}
+		_, _ = io.WriteString(w, out+"</ListBucketResult>")
+	default:
+		http.Error(w, "not faked: "+r.Method+" "+r.URL.String(), http.StatusNotImplemented)
+	}
+}
+
+func fakeBackend(t *testing.T, f *fakeS3) *s3store.Backend {
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	b, err := s3store.NewBackend(t.Context(), s3store.Options{Bucket: "bkt", Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
+		AccessKeyID: "test", SecretAccessKey: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A failure on a key holding CR is pinned on that key, never on its twin
+// with LF (which was deleted); an error naming a key that was not asked for
+// leaves none of the request's keys taken as deleted.
+func TestDeleteBatchPinsFailuresOnTheRightKey(t *testing.T) {
+	t.Parallel()
+	f := &fakeS3{denied: map[string]bool{"dir/a\rb": true}}
+	b := fakeBackend(t, f)
+	failed, err := b.DeleteBatch(t.Context(), []string{"dir/a\rb", "dir/a\nb", "dir/c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(failed) != 1 || failed["dir/a\rb"] == nil {
+		t.Fatalf("failed %q, want only dir/a\\rb", failed)
+	}
+
+	f = &fakeS3{stranger: "dir/ghost"}
+	b = fakeBackend(t, f)
+	failed, err = b.DeleteBatch(t.Context(), []string{"dir/x", "dir/y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(failed) != 2 || failed["dir/x"] == nil || failed["dir/y"] == nil || !strings.Contains(failed["dir/x"].Error(), "not in the request") {
+		t.Fatalf("failed %q, want both keys failed naming the stranger", failed)
+	}
+}
+
+// A listing that names a folder with U+FFFD (a server ignoring
+// encoding-type=url) is refused, as such a key is, never returned as a
+// folder that does not exist.
+func TestListRefusesAFolderNameWithReplacementCharacters(t *testing.T) {
+	t.Parallel()
+	b := fakeBackend(t, &fakeS3{folder: "dir\uFFFDx/"})
+	_, err := b.List(t.Context(), "", "", objstore.ListOptions{PageSize: 100, Delimiter: "/"})
+	if !errors.Is(err, objstore.ErrNotSupported) || !strings.Contains(err.Error(), "folder") {
+		t.Fatalf("listing with a mangled folder name: %v, want ErrNotSupported", err)
+	}
+	b = fakeBackend(t, &fakeS3{folder: "dir/"})
+	page, err := b.List(t.Context(), "", "", objstore.ListOptions{PageSize: 100, Delimiter: "/"})
+	if err != nil || len(page.Entries) != 2 {
+		t.Fatalf("a plain folder: %+v", page)
+	}
+}
