@@ -326,3 +326,65 @@ func TestExecCancelKillsEscapee(t *testing.T) {
 		t.Errorf("records left: %v", ents)
 	}
 }
+
+// The watchdog reads the extensions waiting in its pipe before it judges a
+// deadline: a run whose renewal was confirmed and sent while the watchdog
+// could not read (stopped here; starved, in life) is not killed at its
+// older deadline.
+func TestWatchdogReadsExtensionsFirst(t *testing.T) {
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	wd, err := startWatchdog(bin, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wd.close()
+	start := func() (*exec.Cmd, string) {
+		run, marker, err := track(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("sleep", "60")
+		cmd.Env, cmd.SysProcAttr = append(os.Environ(), marker...), &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		run.started(cmd.Process.Pid)
+		return cmd, run.marker()
+	}
+	kept, m := start()
+	if _, err := wd.deadline(m, time.Now().Add(200*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	pid := wd.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// While it is stopped: other lines, then the extension; meanwhile the
+	// first deadline passes.
+	wd.end("other-run-1")
+	wd.end("other-run-2")
+	if _, err := wd.deadline(m, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// A probe run already due: once it is killed, the watchdog has judged
+	// what came before it.
+	probe, n := start()
+	if _, err := wd.deadline(n, time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if !exits(probe, 10*time.Second) {
+		t.Fatal("the watchdog did not kill a run past its deadline")
+	}
+	if !alive(kept.Process.Pid) {
+		t.Fatal("the watchdog killed a run at a deadline an extension in its pipe had moved")
+	}
+}
