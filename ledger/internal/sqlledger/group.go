@@ -110,9 +110,17 @@ func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, n
 	}
 	// Lead in a goroutine of its own: the groups run to their end, but this
 	// caller waits for its own outcome only until its context ends.
-	go l.lead(c)
+	handedOn := make(chan struct{})
+	go func() {
+		defer close(handedOn)
+		l.lead(c)
+	}()
 	select {
 	case err := <-c.done:
+		// The lead passes on right after this call's group ran: wait for
+		// that, so that a caller that returned leads nothing (a lingering
+		// call queued next waits for an urgent one, as it should).
+		<-handedOn
 		return err
 	case <-ctx.Done():
 	}
