@@ -388,3 +388,29 @@ func TestWatchdogReadsExtensionsFirst(t *testing.T) {
 		t.Fatal("the watchdog killed a run at a deadline an extension in its pipe had moved")
 	}
 }
+
+// A run whose deadline cannot be handed to the watchdog does not start, and
+// says so with errUnguarded (the pipeline releases its work uncounted: the
+// cause is cairn's, not the handler's).
+func TestExecUnguardedDoesNotStart(t *testing.T) {
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(t.TempDir(), "ran")
+	h := Shell(`echo > "$MARK"`)
+	h.Env, h.StateDir, h.Watchdog = []string{"MARK=" + mark}, t.TempDir(), bin
+	defer h.Close()
+	if _, err := h.Reap(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.watchdog.pipe.Close() // every write to the watchdog fails
+	ctx := leaseCtx(context.Background(), time.Now().Add(time.Minute))
+	_, err = h.Handle(ctx, Work{Event: event.Event{Bucket: "b", Key: "k", Kind: event.Created}, Token: 1, Attempt: 1})
+	if !errors.Is(err, errUnguarded) {
+		t.Fatalf("Handle: %v, want errUnguarded", err)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("the command ran unguarded")
+	}
+}
