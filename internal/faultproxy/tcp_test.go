@@ -98,10 +98,9 @@ func TestTCPBlackholeHoldsCloses(t *testing.T) {
 		}
 		defer c.Close()
 		r := bufio.NewReader(c)
-		line, err := r.ReadString('\n')
-		if err == nil {
+		if line, err := r.ReadString('\n'); err == nil {
 			_, _ = c.Write([]byte(line))
-			_, err = r.ReadString('\n')
+			_, _ = r.ReadString('\n') // returns once the client's end closes
 		}
 		close(ended)
 	}()
