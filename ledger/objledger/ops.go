@@ -76,9 +76,15 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 	res := make([]shardResult, l.shards)
 	err := l.eachShard(shards, func(s int) error {
 		idx := byShard[s]
+		// The committed run's results: read only once update returns, as
+		// committed. A write that may land late (update's error) is still
+		// being committed by a goroutine that runs op on: its results are
+		// never read.
+		outcomes := make([]ledger.Outcome, len(idx))
+		var claimed []ledger.Claim
 		h, err := l.update(ctx, s, func(h *head, now int64) error {
 			nowT := time.UnixMilli(now)
-			for _, i := range idx {
+			for j, i := range idx {
 				ev := evs[i]
 				rid := id(ev.Bucket, driver.Ident(ev, l.opts.EveryVersion))
 				var cur *ledger.Record
@@ -87,12 +93,12 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 					cur = &rec
 				}
 				o, next := driver.Decide(cur, ev, source, nowT, l.opts.EveryVersion)
-				out[i].Outcome = o
+				outcomes[j] = o
 				if next != nil {
 					h.put(rid, toRow(driver.Ident(ev, l.opts.EveryVersion), next))
 				}
 			}
-			res[s].claims = l.claimIn(h, now, budget[s], lease)
+			claimed = l.claimIn(h, now, budget[s], lease)
 			return nil
 		})
 		if err != nil {
@@ -100,9 +106,12 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 			// another claimer of the same rows may hold now, so they are
 			// neither returned nor released (a late write's wait out their
 			// lease, as Claim's do).
-			res[s].claims = nil
 			return err
 		}
+		for j, i := range idx {
+			out[i].Outcome = outcomes[j]
+		}
+		res[s].claims = claimed
 		res[s].due, res[s].work = h.Work.min()
 		return nil
 	})
