@@ -25,7 +25,8 @@ type Options struct {
 	// DefaultConcurrency (16).
 	Concurrency int
 	// Lease is each claim's lease, renewed every third of it while the handler
-	// runs. Default DefaultLease (30s). It also bounds settling: a handler's outcome that the
+	// runs. Default DefaultLease (30s); at least MinLease (2s): New refuses
+	// a shorter one. It also bounds settling: a handler's outcome that the
 	// ledger cannot record for a transient reason is retried, with backoff,
 	// until the lease would expire (counted in
 	// cairn_intake_settle_given_up_total when it does).
