@@ -145,37 +145,45 @@ func (h *ExecHandler) Handle(ctx context.Context, w Work) (string, error) {
 		return "", err
 	}
 	cmd.Env = append(cmd.Env, marker...)
-	unguard, err := h.guard(ctx, run)
+	g, err := h.guard(ctx, run)
 	if err != nil {
-		run.finish(0)
-		return "", err
+		run.finish(0, false)
+		return "", fmt.Errorf("%w: %v", errUnguarded, err)
 	}
-	defer unguard() // after finish: nothing of the run is left
+	defer g.stop() // after finish: nothing of the run is left
 	h.mu.Lock()
 	leaders := h.leaders
 	h.mu.Unlock()
 	leader, err := leaders.startLeader(cmd.Env)
 	if err != nil {
-		run.finish(0)
+		run.finish(0, false)
 		return "", err
 	}
 	pgid := 0
 	if leader != nil {
 		pgid = leader.Process.Pid
+		run.started(pgid)                    // the group exists from here: record it at once
 		defer func() { _ = leader.Wait() }() // killed with its group by finish
 	}
 	processGroup(cmd, pgid)
 	cmd.WaitDelay = 5 * time.Second
-	if err = startTied(cmd); err == nil {
+	if v := validityOf(ctx); v != nil && enforceLeaseDeadline && !time.Now().Before(v.Until()) {
+		err = errLeaseExpired // the claim ran out while the run was prepared: never start it
+	} else if err = startTied(cmd); err == nil {
 		if pgid == 0 {
 			pgid = cmd.Process.Pid
+			run.started(pgid)
 		}
-		run.started(pgid)
 		err = cmd.Wait()
-		run.finish(pgid)
-	} else {
-		run.finish(pgid)
 	}
+	// Killed at or after the last deadline the watchdog holds: the watchdog
+	// killed it (or could have), whether or not this process's timer has
+	// fired yet. That is a lost lease, not a failed attempt.
+	atDeadline := killedOutright(err) && g.passed()
+	// A run stopped from outside (cancelled, expired) may have left processes
+	// outside its group (setsid, a double fork) that still carry its marker:
+	// find and kill them before the run's record goes.
+	run.finish(pgid, ctx.Err() != nil || atDeadline || errors.Is(err, errLeaseExpired))
 	if err == nil {
 		return stdout.String(), nil
 	}
@@ -183,8 +191,11 @@ func (h *ExecHandler) Handle(ctx context.Context, w Work) (string, error) {
 	if tail != "" {
 		tail = ": " + tail
 	}
+	if atDeadline || errors.Is(err, errLeaseExpired) {
+		return "", fmt.Errorf("handler %s stopped at its claim's deadline%s: %w", h.Argv[0], tail, errLeaseExpired)
+	}
 	if ctx.Err() != nil {
-		return "", fmt.Errorf("handler %s stopped (%v)%s", h.Argv[0], context.Cause(ctx), tail)
+		return "", fmt.Errorf("handler %s stopped (%w)%s", h.Argv[0], context.Cause(ctx), tail)
 	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
@@ -200,25 +211,106 @@ func (h *ExecHandler) Handle(ctx context.Context, w Work) (string, error) {
 	return "", fmt.Errorf("handler %s: %w", h.Argv[0], err) // could not start: retry
 }
 
+// errUnguarded: the run could not be handed to the watchdog, so it did not
+// start. The work is released, not counted as an attempt: the cause is
+// cairn's, not the handler's.
+var errUnguarded = errors.New("intake: the handler was not started (its deadline could not be handed to the watchdog); the work is released")
+
 // guard hands the run's lease deadline to the watchdog before the command
 // starts, and every later one as renewals succeed, so that the command is
-// killed at its deadline even if this process is stopped; the returned
-// function ends that. Without a watchdog (or a lease) it does nothing.
-func (h *ExecHandler) guard(ctx context.Context, run *runTrack) (func(), error) {
+// killed at its deadline even if this process is stopped. Later deadlines
+// are written by the guardian's own goroutine, newest first and each once:
+// a renewal (which announces them under the validity's lock) never waits
+// for the pipe. Without a watchdog (or a lease) it does nothing.
+func (h *ExecHandler) guard(ctx context.Context, run *runTrack) (*guardian, error) {
 	v := validityOf(ctx)
 	h.mu.Lock()
 	wd := h.watchdog
 	h.mu.Unlock()
 	marker := run.marker()
 	if v == nil || wd == nil || marker == "" || !enforceLeaseDeadline {
-		return func() {}, nil
+		return nil, nil
 	}
-	until, unsubscribe := v.subscribe(func(until time.Time) { _ = wd.deadline(marker, until) })
-	if err := wd.deadline(marker, until); err != nil {
+	g := &guardian{wd: wd, marker: marker, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	until, unsubscribe := v.subscribe(g.announce)
+	at, err := wd.deadline(marker, until)
+	if err != nil {
 		unsubscribe()
 		return nil, fmt.Errorf("intake: handing the handler's lease deadline to the watchdog: %w", err)
 	}
-	return func() { unsubscribe(); wd.end(marker) }, nil
+	g.sent, g.unsubscribe = at, unsubscribe
+	go g.write()
+	return g, nil
+}
+
+// guardian is one run's writer of deadlines to the watchdog.
+type guardian struct {
+	wd          *watchdog
+	marker      string
+	unsubscribe func()
+	kick        chan struct{} // a newer deadline waits in latest
+	quit, done  chan struct{}
+
+	mu     sync.Mutex
+	latest time.Time // the newest deadline announced
+	sent   int64     // the latest deadline the watchdog was given, on its clock
+}
+
+// announce takes a later deadline (called under the validity's lock: it
+// only notes it).
+func (g *guardian) announce(until time.Time) {
+	g.mu.Lock()
+	if until.After(g.latest) {
+		g.latest = until
+	}
+	g.mu.Unlock()
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+// write sends the newest announced deadline whenever there is one.
+func (g *guardian) write() {
+	defer close(g.done)
+	for {
+		select {
+		case <-g.quit:
+			return
+		case <-g.kick:
+		}
+		g.mu.Lock()
+		until := g.latest
+		g.mu.Unlock()
+		// A deadline that could not be written leaves the earlier one in
+		// force, which only kills sooner.
+		if at, err := g.wd.deadline(g.marker, until); err == nil {
+			g.mu.Lock()
+			g.sent = max(g.sent, at)
+			g.mu.Unlock()
+		}
+	}
+}
+
+// passed reports whether the watchdog's deadline for the run has come.
+func (g *guardian) passed() bool {
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return clockPassed(g.sent)
+}
+
+// stop ends the guard: no more deadlines, and the watchdog forgets the run.
+func (g *guardian) stop() {
+	if g == nil {
+		return
+	}
+	g.unsubscribe()
+	close(g.quit)
+	<-g.done
+	g.wd.end(g.marker)
 }
 
 // capped keeps the first n bytes written.

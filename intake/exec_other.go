@@ -7,6 +7,9 @@ import "os/exec"
 // processGroup: without process groups, only the command itself is killed.
 func processGroup(*exec.Cmd, int) {}
 
+// killedOutright: without signals there is no telling.
+func killedOutright(error) bool { return false }
+
 // killGroup: without process groups there is nothing to kill.
 func killGroup(int) bool { return false }
 

@@ -6,12 +6,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -247,5 +249,168 @@ func TestExecWatchdog(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("records left: %v", ents)
+	}
+}
+
+// leaseCtx is a handler's context whose claim runs until until, with no
+// timer of this process's own: only the watchdog stops the run.
+func leaseCtx(ctx context.Context, until time.Time) context.Context {
+	return leaseContext{Context: ctx, v: &validity{lease: 2 * time.Second, expire: func(error) {}, until: until, subs: map[int]func(time.Time){}}}
+}
+
+// A run the watchdog kills at its deadline is a lost lease
+// (errLeaseExpired), never a failed attempt; a run whose deadline passed
+// before its command started never starts.
+func TestExecWatchdogDeadline(t *testing.T) {
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		until time.Duration // from now
+		ran   bool
+	}{
+		{"killed at the deadline", 300 * time.Millisecond, true},
+		{"deadline passed before the start", -time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mark := filepath.Join(t.TempDir(), "ran")
+			h := Shell(`echo > "$MARK"; exec sleep 60`)
+			h.Env, h.StateDir, h.Watchdog = []string{"MARK=" + mark}, t.TempDir(), bin
+			defer h.Close()
+			if _, err := h.Reap(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			ctx := leaseCtx(context.Background(), time.Now().Add(tc.until))
+			_, err := h.Handle(ctx, Work{Event: event.Event{Bucket: "b", Key: "k", Kind: event.Created}, Token: 1, Attempt: 1})
+			if !errors.Is(err, errLeaseExpired) {
+				t.Fatalf("Handle: %v, want errLeaseExpired", err)
+			}
+			if _, err := os.Stat(mark); (err == nil) != tc.ran {
+				t.Fatalf("the command ran: %v, want %v", err == nil, tc.ran)
+			}
+			if ents, _ := os.ReadDir(h.StateDir); len(ents) != 0 {
+				t.Errorf("records left: %v", ents)
+			}
+		})
+	}
+}
+
+// A process that left the run's group (setsid) but carries its marker is
+// killed when the run is stopped from outside, before Handle returns.
+func TestExecCancelKillsEscapee(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	h := Shell(`setsid sleep 60 >/dev/null 2>&1 & echo $! > "$PIDFILE"; sleep 60`)
+	h.Env, h.StateDir = []string{"PIDFILE=" + pidFile}, t.TempDir()
+	defer h.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.Handle(ctx, Work{Event: event.Event{Bucket: "b", Key: "k", Kind: event.Created}, Token: 1, Attempt: 1})
+		done <- err
+	}()
+	pid := waitPID(t, pidFile)
+	if p, err := readStat(pid); err != nil || p.pgrp != pid {
+		t.Fatalf("the escapee %d did not leave the group: %+v %v", pid, p, err)
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("a cancelled handler reported success")
+	}
+	if alive(pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("escapee %d outlived its cancelled run", pid)
+	}
+	if ents, _ := os.ReadDir(h.StateDir); len(ents) != 0 {
+		t.Errorf("records left: %v", ents)
+	}
+}
+
+// The watchdog reads the extensions waiting in its pipe before it judges a
+// deadline: a run whose renewal was confirmed and sent while the watchdog
+// could not read (stopped here; starved, in life) is not killed at its
+// older deadline.
+func TestWatchdogReadsExtensionsFirst(t *testing.T) {
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	wd, err := startWatchdog(bin, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wd.close()
+	start := func() (*exec.Cmd, string) {
+		run, marker, err := track(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("sleep", "60")
+		cmd.Env, cmd.SysProcAttr = append(os.Environ(), marker...), &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		run.started(cmd.Process.Pid)
+		return cmd, run.marker()
+	}
+	kept, m := start()
+	if _, err := wd.deadline(m, time.Now().Add(200*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	pid := wd.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// While it is stopped: other lines, then the extension; meanwhile the
+	// first deadline passes.
+	wd.end("other-run-1")
+	wd.end("other-run-2")
+	if _, err := wd.deadline(m, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// A probe run already due: once it is killed, the watchdog has judged
+	// what came before it.
+	probe, n := start()
+	if _, err := wd.deadline(n, time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if !exits(probe, 10*time.Second) {
+		t.Fatal("the watchdog did not kill a run past its deadline")
+	}
+	if !alive(kept.Process.Pid) {
+		t.Fatal("the watchdog killed a run at a deadline an extension in its pipe had moved")
+	}
+}
+
+// A run whose deadline cannot be handed to the watchdog does not start, and
+// says so with errUnguarded (the pipeline releases its work uncounted: the
+// cause is cairn's, not the handler's).
+func TestExecUnguardedDoesNotStart(t *testing.T) {
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(t.TempDir(), "ran")
+	h := Shell(`echo > "$MARK"`)
+	h.Env, h.StateDir, h.Watchdog = []string{"MARK=" + mark}, t.TempDir(), bin
+	defer h.Close()
+	if _, err := h.Reap(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.watchdog.pipe.Close() // every write to the watchdog fails
+	ctx := leaseCtx(context.Background(), time.Now().Add(time.Minute))
+	_, err = h.Handle(ctx, Work{Event: event.Event{Bucket: "b", Key: "k", Kind: event.Created}, Token: 1, Attempt: 1})
+	if !errors.Is(err, errUnguarded) {
+		t.Fatalf("Handle: %v, want errUnguarded", err)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("the command ran unguarded")
 	}
 }

@@ -3,6 +3,7 @@
 package intake
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,6 +22,17 @@ func processGroup(cmd *exec.Cmd, pgid int) {
 		}
 		return syscall.Kill(-g, syscall.SIGKILL)
 	}
+}
+
+// killedOutright reports whether err is a command's death by SIGKILL (what
+// the watchdog and a group kill send).
+func killedOutright(err error) bool {
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		return false
+	}
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
 
 // killGroup kills what is left of the process group pgid once its leader has

@@ -23,8 +23,9 @@
 //   - A running handler's lease is renewed every third of the lease, each
 //     request with a deadline shorter than that. A claim is valid for its
 //     holder until its last successful renewal request was sent (the claim's,
-//     at first) plus the lease, less a twentieth, on the holder's monotonic
-//     clock: then the handler's context is cancelled (an exec handler's process
+//     at first) plus the lease, less a margin (a twentieth of the lease, at
+//     least MinLeaseMargin; a lease is at least MinLease), on the holder's
+//     monotonic clock: then the handler's context is cancelled (an exec handler's process
 //     group is killed), whether or not a renewal answered, the run counts as a
 //     lease loss and its result is discarded. The context's Deadline is that
 //     moment (LeaseDeadline). A refused renewal stops it at once.
@@ -80,7 +81,10 @@
 // record and find processes by, and no watchdog: the process group is killed
 // on cancellation (the lease's deadline included), by its leader when the
 // daemon dies, and when the command exits; a stopped daemon's handlers run on
-// until it resumes.
+// until it resumes. The watchdog is a process like the others: what freezes
+// the whole machine or cairn's cgroup (a paused VM, a cgroup freezer) stops it
+// too; its deadlines are on CLOCK_BOOTTIME, so once thawed (or resumed from a
+// suspend) it kills every run whose deadline passed at once, but not before.
 //
 // An HTTP handler (HTTPHandler) cannot be killed: cancellation closes the
 // connection, and the endpoint may go on with the request; it is sent the

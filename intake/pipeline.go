@@ -25,7 +25,8 @@ type Options struct {
 	// DefaultConcurrency (16).
 	Concurrency int
 	// Lease is each claim's lease, renewed every third of it while the handler
-	// runs. Default DefaultLease (30s). It also bounds settling: a handler's outcome that the
+	// runs. Default DefaultLease (30s); at least MinLease (2s): New refuses
+	// a shorter one. It also bounds settling: a handler's outcome that the
 	// ledger cannot record for a transient reason is retried, with backoff,
 	// until the lease would expire (counted in
 	// cairn_intake_settle_given_up_total when it does).
@@ -171,6 +172,9 @@ func New(l *ledger.Ledger, h Handler, opts *Options) (*Pipeline, error) {
 	}
 	if o.Lease <= 0 {
 		o.Lease = DefaultLease
+	}
+	if o.Lease < MinLease {
+		return nil, fmt.Errorf("intake: a lease of %v is too short: a handler is stopped %v before its lease can have expired, so the lease must be at least %v; set Options.Lease to %v or more", o.Lease, MinLeaseMargin, MinLease, MinLease)
 	}
 	if o.Grace <= 0 {
 		o.Grace = DefaultGrace
@@ -823,7 +827,7 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim, claimedAt time.Time
 	deadline, expired := v.end()
 	elapsed := time.Since(start)
 	freeSlot()
-	if expired && lost == nil {
+	if lost == nil && (expired || errors.Is(err, errLeaseExpired)) {
 		lost = errLeaseExpired
 		p.log.Warn("a claim's lease ran out on this process's clock before a renewal was confirmed (the ledger unreachable or slow, or this process stalled): the handler was stopped, and the work runs again once claimed again",
 			"bucket", c.Bucket, "key", c.Key, "token", c.Token, "lease", p.o.Lease)
@@ -840,8 +844,9 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim, claimedAt time.Time
 	case err == nil:
 		serr = p.settle(c, deadline, "complete", func(ctx context.Context) error { return p.complete(ctx, c, result, deadline) })
 		outcome = OutcomeProcessed
-	case hctx.Err() != nil && !IsPermanent(err):
-		// Shutdown cut the handler short: give the work back uncounted.
+	case hctx.Err() != nil && !IsPermanent(err), errors.Is(err, errUnguarded):
+		// Shutdown cut the handler short, or it could not start guarded:
+		// give the work back uncounted.
 		serr = p.settle(c, deadline, "release", func(ctx context.Context) error { return p.l.Release(ctx, c) })
 		outcome = OutcomeReleased
 	case IsPermanent(err):

@@ -245,7 +245,7 @@ func TestLeaseLost(t *testing.T) {
 		}
 		l.blocked.Store(false) // the first worker reconnects
 		return "second holder", nil
-	}), &intake.Options{Lease: 300 * time.Millisecond, Poll: 10 * time.Millisecond,
+	}), &intake.Options{Lease: intake.MinLease, Poll: 10 * time.Millisecond,
 		OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- fmt.Sprint(w.Token, " ", outcome) }})
 	if err != nil {
 		t.Fatal(err)
@@ -406,7 +406,7 @@ func TestSettleGivenUp(t *testing.T) {
 		l.failing.Store(1 << 40)
 		reg := prometheus.NewRegistry()
 		outcomes := make(chan string, 4)
-		p, err := intake.New(ledger.New(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "done", nil }), &intake.Options{Lease: 400 * time.Millisecond, Poll: 10 * time.Millisecond, Registerer: reg,
+		p, err := intake.New(ledger.New(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "done", nil }), &intake.Options{Lease: intake.MinLease, Poll: 10 * time.Millisecond, Registerer: reg,
 			OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- fmt.Sprint(w.Token, " ", outcome) }})
 		if err != nil {
 			t.Fatal(err)
@@ -419,8 +419,8 @@ func TestSettleGivenUp(t *testing.T) {
 		if got := <-outcomes; got != "1 processed" {
 			t.Fatalf("outcome %q", got)
 		}
-		if d := time.Since(began); d < 300*time.Millisecond {
-			t.Fatalf("gave up after %v, before the lease (400ms) ran out", d)
+		if d := time.Since(began); d < intake.MinLease/2 {
+			t.Fatalf("gave up after %v, before the lease (%v) ran out", d, intake.MinLease)
 		}
 		if n := gathered(t, reg, "cairn_intake_settle_given_up_total"); n != 1 {
 			t.Fatalf("%v settles given up, want 1", n)

@@ -152,14 +152,44 @@ func (r *runTrack) started(pid int) {
 }
 
 // finish kills what the run left behind in its process group, waits for it
-// to be gone and forgets the run. A group that will not die (a process stuck
-// in the kernel) keeps its record, so the next start-up reaps it.
-func (r *runTrack) finish(pgid int) {
+// to be gone and forgets the run. With sweep (the run was stopped from
+// outside: cancelled, or at its deadline), it also kills every process that
+// carries the run's marker, as a reap does: one that left the group (setsid,
+// a double fork) must not outlive a run whose claim is gone. A group or a
+// carrier that will not die (a process stuck in the kernel) keeps the
+// record, so the next start-up reaps it.
+func (r *runTrack) finish(pgid int, sweep bool) {
 	if killGroup(pgid) && !waitGone(pgid, 5*time.Second) {
 		return
 	}
-	if r != nil {
-		_ = os.Remove(r.path)
+	if r == nil {
+		return
+	}
+	if sweep && !r.sweep(5*time.Second) {
+		return
+	}
+	_ = os.Remove(r.path)
+}
+
+// sweep kills the run's processes wherever they are (its group and every
+// carrier of its marker) and reports whether they were gone within the time.
+func (r *runTrack) sweep(within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for {
+		targets := reapTargets([]runRecord{r.rec})
+		if len(targets) == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		for pid, pgid := range targets {
+			if pgid > 0 {
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			}
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -364,14 +394,15 @@ func startTied(cmd *exec.Cmd) error {
 // it exited) makes it kill every run of this process and exit. Lines set and
 // clear a run's deadline:
 //
-//	deadline MARKER NANOSECONDS   kill run MARKER at this CLOCK_MONOTONIC time
+//	deadline MARKER NANOSECONDS   kill run MARKER at this CLOCK_BOOTTIME time
 //	end MARKER                    run MARKER is over: forget it
 //
-// The deadline is absolute on CLOCK_MONOTONIC, the one clock every process of
-// the machine reads alike, never a duration from the message's receipt: a
+// The deadline is absolute on CLOCK_BOOTTIME, a clock every process of the
+// machine reads alike and that, unlike CLOCK_MONOTONIC, runs on while the
+// machine is suspended (as the ledger's clock does), never a duration from the message's receipt: a
 // message that waits in the pipe (this process stopped just after writing it,
 // the watchdog slow to read) then extends nothing beyond what the renewal
-// proved. This process computes it by reading CLOCK_MONOTONIC before its own
+// proved. This process computes it by reading CLOCK_BOOTTIME before its own
 // clock, so that a stall between the two readings can only make it earlier.
 // A run's first deadline is sent before its command starts (a command never
 // runs unguarded), and each later one after a renewal succeeded; a deadline
@@ -389,12 +420,17 @@ type watchdog struct {
 // does not read is no reason to hold a renewal up (its last deadline stays).
 const watchdogWriteTimeout = 200 * time.Millisecond
 
-// monoNow reads CLOCK_MONOTONIC.
-func monoNow() int64 {
+// bootNow reads CLOCK_BOOTTIME: CLOCK_MONOTONIC that also counts the time
+// the machine was suspended, as the ledger's clock does. A suspend therefore
+// ends with every deadline that passed meanwhile due at once.
+func bootNow() int64 {
 	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
 	return ts.Nano()
 }
+
+// clockPassed reports whether at (on CLOCK_BOOTTIME, 0: none) has come.
+func clockPassed(at int64) bool { return at > 0 && bootNow() >= at }
 
 // send writes one line to the watchdog.
 func (w *watchdog) send(line string) error {
@@ -409,14 +445,15 @@ func (w *watchdog) send(line string) error {
 }
 
 // deadline tells the watchdog to kill run marker at until (on this
-// process's monotonic clock).
-func (w *watchdog) deadline(marker string, until time.Time) error {
+// process's monotonic clock), and returns that moment on the watchdog's
+// clock.
+func (w *watchdog) deadline(marker string, until time.Time) (int64, error) {
 	if w == nil {
-		return nil
+		return 0, nil
 	}
-	m := monoNow() // first: a stall before time.Now() makes the deadline earlier, never later
+	m := bootNow() // first: a stall before time.Now() makes the deadline earlier, never later
 	at := m + int64(time.Until(until))
-	return w.send(fmt.Sprintf("deadline %s %d\n", marker, at))
+	return at, w.send(fmt.Sprintf("deadline %s %d\n", marker, at))
 }
 
 // end tells the watchdog that run marker is over.
@@ -482,7 +519,10 @@ func WatchdogMain() {
 		os.Exit(2)
 	}
 	mine := func(o int, s uint64) bool { return o == owner && s == start }
-	lines := make(chan string)
+	// The reader never waits for the judging loop (up to the channel's
+	// room), so the owner's writes to the pipe do not back up while runs
+	// are killed.
+	lines := make(chan string, 4096)
 	go func() {
 		defer close(lines)
 		sc := bufio.NewScanner(os.Stdin)
@@ -490,58 +530,102 @@ func WatchdogMain() {
 			lines <- sc.Text()
 		}
 	}()
-	deadlines := map[string]int64{} // marker → CLOCK_MONOTONIC ns
+	deadlines := map[string]int64{} // marker → CLOCK_BOOTTIME ns
+	// take applies one line, or reaps everything at EOF (and exits).
+	take := func(line string, ok bool) {
+		if !ok {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			_, err := reapDir(ctx, dir, func(o int, s uint64, _ string) bool { return mine(o, s) })
+			cancel()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "cairn exec watchdog:", err)
+				os.Exit(1)
+			}
+			os.Exit(0)
+		}
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 3 && f[0] == "deadline":
+			if d, err := strconv.ParseInt(f[2], 10, 64); err == nil && d > deadlines[f[1]] {
+				deadlines[f[1]] = d
+			}
+		case len(f) == 2 && f[0] == "end":
+			delete(deadlines, f[1])
+		}
+	}
 	t := time.NewTimer(time.Hour)
 	for {
-		// Kill the runs whose deadline has passed, then sleep until the next.
-		now := monoNow()
+		// Extensions already in the pipe count before any deadline is
+		// judged: the owner may have been slower to write than to renew.
+	drain:
+		for {
+			select {
+			case line, ok := <-lines:
+				take(line, ok)
+			default:
+				break drain
+			}
+		}
+		// Kill every run whose deadline has passed at once, then sleep
+		// until the next deadline.
+		now := bootNow()
 		next := int64(-1)
+		var due []string
 		for marker, d := range deadlines {
 			if d <= now {
 				delete(deadlines, marker)
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				n, err := reapDir(ctx, dir, func(o int, s uint64, m string) bool { return mine(o, s) && m == marker })
-				cancel()
-				if err != nil {
-					fmt.Fprintln(os.Stderr, "cairn exec watchdog:", err)
-				} else if n > 0 {
-					fmt.Fprintf(os.Stderr, "cairn exec watchdog: killed %d processes of handler run %s at its lease deadline (the daemon renewed nothing in time)\n", n, marker)
-				}
+				due = append(due, marker)
 				continue
 			}
 			if next < 0 || d < next {
 				next = d
 			}
 		}
+		if len(due) > 0 {
+			killDue(dir, owner, start, due)
+		}
 		wait := time.Hour
 		if next >= 0 {
-			wait = time.Duration(next - monoNow())
+			wait = time.Duration(next - bootNow())
 		}
 		t.Reset(max(wait, 0))
 		select {
 		case line, ok := <-lines:
-			if !ok {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				_, err := reapDir(ctx, dir, func(o int, s uint64, _ string) bool { return mine(o, s) })
-				cancel()
-				if err != nil {
-					fmt.Fprintln(os.Stderr, "cairn exec watchdog:", err)
-					os.Exit(1)
-				}
-				os.Exit(0)
-			}
-			f := strings.Fields(line)
-			switch {
-			case len(f) == 3 && f[0] == "deadline":
-				if d, err := strconv.ParseInt(f[2], 10, 64); err == nil && d > deadlines[f[1]] {
-					deadlines[f[1]] = d
-				}
-			case len(f) == 2 && f[0] == "end":
-				delete(deadlines, f[1])
-			}
+			take(line, ok)
 		case <-t.C:
 		}
 	}
+}
+
+// killDue kills the process groups of the runs whose deadline passed, all
+// at once and without waiting, then sweeps (in the background: the
+// watchdog's other deadlines do not wait for it) for every process of those
+// runs, their marker carriers outside the group included, until they are
+// gone.
+func killDue(dir string, owner int, ownerStart uint64, markers []string) {
+	set := map[string]bool{}
+	for _, m := range markers {
+		set[m] = true
+		data, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%d-%d-%s.run", owner, ownerStart, m)))
+		var rec runRecord
+		if err != nil || json.Unmarshal(data, &rec) != nil || rec.PGID <= 0 {
+			continue // no group recorded (yet): the sweep finds its processes by marker
+		}
+		if p, err := readStat(rec.PGID); err == nil && p.start != rec.Start {
+			continue // the pid is another process's now: the group is long gone
+		}
+		_ = syscall.Kill(-rec.PGID, syscall.SIGKILL)
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		n, err := reapDir(ctx, dir, func(o int, s uint64, m string) bool { return o == owner && s == ownerStart && set[m] })
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cairn exec watchdog:", err)
+		} else if n > 0 {
+			fmt.Fprintf(os.Stderr, "cairn exec watchdog: killed %d processes of %d handler runs at their lease deadline (the daemon renewed nothing in time)\n", n, len(markers))
+		}
+	}()
 }
 
 var watchdogServed atomic.Bool

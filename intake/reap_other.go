@@ -20,7 +20,7 @@ func (*runTrack) started(int) {}
 
 func (*runTrack) marker() string { return "" }
 
-func (*runTrack) finish(pgid int) { killGroup(pgid) }
+func (*runTrack) finish(pgid int, _ bool) { killGroup(pgid) }
 
 func reapDead(context.Context, string) (int, error) { return 0, nil }
 
@@ -32,7 +32,9 @@ func startWatchdog(string, string) (*watchdog, error) { return nil, nil }
 
 func (*watchdog) close() error { return nil }
 
-func (*watchdog) deadline(string, time.Time) error { return nil }
+func (*watchdog) deadline(string, time.Time) (int64, error) { return 0, nil }
+
+func clockPassed(int64) bool { return false }
 
 func (*watchdog) end(string) {}
 

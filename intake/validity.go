@@ -20,9 +20,23 @@ import (
 // one to fail is no rule at all.
 
 // leaseMargin is how much earlier than the lease's end a holder stops its
-// handler: clock rates differ by parts per million, and a kill (or a
-// cancellation) needs a moment to land, more on a loaded machine.
-func leaseMargin(lease time.Duration) time.Duration { return lease / 20 }
+// handler: a twentieth of the lease, and at least MinLeaseMargin. Clock rates
+// differ by parts per million (a twentieth covers them for any lease), but
+// stopping a handler takes time that does not shrink with the lease: the
+// timer or the watchdog has to be scheduled, the kill to land, on a loaded
+// machine the scheduler alone can hold a runnable process for tens to
+// hundreds of milliseconds, and the ledger's clock started the lease up to a
+// request's transit after the send time we count from (never before it).
+func leaseMargin(lease time.Duration) time.Duration { return max(lease/20, MinLeaseMargin) }
+
+// MinLeaseMargin is the least time by which a holder stops its handler
+// before its lease can have expired (see leaseMargin).
+const MinLeaseMargin = 500 * time.Millisecond
+
+// MinLease is the shortest lease New accepts: four margins, so that a
+// handler keeps at least three quarters of its lease, and a renewal (every
+// third of the lease) has time to confirm before the deadline.
+const MinLease = 4 * MinLeaseMargin
 
 // enforceLeaseDeadline turns the rule on; tests turn it off to show that
 // their faults break the guarantee without it.
@@ -127,7 +141,9 @@ func (v *validity) subscribe(f func(until time.Time)) (until time.Time, cancel f
 }
 
 // end stops watching the deadline (the handler returned) and reports whether
-// it had passed, and the deadline.
+// it had passed, and the deadline. A deadline that passed counts whether or
+// not the timer has run yet: a handler the watchdog killed at the deadline
+// returns before this process's timer fires as often as not.
 func (v *validity) end() (until time.Time, expired bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -136,6 +152,9 @@ func (v *validity) end() (until time.Time, expired bool) {
 		v.timer.Stop()
 	}
 	clear(v.subs)
+	if enforceLeaseDeadline && !time.Now().Before(v.until) {
+		v.expired = true
+	}
 	return v.until, v.expired
 }
 

@@ -23,6 +23,9 @@ import (
 //     processed, failed or dead.
 //
 // Methods are documented on Ledger; a Backend must be safe for concurrent use.
+// A Complete or CompleteBatch by the token that completed a record already
+// (processed, not claimed since) succeeds and changes nothing (ledgertest's
+// CompleteAgain): callers retry a Complete whose answer was lost.
 type Backend interface {
 	// RecordAndClaim stores evs durably, decides each (same order as evs), and
 	// claims, in the same transaction, up to n records as Claim would right

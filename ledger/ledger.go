@@ -41,7 +41,8 @@
 //     recorded.
 //   - Claims carry a token that grows by one per claim of the row; Complete,
 //     Fail and Renew with an older token fail with ErrSuperseded, and after the
-//     lease expired with ErrLeaseLost.
+//     lease expired with ErrLeaseLost. A Complete repeated by the token that
+//     completed the record succeeds and changes nothing (a retry).
 //   - Lease expiry on PostgreSQL is judged by the database server's clock, so
 //     workers on many machines never compare their own clocks.
 //

@@ -116,7 +116,10 @@ func (l *Ledger) Renew(ctx context.Context, c Claim, lease time.Duration) (Claim
 
 // Complete records the claim's work as processed, keeping result (cut to
 // MaxText bytes), or, if newer work arrived while it ran, makes the record
-// pending again.
+// pending again. A Complete by the token that has completed the record
+// already (processed, not claimed since) succeeds and changes nothing: it is
+// the retry of a Complete whose answer was lost or late, so a caller may
+// retry a Complete that failed without knowing whether it landed.
 func (l *Ledger) Complete(ctx context.Context, c Claim, result string) error {
 	if err := checkClaim("complete", c); err != nil {
 		return err

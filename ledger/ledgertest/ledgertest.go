@@ -54,6 +54,7 @@ func Run(t *testing.T, h Harness) {
 		{"RetryThenDead", testRetryDead},
 		{"CompleteBatchAndRelease", testBatchRelease},
 		{"CompleteBatchRules", testCompleteBatchRules},
+		{"CompleteAgain", testCompleteAgain},
 		{"RecordAndClaim", testRecordAndClaim},
 		{"RecordAndClaimOldestFirst", testRecordAndClaimOldestFirst},
 		{"EventRoundTrip", testEventRoundTrip},

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -75,9 +76,15 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 	res := make([]shardResult, l.shards)
 	err := l.eachShard(shards, func(s int) error {
 		idx := byShard[s]
+		// The committed run's results: read only once update returns, as
+		// committed. A write that may land late (update's error) is still
+		// being committed by a goroutine that runs op on: its results are
+		// never read.
+		outcomes := make([]ledger.Outcome, len(idx))
+		var claimed []ledger.Claim
 		h, err := l.update(ctx, s, func(h *head, now int64) error {
 			nowT := time.UnixMilli(now)
-			for _, i := range idx {
+			for j, i := range idx {
 				ev := evs[i]
 				rid := id(ev.Bucket, driver.Ident(ev, l.opts.EveryVersion))
 				var cur *ledger.Record
@@ -86,12 +93,12 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 					cur = &rec
 				}
 				o, next := driver.Decide(cur, ev, source, nowT, l.opts.EveryVersion)
-				out[i].Outcome = o
+				outcomes[j] = o
 				if next != nil {
 					h.put(rid, toRow(driver.Ident(ev, l.opts.EveryVersion), next))
 				}
 			}
-			res[s].claims = l.claimIn(h, now, budget[s], lease)
+			claimed = l.claimIn(h, now, budget[s], lease)
 			return nil
 		})
 		if err != nil {
@@ -99,9 +106,12 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 			// another claimer of the same rows may hold now, so they are
 			// neither returned nor released (a late write's wait out their
 			// lease, as Claim's do).
-			res[s].claims = nil
 			return err
 		}
+		for j, i := range idx {
+			out[i].Outcome = outcomes[j]
+		}
+		res[s].claims = claimed
 		res[s].due, res[s].work = h.Work.min()
 		return nil
 	})
@@ -658,10 +668,18 @@ func (l *Backend) ensureHints(ctx context.Context, due map[int]int64) error {
 	})
 }
 
+// errCompleted is the answer to a Complete of a record its claim's token
+// has completed already (processed, and no one claimed it since): a retry of
+// a Complete whose response was lost or came late. It changes nothing, and
+// the call succeeds.
+var errCompleted = errors.New("completed already by this token")
+
 // guard checks that c still holds its record: it exists, has c's token, is
 // claimed and the lease has not expired.
 func guard(op string, c ledger.Claim, w *row, now int64) error {
 	switch {
+	case op == "complete" && w != nil && w.Token == c.Token && w.Status == string(ledger.Processed):
+		return errCompleted
 	case w == nil:
 		return fmt.Errorf("%s %s/%s: %w", op, c.Bucket, c.Key, ledger.ErrNotFound)
 	case w.Token != c.Token:
@@ -724,8 +742,15 @@ func complete(w *row, result string, now int64) {
 
 // Complete records the claim's work as processed (or, if newer work arrived
 // while it ran, makes the record pending again).
+//
+// A Complete by a token of a record that token completed already succeeds
+// and changes nothing: it is the retry of a Complete whose answer was lost.
 func (l *Backend) Complete(ctx context.Context, c ledger.Claim, result string) error {
-	return l.finish(ctx, "complete", c, func(w *row, now int64) { complete(w, result, now) })
+	err := l.finish(ctx, "complete", c, func(w *row, now int64) { complete(w, result, now) })
+	if errors.Is(err, errCompleted) {
+		return nil
+	}
+	return err
 }
 
 // CompleteBatch completes claims with one write per shard.
@@ -747,6 +772,9 @@ func (l *Backend) CompleteBatch(ctx context.Context, cs []ledger.Claim, results 
 				rid := id(c.Bucket, c.Ident)
 				w := h.get(rid)
 				if errs[i] = guard("complete", c, w, now); errs[i] != nil {
+					if errors.Is(errs[i], errCompleted) {
+						errs[i] = nil // done already: nothing to change
+					}
 					continue
 				}
 				n := *w

@@ -13,7 +13,11 @@ import (
 // accepting new ones too, as a dropped route or a hung NAT does. Nothing
 // errors: a client learns of the fault only by its own deadlines. Bytes sent
 // meanwhile wait and flow on once the blackhole ends (as TCP's
-// retransmissions deliver them after a route comes back).
+// retransmissions deliver them after a route comes back), and so does a
+// close: a client that gives up on a blackholed connection and closes it
+// leaves the server's end open (PostgreSQL keeps its session, its
+// transaction and its row locks) until the blackhole ends or the proxy
+// closes, as a FIN or RST lost on a dead route does.
 //
 // It listens on 127.0.0.1; Addr is host:port for the client's URL.
 type TCP struct {
@@ -139,6 +143,7 @@ func (p *TCP) pipe(dst, src net.Conn) (halfClosed bool) {
 			}
 		}
 		if err != nil {
+			<-p.gate() // a close crosses a blackhole no more than bytes do
 			if tc, ok := dst.(*net.TCPConn); ok && errors.Is(err, io.EOF) {
 				return tc.CloseWrite() == nil
 			}

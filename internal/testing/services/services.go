@@ -229,7 +229,7 @@ func start(cmd *exec.Cmd, o Options) (*Server, error) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	setParentDeath(cmd.SysProcAttr, o.DieWithParent)
-	cmd.SysProcAttr.Setsid = o.Detach
+	setDetach(cmd.SysProcAttr, o.Detach)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
@@ -298,7 +298,7 @@ func StartPostgres(ctx context.Context, binDir string, o Options) (*Server, erro
 		return nil, fmt.Errorf("PostgreSQL server binaries not found in %s (install postgresql-15): %w", binDir, err)
 	}
 	pgdata := filepath.Join(o.DataDir, "pgdata")
-	var cred *syscall.Credential
+	var uid, gid = -1, -1 // -1: as this process
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -307,9 +307,8 @@ func StartPostgres(ctx context.Context, binDir string, o Options) (*Server, erro
 		if err != nil {
 			return nil, fmt.Errorf("running as root and no postgres or nobody user to run PostgreSQL as: %w", err)
 		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		uid, _ = strconv.Atoi(u.Uid)
+		gid, _ = strconv.Atoi(u.Gid)
 		if err := os.Chown(o.DataDir, uid, gid); err != nil {
 			return nil, err
 		}
@@ -318,7 +317,7 @@ func StartPostgres(ctx context.Context, binDir string, o Options) (*Server, erro
 		}
 	}
 	init := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"), "-D", pgdata, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-	init.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	init.SysProcAttr = runAs(uid, gid)
 	init.Dir = o.DataDir
 	if out, err := init.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("initdb: %w: %s", err, out)
@@ -333,7 +332,7 @@ func StartPostgres(ctx context.Context, binDir string, o Options) (*Server, erro
 	}
 	cmd := exec.Command(filepath.Join(binDir, "postgres"), "-D", pgdata, "-h", "127.0.0.1", "-p", strconv.Itoa(port),
 		"-k", o.DataDir, "-c", "fsync="+fsync, "-c", "max_connections=200", "-c", "shared_buffers=128MB")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	cmd.SysProcAttr = runAs(uid, gid)
 	cmd.Dir = o.DataDir
 	if o.LogFile == "" {
 		o.LogFile = filepath.Join(os.TempDir(), fmt.Sprintf("cairn-postgres-%d.log", port))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -30,7 +31,10 @@ import (
 // BEGIN or COMMIT fails gives every call that error (the commit's outcome may
 // be unknown, as for a call alone). Calls whose context ends while they wait
 // in the queue leave it; a call the leader took runs, under its own context,
-// while the group's BEGIN and COMMIT run under none.
+// while the group's BEGIN and COMMIT run under none, but its caller does not
+// wait past its own deadline: it returns an error that says the transaction
+// may still commit (as a lost response does). The leader's groups run in a
+// goroutine of their own for that reason.
 //
 // A call whose context carries a linger (ledger.WithLinger) does not lead at
 // once: it waits in the queue for the next caller that leads (an urgent one,
@@ -93,27 +97,73 @@ func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, n
 			if g.leave(c) {
 				return l.wrap(op, context.Cause(ctx))
 			}
-			if err := <-c.done; err != errLead {
-				return err
+			select {
+			case err := <-c.done:
+				if err != errLead {
+					return err
+				}
+				lead = true // cannot be: leave passes a lead on
+			default:
+				return l.gaveUp(op, ctx) // a leader took it: it runs on
 			}
-			lead = true
 		}
 	}
-	// Lead: run groups until this call's own has run, then hand over.
+	// Lead in a goroutine of its own: the groups run to their end, but this
+	// caller waits for its own outcome only until its context ends.
+	handedOn := make(chan struct{})
+	go func() {
+		defer close(handedOn)
+		l.lead(c)
+	}()
+	select {
+	case err := <-c.done:
+		// The lead passes on right after this call's group ran: wait for
+		// that, so that a caller that returned leads nothing (a lingering
+		// call queued next waits for an urgent one, as it should).
+		<-handedOn
+		return err
+	case <-ctx.Done():
+	}
+	if g.leave(c) {
+		return l.wrap(op, context.Cause(ctx)) // not run, and it never will be
+	}
+	select {
+	case err := <-c.done:
+		return err
+	default:
+		return l.gaveUp(op, ctx)
+	}
+}
+
+// gaveUp is the error of a call whose context ended while its group ran: it
+// may still commit, as a transaction whose response was lost may have; the
+// caller handles it as such (a retry of an outcome finds it recorded, a
+// renewal counts as not confirmed).
+func (l *Backend) gaveUp(op string, ctx context.Context) error {
+	return fmt.Errorf("ledger (%s) %s: the caller gave up while its transaction was being committed in a group; it may still commit (outcome unknown): %w", l.d.Name, op, context.Cause(ctx))
+}
+
+// lead runs groups until c's has run (or c left the queue), then hands the
+// lead on.
+func (l *Backend) lead(c *logCall) {
+	g := l.log
 	for {
 		g.qmu.Lock()
+		if !slices.Contains(g.calls, c) { // its caller gave up before it ran
+			g.handOff()
+			g.qmu.Unlock()
+			return
+		}
 		group := g.takeGroup()
 		g.qmu.Unlock()
 		g.mu.Lock()
 		l.runGroup(group)
 		g.mu.Unlock()
-		for _, q := range group {
-			if q == c {
-				g.qmu.Lock()
-				g.handOff()
-				g.qmu.Unlock()
-				return <-c.done
-			}
+		if slices.Contains(group, c) {
+			g.qmu.Lock()
+			g.handOff()
+			g.qmu.Unlock()
+			return
 		}
 	}
 }

@@ -772,7 +772,7 @@ func (l *Backend) completeLogged(ctx context.Context, tx *sql.Tx, now time.Time,
 			x := cur[id]
 			r = &x
 		}
-		if errs[i] = checkClaim("complete", c, r.rec, now); errs[i] != nil {
+		if errs[i] = checkClaim(opComplete, c, r.rec, now); errs[i] != nil {
 			continue
 		}
 		n := *r.rec

@@ -1031,7 +1031,7 @@ WHERE bucket = ? AND ident = ? AND token = ? AND status = 'claimed' AND lease_un
 // refused tells finishTx's explained refusals (lease lost, superseded, not
 // found), which leave the transaction usable.
 func refused(err error) bool {
-	return errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrSuperseded) || errors.Is(err, ledger.ErrNotFound)
+	return errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrSuperseded) || errors.Is(err, ledger.ErrNotFound) || errors.Is(err, errCompleted)
 }
 
 // finishTx runs a guarded update of a claim inside tx and explains a refusal.
@@ -1064,12 +1064,28 @@ func (l *Backend) refusal(ctx context.Context, tx *sql.Tx, op string, c ledger.C
 	case err != nil:
 		return l.wrap(op, err)
 	}
-	return refuse(op, c, &ledger.Record{Token: token})
+	return refuse(op, c, &ledger.Record{Token: token, Status: ledger.Status(status)})
+}
+
+// errCompleted is the answer to a Complete of a row its claim's token has
+// completed already (processed, and no one claimed it since): a retry of a
+// Complete whose response was lost, or that answered after its caller's
+// deadline. It changes nothing, and the call succeeds (see alreadyDone).
+var errCompleted = errors.New("completed already by this token")
+
+// alreadyDone maps errCompleted to success.
+func alreadyDone(err error) error {
+	if errors.Is(err, errCompleted) {
+		return nil
+	}
+	return err
 }
 
 // refuse is the refusal of a guarded change of c whose row is r (nil: none).
 func refuse(op string, c ledger.Claim, r *ledger.Record) error {
 	switch {
+	case op == opComplete && r != nil && r.Token == c.Token && r.Status == ledger.Processed:
+		return errCompleted
 	case r == nil:
 		return fmt.Errorf("%s %s/%s: %w", op, c.Bucket, c.Key, ledger.ErrNotFound)
 	case r.Token != c.Token:
@@ -1108,9 +1124,12 @@ attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = ?, last_er
 
 // Complete records the claim's work as processed (or, if newer work arrived
 // while it ran, makes the record pending again).
+//
+// A Complete by a token of a record that token completed already succeeds
+// and changes nothing: it is the retry of a Complete whose answer was lost.
 func (l *Backend) Complete(ctx context.Context, c ledger.Claim, result string) error {
-	return l.finish(ctx, opComplete, c, func(r *ledger.Record, now time.Time) { completeRecord(r, result, now) },
-		completeSet, result, nowPlus(0))
+	return alreadyDone(l.finish(ctx, opComplete, c, func(r *ledger.Record, now time.Time) { completeRecord(r, result, now) },
+		completeSet, result, nowPlus(0)))
 }
 
 // completeRecord is completeSet in Go.
@@ -1149,6 +1168,9 @@ func (l *Backend) CompleteBatch(ctx context.Context, cs []ledger.Claim, results 
 	})
 	if err != nil {
 		return nil, err
+	}
+	for i := range errs {
+		errs[i] = alreadyDone(errs[i])
 	}
 	return errs, nil
 }
@@ -1228,7 +1250,7 @@ RETURNING cairn_ledger.bucket, cairn_ledger.ident`
 	}
 	for i, c := range cs {
 		if !done[rowID{c.Bucket, c.Ident}] {
-			errs[i] = l.refusal(ctx, tx, "complete", c)
+			errs[i] = l.refusal(ctx, tx, opComplete, c)
 			if !refused(errs[i]) {
 				return nil, errs[i]
 			}

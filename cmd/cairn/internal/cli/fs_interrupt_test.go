@@ -55,7 +55,7 @@ func start(t *testing.T, cmd *exec.Cmd) *started {
 	t.Helper()
 	p := &started{cmd: cmd, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = diesWithTest()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

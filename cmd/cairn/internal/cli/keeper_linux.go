@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,25 +28,32 @@ import (
 // (however it dies: its pipe reaches EOF). The holder sends each later
 // deadline after a renewal, and "end" once the command has exited.
 //
-// Deadlines are absolute on CLOCK_MONOTONIC, the clock every process of the
-// machine reads alike: a message that waited in the pipe while the holder
+// Deadlines are absolute on CLOCK_BOOTTIME, a clock every process of the
+// machine reads alike and that runs on while the machine is suspended (as the
+// store's clock does): a message that waited in the pipe while the holder
 // was stopped extends nothing beyond what the renewal proved. The holder
-// reads CLOCK_MONOTONIC before its own clock, so that a stall between the two
+// reads CLOCK_BOOTTIME before its own clock, so that a stall between the two
 // readings only makes a deadline earlier. The keeper only ever raises the
 // deadline it holds.
 
-// monoNow reads CLOCK_MONOTONIC.
-func monoNow() int64 {
+// bootNow reads CLOCK_BOOTTIME.
+func bootNow() int64 {
 	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
 	return ts.Nano()
 }
 
-// monoAt is t (on this process's monotonic clock) on CLOCK_MONOTONIC.
-func monoAt(t time.Time) int64 {
-	m := monoNow() // first: see above
+// bootAt is t (on this process's monotonic clock) on CLOCK_BOOTTIME.
+func bootAt(t time.Time) int64 {
+	m := bootNow() // first: see above
 	return m + int64(time.Until(t))
 }
+
+// keeperName is the keeper's process name (and argv[0]): it names no
+// cairn, so that pkill cairn (or pkill -f cairn) leaves it to kill the
+// command's group once cairn is gone. The name is set when the keeper
+// starts: for the moment between its exec and that, it is still "cairn".
+const keeperName = "deadline-keeper"
 
 // keeper is the holder's end of a running keeper.
 type keeper struct {
@@ -66,8 +74,9 @@ func startKeeper(deadline time.Time) (*keeper, error) {
 	if err != nil {
 		return nil, err
 	}
-	at := monoAt(deadline)
+	at := bootAt(deadline)
 	cmd := exec.Command(bin, "lock", "keep", strconv.FormatInt(at, 10))
+	cmd.Args[0] = keeperName
 	cmd.Stdin, cmd.Stderr = r, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
@@ -85,7 +94,7 @@ func (k *keeper) pgid() int { return k.cmd.Process.Pid }
 // extend sends a later deadline (a write that blocks is abandoned: the
 // earlier deadline stays, which only kills sooner).
 func (k *keeper) extend(deadline time.Time) {
-	at := monoAt(deadline)
+	at := bootAt(deadline)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if at <= k.sent {
@@ -111,6 +120,7 @@ func (k *keeper) end() {
 // or when stdin ends without "end".
 func keep(first int64, in io.Reader) error {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(unsafe.StringData(keeperName+"\x00"))), 0, 0, 0)
 	lines := make(chan string)
 	go func() {
 		defer close(lines)
@@ -125,7 +135,7 @@ func keep(first int64, in io.Reader) error {
 		_ = syscall.Kill(-syscall.Getpgrp(), syscall.SIGKILL) // this process too
 		os.Exit(1)
 	}
-	t := time.NewTimer(time.Duration(deadline - monoNow()))
+	t := time.NewTimer(time.Duration(deadline - bootNow()))
 	for {
 		select {
 		case line, ok := <-lines:
@@ -135,6 +145,8 @@ func keep(first int64, in io.Reader) error {
 			f := strings.Fields(line)
 			switch {
 			case len(f) == 1 && f[0] == "end":
+				// What the command left in the group dies with the run.
+				_ = syscall.Kill(-syscall.Getpgrp(), syscall.SIGKILL) // this process too
 				return nil
 			case len(f) == 2 && f[0] == "deadline":
 				if d, err := strconv.ParseInt(f[1], 10, 64); err == nil && d > deadline {
@@ -143,7 +155,7 @@ func keep(first int64, in io.Reader) error {
 			}
 		case <-t.C:
 		}
-		left := time.Duration(deadline - monoNow())
+		left := time.Duration(deadline - bootNow())
 		if left <= 0 {
 			killGroup("the lock's deadline passed before its holder confirmed a renewal (the holder stalled or was cut off)")
 		}

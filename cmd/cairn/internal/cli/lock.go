@@ -165,43 +165,70 @@ func runHeld(e *env, argv, extraEnv []string, done <-chan struct{}, why func() e
 	c := exec.Command(argv[0], argv[1:]...)
 	c.Env = append(os.Environ(), extraEnv...)
 	c.Stdin, c.Stdout, c.Stderr = e.stdin, e.stdout, e.stderr
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	k, err := startKeeper(stopAt())
 	if err != nil {
 		fmt.Fprintln(e.stderr, "cairn:", safetext.Escape(err.Error()))
 		return 1, false
 	}
+	keeperGroup := 0
 	if k != nil {
-		c.SysProcAttr.Pgid = k.pgid()
+		keeperGroup = k.pgid()
 	}
+	c.SysProcAttr = groupAttr(keeperGroup)
 	withParentDeath(c.SysProcAttr)
-	if err := c.Start(); err != nil {
+	expired := errors.New("no renewal confirmed before the deadline (the store unreachable or slow, or this process stalled)")
+	if !time.Now().Before(stopAt()) {
+		err = expired // never start a command the lock no longer covers
+	} else {
+		err = c.Start()
+	}
+	if err != nil {
+		lost := !time.Now().Before(stopAt()) // the keeper may have killed its group (and exited) first
 		if k != nil {
 			k.end()
+		}
+		if lost {
+			e.log.Error("lock lost before the command started", "err", expired)
+			return 1, true
 		}
 		fmt.Fprintln(e.stderr, "cairn:", safetext.Escape(err.Error()))
 		return 127, false
 	}
 	pgid := c.Process.Pid
-	if k != nil {
-		pgid = k.pgid()
-		defer k.end()
+	if keeperGroup != 0 {
+		pgid = keeperGroup
 	}
+	// Once the command has exited, whatever it left in its group
+	// (background jobs, grandchildren) dies before the lock is released.
+	defer func() {
+		signalGroup(pgid, syscall.SIGKILL)
+		if k != nil {
+			k.end()
+		}
+	}()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	exited := make(chan error, 1)
 	go func() { exited <- c.Wait() }()
 	lost := false
-	kill := func(sig syscall.Signal) { _ = syscall.Kill(-pgid, sig) }
 	stop := func(err error) {
 		if !lost {
 			lost = true
 			e.log.Error("lock lost; killing the command's process group", "err", err)
-			kill(syscall.SIGKILL)
+			signalGroup(pgid, syscall.SIGKILL)
 		}
 	}
-	check := time.NewTicker(max(ttl/20, 10*time.Millisecond))
+	// The check wakes at the deadline, and, with a keeper, often enough to
+	// pass it each later deadline soon after the renewal that proved it.
+	next := func() time.Duration {
+		d := time.Until(stopAt())
+		if k != nil {
+			d = min(d, max(ttl/20, 10*time.Millisecond))
+		}
+		return max(d, 0)
+	}
+	check := time.NewTimer(next())
 	defer check.Stop()
 	for {
 		select {
@@ -222,7 +249,7 @@ func runHeld(e *env, argv, extraEnv []string, done <-chan struct{}, why func() e
 				return 1, lost
 			}
 		case s := <-sigs:
-			kill(s.(syscall.Signal))
+			signalGroup(pgid, s.(syscall.Signal))
 		case <-done:
 			done = nil
 			stop(why())
@@ -232,12 +259,13 @@ func runHeld(e *env, argv, extraEnv []string, done <-chan struct{}, why func() e
 			}
 			at := stopAt()
 			if !time.Now().Before(at) {
-				stop(fmt.Errorf("no renewal confirmed before the deadline (the store unreachable or slow, or this process stalled)"))
+				stop(expired)
 				continue
 			}
 			if k != nil {
 				k.extend(at)
 			}
+			check.Reset(next())
 		}
 	}
 }

@@ -5,9 +5,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -239,5 +242,52 @@ func TestLockTreeCleansUpMinIO(t *testing.T) {
 	}
 	if keys := objects(); len(keys) != 1 {
 		t.Fatalf("after a later command: %d lock objects %v, want only the root's", len(keys), keys)
+	}
+}
+
+// What a command run under a lock leaves running in its process group
+// (background jobs) is killed before the lock is released, for lock run and
+// lock tree: nothing of the command works on unguarded.
+func TestLockRunKillsLeftovers(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc to tell a live process")
+	}
+	bin := buildCairn(t)
+	for _, kind := range []string{"run", "tree"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			pidFile := filepath.Join(dir, "pid")
+			args := []string{"lock", "run", "file://" + dir + "/locks/job"}
+			if kind == "tree" {
+				args = []string{"lock", "tree", "--store", "file://" + dir, "--write", "/job"}
+			}
+			args = append(args, "--", "sh", "-c", `sleep 60 >/dev/null 2>&1 & echo $! > "$PIDFILE"`)
+			c := exec.Command(bin, args...)
+			c.Env = append(os.Environ(), "PIDFILE="+pidFile)
+			if out, err := c.CombinedOutput(); err != nil {
+				t.Fatalf("cairn %q: %v\n%s", args, err, out)
+			}
+			data, err := os.ReadFile(pidFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A SIGKILL sent is not yet a process gone: give it a moment.
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+				if err != nil || strings.Contains(string(stat), ") Z ") {
+					break
+				}
+				if time.Now().After(deadline) {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+					t.Fatalf("the command's background job %d outlived its lock", pid)
+				}
+			}
+		})
 	}
 }

@@ -118,7 +118,8 @@ ledger with a lease and a fencing token and run the handler:
       (created/removed), CAIRN_FENCING_TOKEN, CAIRN_ATTEMPT, and the event as
       JSON on stdin. Exit 0 processed, 75 retry later, other: failure (dead letter).
       The handler's whole process group dies with its run, at its lease's
-      deadline (no renewal confirmed within --lease, less a twentieth, since
+      deadline (no renewal confirmed within --lease, less a twentieth or
+      0.5s if more (--lease is at least 2s), since
       the last was sent; even while cairn is stopped: its watchdog holds the
       deadline) and with cairn (even kill -9, on Linux); a restart first kills
       what a killed cairn left running (recorded in --handler-state), so a
@@ -165,8 +166,11 @@ Also served: GET /healthz, GET /readyz (ledger reachable and recording), GET /me
 // runServe runs the daemon with handler h; onListen, if set, is told the
 // address once the webhook listens.
 func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Handler, onListen func(addr string)) error {
-	if f.concurrency <= 0 || f.maxAttempts <= 0 || f.lease < 3*time.Millisecond {
-		return usagef("--concurrency and --max-attempts must be positive and --lease at least a few milliseconds")
+	if f.concurrency <= 0 || f.maxAttempts <= 0 {
+		return usagef("--concurrency and --max-attempts must be positive")
+	}
+	if f.lease < intake.MinLease {
+		return usagef("--lease %v is too short: a handler is stopped %v before its lease can have expired; give --lease %v or more", f.lease, intake.MinLeaseMargin, intake.MinLease)
 	}
 	if f.listen != "" && f.token == "" && !loopback(f.listen) {
 		return usagef("--listen %s is not a loopback address: set --webhook-token (or CAIRN_WEBHOOK_TOKEN) so strangers cannot inject events", f.listen)

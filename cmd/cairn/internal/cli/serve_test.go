@@ -75,7 +75,7 @@ func startServe(t *testing.T, port int, env []string, args ...string) *serveProc
 		t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = diesWithTest()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +449,7 @@ func testServeKilledHandlerDies(t *testing.T, iter int, kill killSet) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"--ledger", filepath.Join(dir, "ledger.db"), "--handler-exec", script, "--lease", "1s", "--concurrency", "2"}
+	args := []string{"--ledger", filepath.Join(dir, "ledger.db"), "--handler-exec", script, "--lease", "2s", "--concurrency", "2"}
 	// Token 1's work holds far longer than the test runs: whatever of it
 	// outlives the kill is then still alive when the checks look, and no
 	// fixed wait for it to end is needed. Survivors, if the reap fails, are

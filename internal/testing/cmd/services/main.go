@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command services starts the real servers cairn's tests use — the S3 servers
 // MinIO, versitygw and gofakes3 (each built once from the Go module proxy at a
 // pinned version, cached), PostgreSQL (the machine's binaries) and dynalite
