@@ -110,6 +110,33 @@ type Store struct {
 	written  map[string]*current
 	strategy Strategy // resolved from Auto on first use
 	stats    Stats
+
+	// base is the context of every group commit: Close cancels it and waits
+	// for the committers (wg), so no commit outlives the Store, not even one
+	// whose callers gave up on it.
+	base   context.Context
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+	closed bool // d.mu
+}
+
+// ErrClosed is the error of an update made on, or still queued in, a Store
+// that Close has closed.
+var ErrClosed = errors.New("docstore: the store was closed")
+
+// Close ends the Store's group commits: a commit still running (one whose
+// callers gave up at their deadline, say) is cancelled, so its write may or
+// may not land, and queued updates fail with ErrClosed; Close returns once
+// no committer runs. Updates made after Close fail with ErrClosed. It does
+// not close the objstore.Store. Closing is optional: a Store whose callers
+// always wait for their answers leaves nothing running.
+func (d *Store) Close() error {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.stop()
+	d.wg.Wait()
+	return nil
 }
 
 // Stats count what a Store did (for tests and benchmarks).
@@ -125,6 +152,7 @@ type Stats struct {
 // New returns a document Store on s.
 func New(s *objstore.Store, opts *Options) *Store {
 	d := &Store{s: s, batchers: map[string]*batcher{}, written: map[string]*current{}}
+	d.base, d.stop = context.WithCancel(context.Background())
 	if opts != nil {
 		d.opts = *opts
 	}
@@ -317,6 +345,12 @@ func (d *Store) UpdateJSON(ctx context.Context, key string, fn UpdateFunc) ([]by
 func (d *Store) update(ctx context.Context, key string, raw bool, fn UpdateFunc) ([]byte, Meta, error) {
 	if err := objstore.ValidateKey(key); err != nil {
 		return nil, Meta{}, err
+	}
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return nil, Meta{}, fmt.Errorf("%q: %w", key, ErrClosed)
 	}
 	st, err := d.resolve(ctx)
 	if err != nil {

@@ -59,6 +59,14 @@ func (d *Store) startLocked(key string, b *batcher) {
 	if b.running || len(b.queue) == 0 {
 		return
 	}
+	if d.closed {
+		for _, r := range b.queue {
+			r.done <- result{err: fmt.Errorf("%q: %w", key, ErrClosed)}
+		}
+		b.queue = nil
+		d.drop(key, b)
+		return
+	}
 	now, at := urgent(b.queue, time.Now())
 	if now {
 		if b.timer != nil {
@@ -66,7 +74,11 @@ func (d *Store) startLocked(key string, b *batcher) {
 			b.timer = nil
 		}
 		b.running = true
-		go d.run(key, b)
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.run(key, b)
+		}()
 		return
 	}
 	if b.timer != nil {
@@ -90,7 +102,7 @@ func (d *Store) startLocked(key string, b *batcher) {
 // at once with ErrAmbiguous (its write may still land, as after a lost
 // response): a caller is never held past its own deadline by a commit that
 // hangs (a blackholed connection), which runs on, detached, until
-// Options.CommitTimeout.
+// Options.CommitTimeout or Close.
 func (d *Store) enqueue(ctx context.Context, key string, r *request) ([]byte, Meta, error) {
 	d.mu.Lock()
 	b := d.batchers[key]
@@ -168,7 +180,7 @@ func (d *Store) run(key string, b *batcher) {
 		batch := b.queue[:n:n]
 		b.queue = b.queue[n:]
 		d.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), d.opts.CommitTimeout)
+		ctx, cancel := context.WithTimeout(d.base, d.opts.CommitTimeout)
 		cached = d.commit(ctx, key, batch, cached)
 		cancel()
 	}

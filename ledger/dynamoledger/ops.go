@@ -428,6 +428,12 @@ func (b *Backend) keyRows(ctx context.Context, bucket, key string) ([]*row, erro
 	}
 }
 
+// errCompleted is the answer to a Complete of a record its claim's token
+// has completed already (processed, and no one claimed it since): a retry of
+// a Complete whose response was lost or came late. It changes nothing, and
+// the call succeeds.
+var errCompleted = errors.New("completed already by this token")
+
 // refuse is the refusal of a change of c whose record is r (nil: none).
 func refuse(op string, c ledger.Claim, r *row) error {
 	switch {
@@ -445,6 +451,9 @@ func refuse(op string, c ledger.Claim, r *row) error {
 func (b *Backend) finish(ctx context.Context, op string, c ledger.Claim, apply func(r *ledger.Record, now time.Time)) (*row, error) {
 	now := b.now()
 	w, _, err := b.change(ctx, id{c.Bucket, c.Key, c.Ident}, nil, false, func(cur *row) (*ledger.Record, any, error) {
+		if op == "complete" && cur != nil && cur.rec.Token == c.Token && cur.rec.Status == ledger.Processed {
+			return nil, nil, errCompleted
+		}
 		if cur == nil || cur.rec.Token != c.Token || cur.rec.Status != ledger.Claimed || driver.UnixMilli(cur.rec.LeaseUntil) < driver.UnixMilli(now) {
 			return nil, nil, refuse(op, c, cur)
 		}
@@ -484,6 +493,9 @@ func (b *Backend) Renew(ctx context.Context, c ledger.Claim, lease time.Duration
 // EveryVersion the key's lock is given up after.
 func (b *Backend) settle(ctx context.Context, op string, c ledger.Claim, apply func(r *ledger.Record, now time.Time)) error {
 	_, err := b.finish(ctx, op, c, apply)
+	if errors.Is(err, errCompleted) {
+		err = nil // a retry of a Complete that landed: nothing to change
+	}
 	if err == nil && b.opts.EveryVersion {
 		b.dropLock(ctx, c.Bucket, c.Key, lockRef{c.Ident, c.Token})
 	}

@@ -395,6 +395,7 @@ func (l *Backend) Shards() int { return l.shards }
 func (l *Backend) Close() error {
 	l.cancel()
 	l.wg.Wait()
+	_ = l.d.Close() // ends commits whose callers gave up at their deadline
 	if l.owned {
 		return l.s.Close()
 	}

@@ -951,8 +951,11 @@ func (b *Backend) walk(dir, prefix, after, skip string, yield func(objstore.Info
 	}
 	f, err := b.root.Open(name)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return true // removed while we walked
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || escapes(err) {
+			// Removed while we walked, or replaced by a file or by a
+			// symbolic link leading out of the root: no folder of objects
+			// (links are never objects, as below).
+			return true
 		}
 		return yield(objstore.Info{}, err)
 	}
