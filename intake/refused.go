@@ -35,6 +35,9 @@ const (
 	// maxReason bounds the kept reason; excerpt the message's first bytes
 	// shown in it.
 	maxReason = 2048
+	// maxListedRejections bounds the refused records a reason and a webhook
+	// answer name one by one (the count says how many there were).
+	maxListedRejections = 100
 	excerpt   = 512
 )
 
@@ -63,6 +66,9 @@ func RefusedEvent(body []byte, err error, rejected []*event.ParseError) (ev even
 	}
 	var reasons []string
 	for _, pe := range rejected {
+		if len(reasons) == maxListedRejections {
+			break // the reason is clipped to maxReason anyway: a body of a million empty records must not build a million strings
+		}
 		reasons = append(reasons, pe.Error())
 	}
 	if len(rejected) > 0 {

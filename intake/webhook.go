@@ -133,7 +133,11 @@ type Rejection struct {
 	Error string `json:"error"`
 }
 
+// rejections lists the first maxListedRejections refused records (a 4 MiB
+// body of empty records holds over a million; the record kept in the ledger
+// counts them all).
 func rejections(pes []*event.ParseError) []Rejection {
+	pes = pes[:min(len(pes), maxListedRejections)]
 	out := make([]Rejection, len(pes))
 	for i, pe := range pes {
 		out[i] = Rejection{Field: pe.Field, Error: pe.Error()}

@@ -19,6 +19,7 @@ import (
 func auditCmd(e *env) *cobra.Command {
 	var o audit.Options
 	var storeURL, ledgerURL, bucket, inventory string
+	var processOwn bool
 	cmd := &cobra.Command{
 		Use:   "audit (--store URL | --inventory MANIFEST-URL) [--ledger URL] [--prefix P]… [--grace 15m] [--dry-run]",
 		Short: "Find the object changes notifications never announced (LIST against the ledger) and resubmit them",
@@ -114,6 +115,7 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 					}
 				}
 			}
+			o.Skip = ownSkipper(ledgerURL, storeURL, bucket, processOwn)
 			rep, err := audit.Run(ctx, store, l, bucket, &o)
 			if o.Progress != nil {
 				fmt.Fprint(e.stderr, "\r\033[K")
@@ -162,6 +164,7 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 	durflag.Var(fs, &o.Grace, "grace", audit.DefaultGrace, "skip objects modified more recently (their events may still be coming); 0: none")
 	durflag.Var(fs, &o.Horizon, "horizon", 30*24*time.Hour, "skip missing objects older than this (the ledger's retention)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "report only; resubmit nothing")
+	fs.BoolVar(&processOwn, "process-own-objects", false, "judge cairn's own objects too, which are skipped by default as serve skips their events: keys under cairn-probe/, cairn-locks/, cairn-journal/, cairn-ledger/ at the bucket's root (and under an s3:// --store's prefix), and an s3:// --ledger's own prefix")
 	fs.BoolVar(&o.ResubmitFailed, "resubmit-failed", false, "also resubmit failed and dead records")
 	fs.IntVar(&o.Parallel, "parallel-prefixes", 1, "list this many top-level folders at once")
 	return cmd

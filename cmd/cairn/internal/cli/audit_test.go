@@ -155,3 +155,39 @@ func TestServeAuditResubmissionEnv(t *testing.T) {
 		t.Fatalf("the handler got CAIRN_SEQUENCER=%q CAIRN_EVENT_NAME=%q for an audit resubmission; want empty and cairn:Audit:Changed", f[2], f[4])
 	}
 }
+
+// cairn audit skips cairn's own objects (a probe's, a lock's, a journal's)
+// as serve skips their events: resubmitted, they would run the user's
+// handler. --process-own-objects judges them too.
+func TestAuditSkipsOwnObjects(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bucket := filepath.Join(dir, "bucket")
+	for _, k := range []string{"data/one.txt", "cairn-probe/verdict.json", "cairn-locks/job", "cairn-journal/x.json", "cairn-probe-x/user.txt"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(bucket, k)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(bucket, k), []byte(k), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ledgerPath := filepath.Join(dir, "ledger.db")
+	if l, err := sqlite.Open(context.Background(), ledgerPath, nil); err != nil {
+		t.Fatal(err)
+	} else {
+		l.Close()
+	}
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{{nil, 2}, {[]string{"--process-own-objects"}, 5}} {
+		args := append([]string{"audit", "--store", bucket, "--bucket", "b", "--ledger", ledgerPath, "--grace", "0", "--dry-run", "--json"}, tc.args...)
+		code, out, stderr := run(t, args...)
+		var rep struct {
+			Resubmitted int `json:"resubmitted"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Resubmitted != tc.want {
+			t.Fatalf("audit %v: exit %d, %s %s; want %d resubmitted", tc.args, code, out, stderr, tc.want)
+		}
+	}
+}

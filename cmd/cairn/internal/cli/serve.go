@@ -257,16 +257,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		}
 		// The audit records into the ledger itself, not through the
 		// pipeline's Submit: it skips cairn's own objects alike.
-		extra := ownPrefixes(&f)[f.bucket]
-		skipOwn := func(key string) bool {
-			if f.processOwn {
-				return false
-			}
-			if _, own := cairn.OwnKey(key); own {
-				return true
-			}
-			return slices.ContainsFunc(extra, func(p string) bool { return strings.HasPrefix(key, p) })
-		}
+		skipOwn := ownSkipper(f.ledgerURL, f.storeURL, f.bucket, f.processOwn)
 		d.Jobs = append(d.Jobs, auditjob.New(auditStore, led, f.bucket, f.auditEvery,
 			&auditjob.Options{Audit: &audit.Options{Grace: f.auditGrace, Horizon: horizon, Skip: skipOwn}, Logger: log, OnReport: lastAudit.Store}))
 	}
@@ -383,15 +374,35 @@ func openSource(ctx context.Context, raw string, log *slog.Logger) (intake.Sourc
 // (a bare bucket keeps it under cairn-ledger/, skipped anyway), and
 // cairn.OwnPrefixes under an s3:// --store's prefix (the probe, locks and
 // journals of a store rooted there).
-func ownPrefixes(f *serveFlags) map[string][]string {
+func ownPrefixes(f *serveFlags) map[string][]string { return ownPrefixesFor(f.ledgerURL, f.storeURL) }
+
+// ownSkipper reports the keys of bucket that are cairn's own objects (at the
+// bucket's root, under an s3:// store's prefix, or an s3:// ledger's), for
+// the audit, which records into the ledger without the pipeline's Submit;
+// nil with processOwn.
+func ownSkipper(ledgerURL, storeURL, bucket string, processOwn bool) func(key string) bool {
+	if processOwn {
+		return nil
+	}
+	extra := ownPrefixesFor(ledgerURL, storeURL)[bucket]
+	return func(key string) bool {
+		if _, own := cairn.OwnKey(key); own {
+			return true
+		}
+		return slices.ContainsFunc(extra, func(p string) bool { return strings.HasPrefix(key, p) })
+	}
+}
+
+// ownPrefixesFor is ownPrefixes of a ledger and a store URL.
+func ownPrefixesFor(ledgerURL, storeURL string) map[string][]string {
 	m := map[string][]string{}
-	if u, err := url.Parse(f.ledgerURL); err == nil && u.Scheme == "s3" && u.Host != "" {
+	if u, err := url.Parse(ledgerURL); err == nil && u.Scheme == "s3" && u.Host != "" {
 		if p := strings.Trim(u.Path, "/"); p != "" {
 			m[u.Host] = append(m[u.Host], p+"/")
 		}
 	}
-	if f.storeURL != "" {
-		if u, err := objstore.ParseURL(f.storeURL); err == nil && u.Scheme == "s3" && u.Host != "" {
+	if storeURL != "" {
+		if u, err := objstore.ParseURL(storeURL); err == nil && u.Scheme == "s3" && u.Host != "" {
 			if p := strings.Trim(u.Path, "/"); p != "" {
 				for _, own := range cairn.OwnPrefixes() {
 					m[u.Host] = append(m[u.Host], p+"/"+own)
