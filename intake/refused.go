@@ -38,7 +38,7 @@ const (
 	// maxListedRejections bounds the refused records a reason and a webhook
 	// answer name one by one (the count says how many there were).
 	maxListedRejections = 100
-	excerpt   = 512
+	excerpt             = 512
 )
 
 // FormatRefused is the format of a refused message's record.
