@@ -256,3 +256,22 @@ func versionRemoved(row *ledger.Record, ev event.Event, now time.Time) (ledger.O
 func SortClaims(cs []ledger.Claim) {
 	slices.SortStableFunc(cs, func(a, b ledger.Claim) int { return a.NextAttempt.Compare(b.NextAttempt) })
 }
+
+// Release is the change Ledger.Release makes to a claimed record r at now:
+// its work goes back without counting the attempt (failed if earlier
+// attempts failed, else pending), due at once. Work accepted while the claim
+// ran (Gen != RunGen) was never attempted: its count starts again.
+func Release(r *ledger.Record, now time.Time) {
+	counted := r.Gen == r.RunGen
+	if r.Attempts > 1 && counted {
+		r.Status = ledger.Failed
+	} else {
+		r.Status = ledger.Pending
+	}
+	if r.Attempts > 0 && counted {
+		r.Attempts--
+	} else {
+		r.Attempts = 0
+	}
+	r.LeaseUntil, r.NextAttempt = time.Time{}, now
+}

@@ -550,20 +550,7 @@ func (b *Backend) CompleteBatch(ctx context.Context, cs []ledger.Claim, results 
 
 // Release gives the claim's work back without counting the attempt.
 func (b *Backend) Release(ctx context.Context, c ledger.Claim) error {
-	return b.settle(ctx, "release", c, func(r *ledger.Record, now time.Time) {
-		counted := r.Gen == r.RunGen
-		if r.Attempts > 1 && counted {
-			r.Status = ledger.Failed
-		} else {
-			r.Status = ledger.Pending
-		}
-		if r.Attempts > 0 && counted {
-			r.Attempts--
-		} else {
-			r.Attempts = 0
-		}
-		r.LeaseUntil, r.NextAttempt = time.Time{}, now
-	})
+	return b.settle(ctx, "release", c, driver.Release)
 }
 
 // Fail records a failed attempt: retried after a backoff if retryable and

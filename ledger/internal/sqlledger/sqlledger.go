@@ -1410,20 +1410,7 @@ func (l *Backend) Ping(ctx context.Context) error { return l.wrap("ping", l.db.P
 
 // Release gives the claim's work back without counting the attempt.
 func (l *Backend) Release(ctx context.Context, c ledger.Claim) error {
-	return l.finish(ctx, opRelease, c, func(r *ledger.Record, now time.Time) {
-		counted := r.Gen == r.RunGen
-		if r.Attempts > 1 && counted {
-			r.Status = ledger.Failed
-		} else {
-			r.Status = ledger.Pending
-		}
-		if r.Attempts > 0 && counted {
-			r.Attempts--
-		} else {
-			r.Attempts = 0
-		}
-		r.LeaseUntil, r.NextAttempt = time.Time{}, now
-	}, `status = CASE WHEN attempts > 1 AND gen = run_gen THEN 'failed' ELSE 'pending' END,
+	return l.finish(ctx, opRelease, c, driver.Release, `status = CASE WHEN attempts > 1 AND gen = run_gen THEN 'failed' ELSE 'pending' END,
 attempts = CASE WHEN attempts > 0 AND gen = run_gen THEN attempts - 1 ELSE 0 END, lease_until = 0, next_at = ?`, nowPlus(0))
 }
 
