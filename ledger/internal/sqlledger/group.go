@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cairn-s3/cairn/ledger"
@@ -54,6 +55,32 @@ type logCall struct {
 	op   string
 	fn   func(tx *sql.Tx, now time.Time) error
 	done chan error // its outcome, or errLead
+
+	// fnMu is held while fn runs; abandoned, set under it when the caller
+	// gave up at its deadline while a group held the call, keeps fn from
+	// running again: fn writes its caller's variables, which the caller
+	// reads once it returned.
+	fnMu      sync.Mutex
+	abandoned bool
+}
+
+// run runs c's fn in tx unless its caller gave up (then it fails with the
+// caller's context's error, and the group runs its other calls again
+// without it).
+func (c *logCall) run(tx *sql.Tx, now time.Time) error {
+	c.fnMu.Lock()
+	defer c.fnMu.Unlock()
+	if c.abandoned {
+		return fmt.Errorf("the caller gave up: %w", context.Cause(c.ctx))
+	}
+	return c.fn(tx, now)
+}
+
+// abandon marks c given up by its caller, once no fn of it runs.
+func (c *logCall) abandon() {
+	c.fnMu.Lock()
+	c.abandoned = true
+	c.fnMu.Unlock()
 }
 
 // errLead tells a queued call that it leads now.
@@ -104,6 +131,7 @@ func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, n
 				}
 				lead = true // cannot be: leave passes a lead on
 			default:
+				c.abandon()
 				return l.gaveUp(op, ctx) // a leader took it: it runs on
 			}
 		}
@@ -131,6 +159,7 @@ func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, n
 	case err := <-c.done:
 		return err
 	default:
+		c.abandon()
 		return l.gaveUp(op, ctx)
 	}
 }
@@ -227,7 +256,7 @@ func (g *intakeLog) takeGroup() []*logCall {
 func (l *Backend) runGroup(group []*logCall) {
 	if len(group) == 1 {
 		c := group[0]
-		c.done <- l.runLogTx(c.ctx, c.op, c.fn)
+		c.done <- l.runLogTx(c.ctx, c.op, c.run)
 		return
 	}
 	var failed bool
@@ -237,7 +266,7 @@ func (l *Backend) runGroup(group []*logCall) {
 	// run under its own).
 	err := l.runLogTx(context.WithoutCancel(group[0].ctx), group[0].op, func(tx *sql.Tx, now time.Time) error {
 		for i, c := range group {
-			if err := c.fn(tx, now); refused(err) {
+			if err := c.run(tx, now); refused(err) {
 				refusals[i] = err // decided before the call wrote anything
 			} else if err != nil {
 				failed = true
@@ -252,7 +281,7 @@ func (l *Backend) runGroup(group []*logCall) {
 			c.done <- refusals[i]
 		case failed:
 			// One call failed the group: each runs again alone.
-			c.done <- l.runLogTx(c.ctx, c.op, c.fn)
+			c.done <- l.runLogTx(c.ctx, c.op, c.run)
 		default:
 			c.done <- err
 		}
