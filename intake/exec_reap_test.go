@@ -301,7 +301,9 @@ func TestExecWatchdogDeadline(t *testing.T) {
 // killed when the run is stopped from outside, before Handle returns.
 func TestExecCancelKillsEscapee(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	h := Shell(`setsid sleep 60 >/dev/null 2>&1 & echo $! > "$PIDFILE"; sleep 60`)
+	// The escapee writes its own pid once it has left the group: "$!" is
+	// known before setsid has run, which the check below once caught.
+	h := Shell(`setsid sh -c 'echo $$ > "$PIDFILE"; exec sleep 60' >/dev/null 2>&1 & sleep 60`)
 	h.Env, h.StateDir = []string{"PIDFILE=" + pidFile}, t.TempDir()
 	defer h.Close()
 	ctx, cancel := context.WithCancel(context.Background())
