@@ -147,6 +147,13 @@ type Pipeline struct {
 	warnedOwn         sync.Map // own prefix → struct{}: said once in the log
 	refusals          *refusalLog
 
+	// Quiesce's view (quiesce.go): claims launched and not yet settled, the
+	// dispatcher's Claim calls started, and the last of them that found no
+	// work.
+	inflight   atomic.Int64
+	claimRound atomic.Uint64
+	emptyRound atomic.Uint64
+
 	hctx     context.Context // handlers' parent context, cancelled after Grace at shutdown
 	handlers sync.WaitGroup
 	renewals sync.WaitGroup // renewal loops, which may outlive their handler by a request
@@ -680,7 +687,11 @@ func (p *Pipeline) launch(c ledger.Claim, claimedAt time.Time) {
 		return
 	}
 	p.m.running.Inc()
-	p.handlers.Go(func() { p.run(p.hctx, c, claimedAt) })
+	p.inflight.Add(1)
+	p.handlers.Go(func() {
+		defer p.inflight.Add(-1)
+		p.run(p.hctx, c, claimedAt)
+	})
 }
 
 // dispatch claims work while slots are free and runs handlers.
@@ -725,8 +736,12 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 		owed = false
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		claimedAt := time.Now()
+		round := p.claimRound.Add(1)
 		cs, err := p.l.Claim(cctx, free, p.o.Lease)
 		cancel()
+		if err == nil && len(cs) == 0 {
+			p.noteEmpty(round)
+		}
 		p.unreserve(free - len(cs))
 		if err != nil {
 			if ctx.Err() != nil {

@@ -1,0 +1,413 @@
+package awslambda_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/event/eventtest"
+	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/intake/awslambda"
+	"github.com/cairn-s3/cairn/internal/testing/testenv/testledger"
+	"github.com/cairn-s3/cairn/ledger"
+)
+
+// sqsMsg is one message of an SQS batch built for a test.
+type sqsMsg struct {
+	id, group, body string
+}
+
+// sqsBatch renders msgs as the payload Lambda's SQS event source sends.
+func sqsBatch(msgs ...sqsMsg) []byte {
+	var b events.SQSEvent
+	for _, m := range msgs {
+		r := events.SQSMessage{MessageId: m.id, Body: m.body, EventSource: "aws:sqs", ReceiptHandle: "rh-" + m.id,
+			EventSourceARN: "arn:aws:sqs:us-east-1:123456789012:q", AWSRegion: "us-east-1",
+			Attributes: map[string]string{"ApproximateReceiveCount": "1"}}
+		if m.group != "" {
+			r.Attributes["MessageGroupId"] = m.group
+			r.EventSourceARN += ".fifo"
+		}
+		b.Records = append(b.Records, r)
+	}
+	out, err := json.Marshal(b)
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+func s3Body(key, seq string) string { return string(event.S3Body(eventtest.Created("b", key, seq))) }
+
+// recorder is a handler that counts its runs per key and can be made to
+// block or fail.
+type recorder struct {
+	mu      sync.Mutex
+	runs    map[string]int
+	tokens  map[string][]int64
+	running map[string]bool
+	overlap atomic.Bool
+	block   func(ctx context.Context, w intake.Work) error
+}
+
+func newRecorder() *recorder {
+	return &recorder{runs: map[string]int{}, tokens: map[string][]int64{}, running: map[string]bool{}}
+}
+
+func (r *recorder) Handle(ctx context.Context, w intake.Work) (string, error) {
+	r.mu.Lock()
+	if r.running[w.Event.Key] {
+		r.overlap.Store(true)
+	}
+	r.running[w.Event.Key] = true
+	r.runs[w.Event.Key]++
+	r.tokens[w.Event.Key] = append(r.tokens[w.Event.Key], w.Token)
+	block := r.block
+	r.mu.Unlock()
+	var err error
+	if block != nil {
+		err = block(ctx, w)
+	}
+	r.mu.Lock()
+	r.running[w.Event.Key] = false
+	r.mu.Unlock()
+	return "ok", err
+}
+
+func (r *recorder) count(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.runs[key]
+}
+
+func newFunction(t *testing.T, l *ledger.Ledger, h intake.Handler, o *awslambda.Options) *awslambda.Function {
+	t.Helper()
+	f, err := awslambda.New(l, h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func invoke(t *testing.T, f *awslambda.Function, timeout time.Duration, payload []byte) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := f.Invoke(ctx, payload)
+	if err != nil {
+		t.Fatalf("Invoke: %v", err)
+	}
+	return out
+}
+
+func state(t *testing.T, l *ledger.Ledger, key string) ledger.Status {
+	t.Helper()
+	rs, err := l.Get(context.Background(), "b", key)
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("ledger record of %q: %+v %v", key, rs, err)
+	}
+	return rs[0].Status
+}
+
+// The partial batch response names exactly the messages that are not in the
+// ledger, compared against golden JSON; the good messages of the batch are
+// recorded and handled.
+func TestSQSBatchResponses(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		poison awslambda.Poison
+		msgs   []sqsMsg
+		golden string
+		ran    []string
+	}{
+		{"all good", "", []sqsMsg{{id: "m1", body: s3Body("a", "01")}, {id: "m2", body: s3Body("b", "01")}},
+			`{"batchItemFailures":[]}`, []string{"a", "b"}},
+		{"poison alone fails (dlq)", "", []sqsMsg{{id: "m1", body: s3Body("a", "01")}, {id: "m2", body: "not json"}, {id: "m3", body: `{"hello":1}`}, {id: "m4", body: s3Body("b", "01")}},
+			`{"batchItemFailures":[{"itemIdentifier":"m2"},{"itemIdentifier":"m3"}]}`, []string{"a", "b"}},
+		{"poison kept in the ledger", awslambda.PoisonLedger, []sqsMsg{{id: "m1", body: s3Body("a", "01")}, {id: "m2", body: "not json"}},
+			`{"batchItemFailures":[]}`, []string{"a"}},
+		{"fifo: the rest of a failed group fails, other groups go on", "", []sqsMsg{
+			{id: "m1", group: "g1", body: s3Body("a", "01")},
+			{id: "m2", group: "g2", body: s3Body("c", "01")},
+			{id: "m3", group: "g1", body: "poison"},
+			{id: "m4", group: "g2", body: s3Body("d", "01")},
+			{id: "m5", group: "g1", body: s3Body("b", "01")},
+		}, `{"batchItemFailures":[{"itemIdentifier":"m3"},{"itemIdentifier":"m5"}]}`, []string{"a", "c", "d"}},
+		{"s3 test event", "", []sqsMsg{{id: "m1", body: `{"Service":"Amazon S3","Event":"s3:TestEvent","Time":"2026-11-27T10:00:00.000Z","Bucket":"b","RequestId":"R","HostId":"H"}`}},
+			`{"batchItemFailures":[]}`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := testledger.New(t, nil)
+			h := newRecorder()
+			f := newFunction(t, l, h, &awslambda.Options{Poison: tc.poison})
+			out := invoke(t, f, 10*time.Second, sqsBatch(tc.msgs...))
+			if string(out) != tc.golden {
+				t.Errorf("answer:\n got %s\nwant %s", out, tc.golden)
+			}
+			for _, k := range tc.ran {
+				if n := h.count(k); n != 1 {
+					t.Errorf("%q ran %d times, want 1", k, n)
+				}
+				if st := state(t, l, k); st != ledger.Processed {
+					t.Errorf("%q is %s, want done", k, st)
+				}
+			}
+			for _, k := range []string{"b", "d"} {
+				if !contains(tc.ran, k) {
+					if rs, _ := l.Get(context.Background(), "b", k); len(rs) != 0 {
+						t.Errorf("%q of a failed message was recorded: %+v", k, rs)
+					}
+				}
+			}
+		})
+	}
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Every recorded fixture of another project reaches the handler through
+// every way Lambda delivers it: directly, in an SQS batch, wrapped in SNS,
+// and SNS through SQS.
+func TestRecordedFixtures(t *testing.T) {
+	t.Parallel()
+	var files []string
+	for _, dir := range []string{"aws-lambda-go", "powertools"} {
+		fs, err := filepath.Glob(filepath.Join("..", "..", "event", "testdata", dir, "*.json"))
+		if err != nil || len(fs) == 0 {
+			t.Fatalf("no fixtures in %s: %v", dir, err)
+		}
+		files = append(files, fs...)
+	}
+	for _, file := range files {
+		body, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, perr := event.Parse(body) // a fixture cairn refuses (a made-up sequencer) must be refused alike
+		snsBody, _ := json.Marshal(map[string]any{"Type": "Notification", "MessageId": "sns-1", "TopicArn": "arn:aws:sns:us-east-1:1:t", "Message": string(body)})
+		var snsDirect events.SNSEvent
+		snsDirect.Records = []events.SNSEventRecord{{EventSource: "aws:sns", EventVersion: "1.0", SNS: events.SNSEntity{MessageID: "sns-1", Type: "Notification", Message: string(body)}}}
+		snsPayload, _ := json.Marshal(snsDirect)
+		for _, way := range []struct {
+			name    string
+			payload []byte
+			sqs     bool
+		}{
+			{"direct", body, false},
+			{"sqs", sqsBatch(sqsMsg{id: "m1", body: string(body)}), true},
+			{"sns", snsPayload, false},
+			{"sns-sqs", sqsBatch(sqsMsg{id: "m1", body: string(snsBody)}), true},
+		} {
+			t.Run(filepath.Base(file)+"/"+way.name, func(t *testing.T) {
+				t.Parallel()
+				l := testledger.New(t, nil)
+				var mu sync.Mutex
+				seen := map[string]bool{}
+				h := intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
+					mu.Lock()
+					seen[w.Event.Bucket+"/"+w.Event.Key] = true
+					mu.Unlock()
+					return "", nil
+				})
+				f := newFunction(t, l, h, nil)
+				out := invoke(t, f, 10*time.Second, way.payload)
+				wantAnswer := `{"batchItemFailures":[]}`
+				if perr != nil {
+					wantAnswer = `{"batchItemFailures":[{"itemIdentifier":"m1"}]}`
+				}
+				if way.sqs && string(out) != wantAnswer {
+					t.Errorf("answer %s, want %s (parse: %v)", out, wantAnswer, perr)
+				}
+				for _, ev := range want {
+					if ev.Kind == event.Test || ev.Kind == event.Other {
+						continue
+					}
+					rs, err := l.Get(context.Background(), ev.Bucket, ev.Key)
+					if err != nil || len(rs) == 0 {
+						t.Errorf("%s/%s not in the ledger: %v", ev.Bucket, ev.Key, err)
+					}
+				}
+				if !way.sqs {
+					var sum awslambda.Summary
+					if err := json.Unmarshal(out, &sum); err != nil || (sum.Refused != 0) != (perr != nil) {
+						t.Errorf("summary %s: %v (parse: %v)", out, err, perr)
+					}
+				}
+			})
+		}
+	}
+}
+
+// What is no event in a direct invocation is kept in the ledger as a dead
+// letter, and the invocation succeeds (an error would only have Lambda retry
+// it twice, then drop it).
+func TestDirectPoisonKept(t *testing.T) {
+	t.Parallel()
+	l := testledger.New(t, nil)
+	f := newFunction(t, l, newRecorder(), nil)
+	out := invoke(t, f, 10*time.Second, []byte(`{"Records":[{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":""}}}]}`))
+	var sum awslambda.Summary
+	if err := json.Unmarshal(out, &sum); err != nil || sum.Refused != 1 {
+		t.Fatalf("summary %s: %v", out, err)
+	}
+	dead, err := l.List(context.Background(), ledger.Filter{Bucket: intake.RefusedBucket})
+	if err != nil || len(dead) != 1 || dead[0].Status != ledger.Dead {
+		t.Fatalf("refused records: %+v %v", dead, err)
+	}
+}
+
+// A ledger that cannot record fails the whole invocation (Lambda delivers it
+// again), never answers a partial success.
+func TestRecordFailureFailsInvocation(t *testing.T) {
+	t.Parallel()
+	l := testledger.New(t, nil)
+	f := newFunction(t, l, newRecorder(), nil)
+	l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, payload := range [][]byte{
+		sqsBatch(sqsMsg{id: "m1", body: s3Body("a", "01")}, sqsMsg{id: "m2", body: s3Body("b", "01")}),
+		[]byte(s3Body("a", "01")),
+	} {
+		out, err := f.Invoke(ctx, payload)
+		if err == nil {
+			t.Errorf("Invoke on a closed ledger answered %s", out)
+		}
+	}
+}
+
+// The same event delivered to two invocations at once runs the handler once;
+// events of one key delivered at once to several invocations never run
+// overlapping, and the newest runs last.
+func TestConcurrentInvocations(t *testing.T) {
+	t.Parallel()
+	l := testledger.New(t, nil)
+	h := newRecorder()
+	h.block = func(ctx context.Context, w intake.Work) error {
+		time.Sleep(20 * time.Millisecond)
+		return nil
+	}
+	f := newFunction(t, l, h, nil)
+	const n = 6
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			payload := []byte(s3Body("same", "01"))
+			if i%2 == 1 {
+				payload = sqsBatch(sqsMsg{id: fmt.Sprint(i), body: s3Body("k", fmt.Sprintf("%02d", i))})
+			}
+			invoke(t, f, 10*time.Second, payload)
+		})
+	}
+	wg.Wait()
+	if got := h.count("same"); got != 1 {
+		t.Errorf("a duplicate ran %d times", got)
+	}
+	if h.overlap.Load() {
+		t.Error("two runs of one key overlapped")
+	}
+	rs, err := l.Get(context.Background(), "b", "k")
+	if err != nil || len(rs) != 1 || rs[0].Status != ledger.Processed || rs[0].Seq != "05" {
+		t.Errorf("key k ends %+v %v, want the newest (05) done", rs, err)
+	}
+}
+
+// A handler still running StopBefore the invocation's deadline is stopped,
+// its attempt settled as a retry before the invocation returns; a drain
+// later runs it again with a higher token.
+func TestDeadlineStopsAndDrainRuns(t *testing.T) {
+	t.Parallel()
+	l := testledger.New(t, &ledger.Options{RetryBase: 10 * time.Millisecond, RetryMax: 10 * time.Millisecond})
+	h := newRecorder()
+	var slow atomic.Bool
+	slow.Store(true)
+	h.block = func(ctx context.Context, w intake.Work) error {
+		if !slow.Load() {
+			return nil
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	f := newFunction(t, l, h, &awslambda.Options{StopBefore: 500 * time.Millisecond})
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	out, err := f.Invoke(ctx, []byte(s3Body("slow", "01")))
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) > 2*time.Second {
+		t.Errorf("the invocation returned after its deadline")
+	}
+	var sum awslambda.Summary
+	if err := json.Unmarshal(out, &sum); err != nil || sum.Handled[intake.OutcomeRetry] != 1 {
+		t.Fatalf("summary %s: %v", out, err)
+	}
+	if st := state(t, l, "slow"); st != ledger.Failed {
+		t.Fatalf("after the deadline the record is %s, want failed (a retry)", st)
+	}
+	slow.Store(false)
+	time.Sleep(50 * time.Millisecond) // the retry's backoff
+	invoke(t, f, 5*time.Second, []byte(awslambda.DrainPayload))
+	if st := state(t, l, "slow"); st != ledger.Processed {
+		t.Fatalf("after the drain the record is %s, want done", st)
+	}
+	h.mu.Lock()
+	toks := h.tokens["slow"]
+	h.mu.Unlock()
+	if len(toks) != 2 || toks[1] <= toks[0] {
+		t.Errorf("tokens %v, want two runs with a rising token", toks)
+	}
+}
+
+// A drain runs the scheduled jobs, and what they submitted, and the purge.
+func TestDrainRunsJobs(t *testing.T) {
+	t.Parallel()
+	l := testledger.New(t, nil)
+	h := newRecorder()
+	ran := 0
+	jobs := []intake.Job{{Name: "audit", Every: time.Hour, Run: func(ctx context.Context) error {
+		ran++
+		_, err := l.Record(ctx, "audit", []event.Event{eventtest.Created("b", "found", "01")})
+		return err
+	}}, {Name: "broken", Every: time.Hour, Run: func(context.Context) error { return errors.New("boom") }}}
+	f := newFunction(t, l, h, &awslambda.Options{Jobs: jobs, Retention: time.Hour})
+	out := invoke(t, f, 10*time.Second, []byte(`{"version":"0","id":"x","detail-type":"Scheduled Event","source":"aws.events","account":"1","time":"2026-11-27T10:00:00Z","region":"us-east-1","resources":["arn:aws:events:us-east-1:1:rule/drain"],"detail":{}}`))
+	if ran != 1 || h.count("found") != 1 {
+		t.Fatalf("jobs ran %d, handler ran the audit's find %d times", ran, h.count("found"))
+	}
+	var sum awslambda.Summary
+	if err := json.Unmarshal(out, &sum); err != nil || sum.Kind != "drain" || !strings.Contains(sum.Errors, "boom") {
+		t.Fatalf("summary %s: %v", out, err)
+	}
+}
+
+func TestNewRefusesBadOptions(t *testing.T) {
+	t.Parallel()
+	l := testledger.New(t, nil)
+	for _, o := range []*awslambda.Options{{Poison: "drop"}, {StopBefore: -1}, {Pipeline: intake.Options{Lease: time.Second}}} {
+		if _, err := awslambda.New(l, newRecorder(), o); err == nil {
+			t.Errorf("New(%+v) accepted", o)
+		}
+	}
+}
