@@ -29,9 +29,9 @@ type message struct {
 	id    string // SQS messageId: what batchItemFailures names
 	group string // SQS FIFO MessageGroupId; "" on a standard queue
 	body  []byte
-	evs   []event.Event      // the events that parsed
+	evs   []event.Event       // the events that parsed
 	rej   []*event.ParseError // records refused, when others parsed
-	err   error              // the message as a whole is no event
+	err   error               // the message as a whole is no event
 }
 
 // invocation is a classified payload.
@@ -43,7 +43,7 @@ type invocation struct {
 
 // probe holds the top-level fields that tell the payloads apart.
 type probe struct {
-	Records    []struct {
+	Records []struct {
 		EventSource  string `json:"eventSource"`
 		EventSource2 string `json:"EventSource"` // SNS spells it so
 	} `json:"Records"`
