@@ -34,6 +34,11 @@ type Options struct {
 	// Timeout bounds one handler attempt (its context is cancelled and the
 	// attempt retried). Default 0: no timeout; the lease is renewed meanwhile.
 	Timeout time.Duration
+	// Deadline, if set, stops every handler attempt still running at that
+	// time as Timeout does (a retry, counted): a host that must stop by a
+	// set time (a Lambda invocation) settles its handlers' outcomes before
+	// it. Default: none.
+	Deadline time.Time
 	// Grace is how long running handlers may finish at shutdown before their
 	// contexts are cancelled and their work released. Default DefaultGrace
 	// (10s).
@@ -832,6 +837,11 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim, claimedAt time.Time
 		var cancelT context.CancelFunc
 		ctx, cancelT = context.WithTimeoutCause(ctx, p.o.Timeout, errTimeout)
 		defer cancelT()
+	}
+	if !p.o.Deadline.IsZero() {
+		var cancelD context.CancelFunc
+		ctx, cancelD = context.WithDeadlineCause(ctx, p.o.Deadline, errTimeout)
+		defer cancelD()
 	}
 	v := newValidity(claimedAt, p.o.Lease, cancel)
 	ctx = leaseContext{Context: ctx, v: v}

@@ -37,11 +37,12 @@ const (
 // Options configure a Function; nil means the defaults.
 type Options struct {
 	// Pipeline configures each invocation's pipeline (Concurrency,
-	// ProcessOwnObjects, OwnPrefixes, EveryVersion, Registerer, …). Lease,
-	// Timeout and Grace are set from the invocation's deadline unless given:
-	// the lease defaults to the invocation's time (at least intake.MinLease,
-	// at most intake.DefaultLease), a handler's timeout to the time left
-	// before StopBefore, and the grace to half of StopBefore.
+	// ProcessOwnObjects, OwnPrefixes, EveryVersion, Registerer, Timeout, …).
+	// Lease, Deadline and Grace are set from the invocation's deadline unless
+	// given: the lease defaults to the invocation's time (at least
+	// intake.MinLease, at most intake.DefaultLease), handlers are stopped
+	// StopBefore the invocation's deadline (Deadline), and the grace is half
+	// of StopBefore.
 	Pipeline intake.Options
 	// StopBefore is how long before the invocation's deadline handlers are
 	// stopped (their attempt counted and retried) and the invocation
@@ -191,8 +192,8 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	if po.Lease == 0 {
 		po.Lease = min(max(time.Until(stopAt), intake.MinLease), intake.DefaultLease)
 	}
-	if left := time.Until(stopAt); po.Timeout == 0 || po.Timeout > left {
-		po.Timeout = left
+	if po.Deadline.IsZero() || po.Deadline.After(stopAt) {
+		po.Deadline = stopAt
 	}
 	if po.Grace == 0 {
 		po.Grace = stopBefore / 2

@@ -411,3 +411,36 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// A handler that starts late in the invocation is stopped at the same time
+// as one that started early (StopBefore the deadline), its attempt counted
+// as a retry: never cut off later by the shutdown, uncounted, which would let
+// work that never fits an invocation come back for ever.
+func TestLateHandlerStoppedAtStopTime(t *testing.T) {
+	t.Parallel()
+	l := testledger.New(t, nil)
+	h := newRecorder()
+	var first atomic.Bool
+	h.block = func(ctx context.Context, w intake.Work) error {
+		if first.CompareAndSwap(false, true) {
+			time.Sleep(700 * time.Millisecond)
+			return nil
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	f := newFunction(t, l, h, &awslambda.Options{StopBefore: 600 * time.Millisecond, Pipeline: intake.Options{Concurrency: 1}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	out, err := f.Invoke(ctx, event.S3Body(eventtest.Created("b", "x", "01"), eventtest.Created("b", "y", "01")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum awslambda.Summary
+	if err := json.Unmarshal(out, &sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Handled[intake.OutcomeProcessed] != 1 || sum.Handled[intake.OutcomeRetry] != 1 || len(sum.Handled) != 2 {
+		t.Errorf("handled %v, want one processed and one retry", sum.Handled)
+	}
+}
