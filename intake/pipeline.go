@@ -39,6 +39,12 @@ type Options struct {
 	// set time (a Lambda invocation) settles its handlers' outcomes before
 	// it. Default: none.
 	Deadline time.Time
+	// ShortLived says the host records, runs what it can, calls Quiesce and
+	// stops (a Lambda invocation): the dispatcher claims only when Quiesce
+	// or the recorder asks (never at start, never on its poll timer, so the
+	// recorder's RecordAndClaim gets the free slots), and completions do not
+	// linger for a next recording that will not come. Default false.
+	ShortLived bool
 	// Grace is how long running handlers may finish at shutdown before their
 	// contexts are cancelled and their work released. Default DefaultGrace
 	// (10s).
@@ -723,7 +729,16 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 	// handlers on MinIO, a seventh of the work was claimed so, at twice the
 	// p50 delivery time.
 	eager, owed := true, true
+	asked := false // ShortLived: a wake asked for claims, and they have not run dry yet
 	for ctx.Err() == nil {
+		if p.o.ShortLived && !asked {
+			select {
+			case <-p.wake:
+				asked = true
+			case <-ctx.Done():
+			}
+			continue
+		}
 		if !eager && p.yield() {
 			p.idle(ctx, min(p.o.Poll, p.maxYield))
 			eager, owed = true, true
@@ -762,6 +777,10 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 		p.m.claims.Add(float64(len(cs)))
 		for _, c := range cs {
 			p.launch(c, claimedAt)
+		}
+		if len(cs) < free && p.o.ShortLived {
+			asked = false // nothing more due now: wait to be asked again
+			continue
 		}
 		if len(cs) < free {
 			p.idle(ctx, p.o.Poll)
@@ -1119,7 +1138,7 @@ func (p *Pipeline) completeLoop(ctx context.Context) {
 		// (completeLinger) to commit with the next Record, unless a lease in
 		// it is about to run out.
 		linger := completeLinger
-		if time.Until(soonest) < completeLingerMargin {
+		if p.o.ShortLived || time.Until(soonest) < completeLingerMargin {
 			linger = 0
 		}
 		bctx, cancel := context.WithDeadline(ledger.WithLinger(context.WithoutCancel(ctx), linger), deadline)

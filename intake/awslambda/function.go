@@ -195,6 +195,7 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	if po.Deadline.IsZero() || po.Deadline.After(stopAt) {
 		po.Deadline = stopAt
 	}
+	po.ShortLived = true
 	if po.Grace == 0 {
 		po.Grace = stopBefore / 2
 	}
