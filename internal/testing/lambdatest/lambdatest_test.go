@@ -102,7 +102,8 @@ func TestInvokeAnswersTheResult(t *testing.T) {
 	t.Parallel()
 	linuxOnly(t)
 	args := []string{"--log-level", "debug", "it's one argument", "--", "$HOME"}
-	e := start(t, lambdatest.Function{Name: "echo-fn", Args: args, Env: []string{"FOO=bar baz", "AWS_REGION=eu-west-1"}})
+	e := start(t, lambdatest.Function{Name: "echo-fn", Args: args, Env: []string{"FOO=bar baz", "AWS_REGION=eu-west-1",
+		"AWS_ACCESS_KEY_ID=cairnadmin", "AWS_SECRET_ACCESS_KEY=cairnadmin-secret"}})
 	if p := e.Processes(); len(p) != 0 {
 		t.Fatalf("the bootstrap runs before the first invoke: processes %v", p)
 	}
@@ -116,7 +117,8 @@ func TestInvokeAnswersTheResult(t *testing.T) {
 		}
 	}
 	r := result(t, e, request{Op: "echo", Say: "hello", Env: []string{"FOO", "AWS_REGION", "AWS_LAMBDA_FUNCTION_NAME",
-		"AWS_LAMBDA_RUNTIME_API", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "TMPDIR", mine}})
+		"AWS_LAMBDA_RUNTIME_API", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "TMPDIR", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+		"AWS_SESSION_TOKEN", mine}})
 	if r.Say != "hello" || !slices.Equal(r.Args, args) {
 		t.Errorf("say %q args %q, want hello and %q", r.Say, r.Args, args)
 	}
@@ -127,7 +129,9 @@ func TestInvokeAnswersTheResult(t *testing.T) {
 		t.Errorf("runtime API %q, want a loopback port of its own", e.RuntimeAPI())
 	}
 	want := map[string]string{"FOO": "bar baz", "AWS_REGION": "eu-west-1", "AWS_LAMBDA_FUNCTION_NAME": "echo-fn",
-		"AWS_LAMBDA_RUNTIME_API": e.RuntimeAPI(), "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "128"}
+		"AWS_LAMBDA_RUNTIME_API": e.RuntimeAPI(), "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "128",
+		// The emulator passes credentials on as Lambda does, an unset one as empty.
+		"AWS_ACCESS_KEY_ID": "cairnadmin", "AWS_SECRET_ACCESS_KEY": "cairnadmin-secret", "AWS_SESSION_TOKEN": ""}
 	for k, v := range want {
 		if r.Env[k] != v {
 			t.Errorf("function's %s = %q, want %q", k, r.Env[k], v)
