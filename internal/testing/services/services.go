@@ -3,7 +3,9 @@
 // backend; each built once from the Go module proxy at a pinned version) and
 // PostgreSQL for the shared ledger, and dynalite (a DynamoDB API on Node,
 // installed once with npm) for the DynamoDB ledger — on free 127.0.0.1 ports with throw-away
-// data directories. Tests start them with DieWithParent, so a killed
+// data directories; and AWS's Lambda Runtime Interface Emulator (built like the
+// S3 servers), which each Lambda test starts for its own function
+// (StartLambdaRIE, through package lambdatest). Tests start them with DieWithParent, so a killed
 // test process takes its servers with it; `go run ./internal/testing/cmd/services` starts
 // them for a developer shell and stops them on request.
 package services
@@ -46,18 +48,26 @@ var S3Servers = []S3Server{
 }
 
 // Binary returns the path of the named server's binary (<CacheDir>/bin/NAME;
-// $CAIRN_MINIO_BIN for MinIO) and whether it exists.
+// $CAIRN_MINIO_BIN for MinIO, $CAIRN_TEST_LAMBDA_RIE for the Lambda emulator)
+// and whether it exists.
 func Binary(name string) (string, bool) {
-	if name == "minio" {
+	switch name {
+	case "minio":
 		return MinIOBinary()
+	case LambdaRIEName:
+		return LambdaRIEBinary()
 	}
 	p := filepath.Join(CacheDir(), "bin", name)
 	_, err := os.Stat(p)
 	return p, err == nil
 }
 
-// Module returns the pinned module of the named server ("" if unknown).
+// Module returns the pinned module of the named server or of the Lambda
+// emulator ("" if unknown).
 func Module(name string) string {
+	if name == LambdaRIEName {
+		return LambdaRIEModule
+	}
 	for _, s := range S3Servers {
 		if s.Name == name {
 			return s.Module
@@ -188,8 +198,14 @@ type Server struct {
 	URL string
 	// AccessKey and SecretKey for MinIO.
 	AccessKey, SecretKey string
-	done                 chan struct{}
+	// RuntimeAPI is, for the Lambda emulator, the address of the Runtime API
+	// its function is given (127.0.0.1:PORT).
+	RuntimeAPI string
+	done       chan struct{}
 }
+
+// Exited is closed once the server's process has exited and been waited for.
+func (s *Server) Exited() <-chan struct{} { return s.done }
 
 // Stop kills the server and waits for it to exit.
 func (s *Server) Stop() {

@@ -1,5 +1,6 @@
 // Package testenv gives tests real servers: S3 servers (MinIO, versitygw,
-// gofakes3) and PostgreSQL. Each is taken from the environment when set
+// gofakes3) and PostgreSQL (package lambdatest does the same for AWS's Lambda
+// Runtime Interface Emulator). Each is taken from the environment when set
 // (CAIRN_TEST_S3_ENDPOINT with CAIRN_TEST_S3_ACCESS_KEY /
 // CAIRN_TEST_S3_SECRET_KEY for MinIO, CAIRN_TEST_VERSITYGW_* and
 // CAIRN_TEST_GOFAKES3_* likewise; CAIRN_TEST_POSTGRES_URL;
@@ -53,6 +54,14 @@ var (
 
 func required() bool {
 	return os.Getenv("CAIRN_TEST_REQUIRE_SERVICES") == "1" || os.Getenv("CI") != ""
+}
+
+// Unavailable ends a test that needs what (a real component) and cannot have
+// it (err says why): it fails if CAIRN_TEST_REQUIRE_SERVICES=1 or CI is set,
+// and skips with the reason otherwise.
+func Unavailable(t testing.TB, what string, err error) {
+	t.Helper()
+	unavailable(t, what, err)
 }
 
 func unavailable(t testing.TB, what string, err error) {
@@ -124,6 +133,19 @@ func Stop() {
 		os.RemoveAll(d)
 	}
 	tmpDirs = nil
+}
+
+// RunTempDir creates a temporary directory that lives as long as the test
+// binary: Stop removes it. For what is built or started once per binary.
+func RunTempDir(prefix string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	mu.Lock()
+	tmpDirs = append(tmpDirs, dir)
+	mu.Unlock()
+	return dir, nil
 }
 
 // UniqueName returns a fresh lowercase name usable as a bucket.

@@ -4,7 +4,9 @@
 // MinIO, versitygw and gofakes3 (each built once from the Go module proxy at a
 // pinned version, cached), PostgreSQL (the machine's binaries) and dynalite
 // (the DynamoDB API on the machine's Node, npm-installed once into the cache)
-// — on free 127.0.0.1 ports with temporary data.
+// — on free 127.0.0.1 ports with temporary data. It also builds AWS's Lambda
+// Runtime Interface Emulator into the cache and exports its path
+// (CAIRN_TEST_LAMBDA_RIE); it starts none: each Lambda test runs its own.
 //
 //	go run ./internal/testing/cmd/services run [--no-postgres] -- CMD ARGS…
 //	    start both, run CMD with CAIRN_TEST_* set, stop both (the test entry point)
@@ -12,7 +14,8 @@
 //	    start both in the background for a developer shell; prints export lines
 //	go run ./internal/testing/cmd/services stop
 //	go run ./internal/testing/cmd/services install
-//	    build the S3 servers and install dynalite into the cache if they are not there yet
+//	    build the S3 servers and the Lambda emulator and install dynalite into
+//	    the cache if they are not there yet
 //
 // Servers started by run die with it; servers started by start belong to a
 // detached supervisor that stops them on `stop`, after --ttl, or when killed.
@@ -70,8 +73,8 @@ func usage() {
 	os.Exit(2)
 }
 
-// ensure returns the named S3 server's binary, building it into the cache if
-// needed.
+// ensure returns the named S3 server's (or the Lambda emulator's) binary,
+// building it into the cache if needed.
 func ensure(ctx context.Context, name string) (string, error) {
 	bin, ok := services.Binary(name)
 	if ok {
@@ -80,7 +83,11 @@ func ensure(ctx context.Context, name string) (string, error) {
 	mod := services.Module(name)
 	fmt.Fprintf(os.Stderr, "services: building %s (%s) into %s once\n", name, mod, filepath.Dir(bin))
 	cmd := exec.CommandContext(ctx, "go", "install", mod)
-	cmd.Env = append(os.Environ(), "GOBIN="+filepath.Dir(bin), "GOFLAGS=-buildvcs=false", "CGO_ENABLED=0")
+	flags := "-buildvcs=false"
+	if name == services.LambdaRIEName {
+		flags += " -mod=mod"
+	}
+	cmd.Env = append(os.Environ(), "GOBIN="+filepath.Dir(bin), "GOFLAGS="+flags, "CGO_ENABLED=0")
 	cmd.Dir = os.TempDir() // outside any module
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
@@ -92,22 +99,26 @@ func ensure(ctx context.Context, name string) (string, error) {
 	return bin, nil
 }
 
-// ensureAll builds every S3 server that is not in the cache yet, in parallel,
-// and installs dynalite.
+// ensureAll builds every S3 server and the Lambda emulator that are not in
+// the cache yet, in parallel, and installs dynalite.
 func ensureAll(ctx context.Context) error {
-	errs := make(chan error, len(services.S3Servers)+1)
+	names := []string{services.LambdaRIEName}
+	for _, srv := range services.S3Servers {
+		names = append(names, srv.Name)
+	}
+	errs := make(chan error, len(names)+1)
 	go func() {
 		_, err := services.InstallDynalite(ctx, os.Stderr)
 		errs <- err
 	}()
-	for _, srv := range services.S3Servers {
+	for _, name := range names {
 		go func() {
-			_, err := ensure(ctx, srv.Name)
+			_, err := ensure(ctx, name)
 			errs <- err
 		}()
 	}
 	var first error
-	for range len(services.S3Servers) + 1 {
+	for range len(names) + 1 {
 		if err := <-errs; err != nil && first == nil {
 			first = err
 		}
@@ -134,10 +145,14 @@ func (s *started) stop() {
 }
 
 // env is what tests read: CAIRN_TEST_S3_* for MinIO (the default S3 server),
-// CAIRN_TEST_<NAME>_* for the others, CAIRN_TEST_POSTGRES_URL and
-// CAIRN_TEST_DYNAMODB_ENDPOINT.
+// CAIRN_TEST_<NAME>_* for the others, CAIRN_TEST_POSTGRES_URL,
+// CAIRN_TEST_DYNAMODB_ENDPOINT and CAIRN_TEST_LAMBDA_RIE (the emulator's
+// path; tests start it themselves).
 func (s *started) env() []string {
 	var e []string
+	if bin, ok := services.LambdaRIEBinary(); ok {
+		e = append(e, "CAIRN_TEST_LAMBDA_RIE="+bin)
+	}
 	for _, srv := range services.S3Servers {
 		x, ok := s.s3[srv.Name]
 		if !ok {
