@@ -239,3 +239,20 @@ func (l *Ledger) Ping(ctx context.Context) error { return l.b.Ping(ctx) }
 
 // Close closes the backend.
 func (l *Ledger) Close() error { return l.b.Close() }
+
+// Flusher is implemented by backends that keep writes in the background
+// (the object-store ledger lowers its work index shortly after a Record).
+type Flusher interface {
+	Flush(ctx context.Context) error
+}
+
+// Flush writes what the backend keeps in the background and returns once it
+// is written (nothing to do on most backends). A short-lived process (a
+// Lambda invocation) calls it before it stops: its recorded work is then
+// visible to every other process at once.
+func (l *Ledger) Flush(ctx context.Context) error {
+	if f, ok := l.b.(Flusher); ok {
+		return f.Flush(ctx)
+	}
+	return nil
+}

@@ -21,7 +21,7 @@ import (
 	"github.com/cairn-s3/cairn/internal/testing/testenv"
 	"github.com/cairn-s3/cairn/ledger"
 	_ "github.com/cairn-s3/cairn/ledger/dynamoledger"
-	_ "github.com/cairn-s3/cairn/ledger/objledger"
+	"github.com/cairn-s3/cairn/ledger/objledger"
 	_ "github.com/cairn-s3/cairn/ledger/postgres"
 	"github.com/cairn-s3/cairn/objstore"
 )
@@ -46,7 +46,7 @@ var ledgers = []string{"objledger", "postgres", "dynamodb"}
 func newRig(t *testing.T, which string) *rig {
 	t.Helper()
 	ep := testenv.S3(t)
-	_, storeURL := testenv.NewBucket(t, ep)
+	be, storeURL := testenv.NewBucket(t, ep)
 	r := &rig{t: t, storeURL: storeURL, runs: t.TempDir(), env: ep.Env()}
 	switch which {
 	case "objledger":
@@ -58,15 +58,25 @@ func newRig(t *testing.T, which string) *rig {
 		r.ledgerURL = fmt.Sprintf("dynamodb://%s?endpoint=%s&region=us-east-1&create_table=true", testenv.UniqueName("cairn-lambda"), testenv.DynamoDB(t))
 		// dynalite takes any credentials: MinIO's serve for both.
 	}
+	// This process opens the bucket with the endpoint's credentials (the
+	// environment may hold another server's); the function gets them in its
+	// environment.
 	ctx := context.Background()
+	r.s = objstore.New(be, nil)
 	var err error
-	if r.l, err = ledger.Open(ctx, r.ledgerURL, nil); err != nil {
+	if which == "objledger" {
+		pb, perr := objstore.Prefixed(be, "ledger")
+		if perr != nil {
+			t.Fatal(perr)
+		}
+		r.l, err = objledger.Open(ctx, objstore.New(pb, nil), nil, nil)
+	} else {
+		r.l, err = ledger.Open(ctx, r.ledgerURL, nil)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.l.Close() })
-	if r.s, err = objstore.Open(ctx, storeURL, nil); err != nil {
-		t.Fatal(err)
-	}
 	r.boot = lambdatest.BuildBootstrap(t, "github.com/cairn-s3/cairn/intake/awslambda/internal/testfn")
 	return r
 }
@@ -190,7 +200,11 @@ func TestThroughEmulator(t *testing.T) {
 						t.Fatalf("%s never taken over: %s, runs %v", key, r.status("b", key), r.runsOf(key))
 					}
 					time.Sleep(500 * time.Millisecond)
-					call(t, b, []byte(awslambda.DrainPayload))
+					out, _ := call(t, b, []byte(awslambda.DrainPayload))
+					if os.Getenv("DBG") != "" {
+						rs, _ := r.l.Get(context.Background(), "b", key)
+						t.Logf("drain: %s; record %+v", out, rs)
+					}
 				}
 				toks := r.runsOf(key)
 				if len(toks) != 2 || toks[0] != "1" || toks[1] != "2" {

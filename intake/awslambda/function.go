@@ -237,6 +237,15 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 			answer = BatchResponse{BatchItemFailures: failed}
 		}
 	}
+	// What the ledger writes in the background (the object-store ledger's
+	// work index) is written before the process can be frozen or killed:
+	// once now, while the handlers run (a process killed mid-handler then
+	// leaves its claims where other processes look for expired leases), and
+	// once more after them.
+	flushCtx, cancelFlush := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancelFlush()
+	flushed := make(chan error, 1)
+	go func() { flushed <- f.l.Flush(flushCtx) }()
 	if qerr := p.Quiesce(runCtx); qerr != nil {
 		sum.Unfinished = true
 		f.log.Warn("the invocation stops at its deadline with work it could run; the next invocation or drain runs it",
@@ -244,6 +253,10 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	}
 	stop()
 	<-done // handlers stopped, outcomes settled (or their leases run out)
+	err = errors.Join(<-flushed, f.l.Flush(flushCtx))
+	if err != nil {
+		f.log.Warn("writing the ledger's work index failed; other processes see this invocation's remaining work at their next sweep", "err", err)
+	}
 	mu.Lock()
 	if len(handled) > 0 {
 		sum.Handled = handled

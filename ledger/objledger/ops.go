@@ -1089,3 +1089,33 @@ func (l *Backend) Purge(ctx context.Context, olderThan time.Time, includeDead bo
 	}
 	return total, l.wrap("purge", err)
 }
+
+// Flush writes the work index entries this process's Records have yet to
+// lower (the hinter writes them hintLinger after a Record, in the
+// background) and returns once they are written: a short-lived process (a
+// Lambda invocation, which is frozen or killed once it returns) calls it
+// before it stops, so other processes see its work at once rather than at
+// their next sweep.
+func (l *Backend) Flush(ctx context.Context) error {
+	l.mu.Lock()
+	batch := maps.Clone(l.hints)
+	l.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	due := make(map[int]int64, len(batch))
+	for s, h := range batch {
+		due[s] = h.due
+	}
+	if err := l.ensureHints(ctx, due); err != nil {
+		return l.wrap("flush", err)
+	}
+	l.mu.Lock()
+	for s, h := range batch {
+		if l.hints[s].gen == h.gen { // not asked again meanwhile
+			delete(l.hints, s)
+		}
+	}
+	l.mu.Unlock()
+	return nil
+}

@@ -9,7 +9,7 @@
 //
 // Keys: "hang/…" blocks, ignoring its context, on its first attempt (token
 // 1): Lambda's timeout then kills the process mid-handler; "crash/…" exits
-// the process on its first attempt; "slow/…" sleeps 300ms; anything else
+// the process 200ms into its first attempt; "slow/…" sleeps 300ms; anything else
 // writes out/KEY to the store, fenced with its token.
 package main
 
@@ -56,6 +56,7 @@ func main() {
 		case strings.HasPrefix(key, "hang/") && w.Token == 1:
 			select {} // a handler that ignores its context
 		case strings.HasPrefix(key, "crash/") && w.Token == 1:
+			time.Sleep(200 * time.Millisecond) // mid-handler
 			os.Exit(3)
 		case strings.HasPrefix(key, "slow/"):
 			time.Sleep(300 * time.Millisecond)
