@@ -264,7 +264,16 @@ func IsPermanent(err error) bool {
 // A Sink takes events from a source and returns once the ledger's decisions
 // are durable. *Pipeline is a Sink.
 type Sink interface {
+	// Submit records evs from source and returns the ledger's decisions once
+	// they are durable (Pipeline.Submit).
 	Submit(ctx context.Context, source string, evs []event.Event) ([]ledger.Decision, error)
+	// Refused counts n messages source refused without submitting them
+	// (they break the event package's limits or parse as no event, and are
+	// left to the broker's own dead-letter redrive): a *Pipeline counts them
+	// in cairn_intake_rejected_total (reason invalid_record). A message
+	// submitted as RefusedEvent, which keeps it as a visible, replayable
+	// dead letter, is counted by Submit: do not count it here too.
+	Refused(source string, n int)
 }
 
 // A Source delivers events to a Sink until ctx is done, acknowledging each
@@ -273,16 +282,6 @@ type Source interface {
 	// Name labels the source in metrics and in the ledger (e.g. "nats").
 	Name() string
 	Run(ctx context.Context, sink Sink) error
-}
-
-// Refused counts n records a pull source refused (they break the event
-// package's limits or parse as no event) in cairn_intake_rejected_total, when
-// s is a *Pipeline. cairn's own sources submit RefusedEvent instead, which
-// keeps the message as a visible, replayable dead letter and counts it.
-func Refused(s Sink, source string, n int) {
-	if p, ok := s.(*Pipeline); ok && n > 0 {
-		p.m.rejected.WithLabelValues(source, "invalid_record").Add(float64(n))
-	}
 }
 
 // ErrClosed: the pipeline is not running.

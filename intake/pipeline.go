@@ -252,7 +252,7 @@ func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event)
 			continue
 		}
 		if err := ev.Validate(); err != nil {
-			p.m.rejected.WithLabelValues(source, "invalid_record").Inc()
+			p.Refused(source, 1)
 			return nil, fmt.Errorf("intake: event %d of %d: %w: %w", i+1, len(evs), ErrInvalidEvent, err)
 		}
 		if !p.o.ProcessOwnObjects {

@@ -232,7 +232,7 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 			if err != nil && poison != PoisonDelete {
 				// Left for the queue's redrive policy: its dead-letter
 				// queue keeps it.
-				intake.Refused(sink, "sqs", 1)
+				sink.Refused("sqs", 1)
 				s.logPoison(log, poison, m, err)
 				bad = append(bad, m)
 				continue

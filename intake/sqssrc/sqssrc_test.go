@@ -29,6 +29,15 @@ type sink struct {
 	fail  atomic.Bool
 	stall time.Duration
 	calls atomic.Int64
+	// refused counts the messages the source refused without submitting
+	// them (Sink.Refused).
+	refused atomic.Int64
+}
+
+func (s *sink) Refused(source string, n int) {
+	if source == "sqs" {
+		s.refused.Add(int64(n))
+	}
 }
 
 func (s *sink) Submit(ctx context.Context, source string, evs []event.Event) ([]ledger.Decision, error) {
@@ -269,6 +278,9 @@ func TestPoisonLeftForRedrive(t *testing.T) {
 			waitFor(t, "good deleted", func() bool { return f.left() == 1 })
 			if f.receivesOf(poisonBody) < 2 {
 				t.Fatal("the poison message was deleted")
+			}
+			if n := s.refused.Load(); n < 2 {
+				t.Fatalf("the sink was told of %d refused messages; want one per receipt of the poison message (at least 2)", n)
 			}
 		})
 	}
