@@ -190,10 +190,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/cairn-s3/cairn/event"
-	"github.com/cairn-s3/cairn/internal/backoff"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
@@ -299,36 +297,3 @@ func workFromClaim(c ledger.Claim) Work {
 
 // panicError turns a handler panic into a retryable error.
 func panicError(v any) error { return fmt.Errorf("intake: handler panicked: %v", v) }
-
-// Sleep waits for d or until ctx is done (sources back off with it).
-func Sleep(ctx context.Context, d time.Duration) {
-	_ = backoff.Sleep(ctx, d)
-}
-
-// SubmitKeepingAlive submits evs to sink and calls keepalive every interval
-// while the ledger is recording them (pull sources extend their broker's
-// redelivery timer this way: NATS InProgress, SQS visibility).
-func SubmitKeepingAlive(ctx context.Context, sink Sink, source string, evs []event.Event, every time.Duration, keepalive func()) ([]ledger.Decision, error) {
-	if every <= 0 || keepalive == nil {
-		return sink.Submit(ctx, source, evs)
-	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				keepalive()
-			case <-stop:
-				return
-			}
-		}
-	}()
-	ds, err := sink.Submit(ctx, source, evs)
-	close(stop)
-	<-done
-	return ds, err
-}
