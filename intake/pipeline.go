@@ -52,10 +52,6 @@ type Options struct {
 	// OnOutcome, if set, is called after each handler attempt's outcome is
 	// settled in the ledger (tests, benchmarks).
 	OnOutcome func(w Work, outcome string, err error)
-	// EveryVersion says the ledger keys work by version id (its
-	// Options.EveryVersion): the pipeline then warns, once, when events carry
-	// no version id, because their versions coalesce per key as without it.
-	EveryVersion bool
 	// ProcessOwnObjects hands events for cairn's own objects (keys under
 	// cairn.OwnPrefixes at the bucket's root: probe, lock, journal and
 	// object-store ledger objects) to the ledger like any other. Default
@@ -124,6 +120,11 @@ type Pipeline struct {
 	o   Options
 	log *slog.Logger
 	m   *metrics
+	// everyVersion: the ledger keys work by version id
+	// (ledger.Options.EveryVersion). RecordAndClaim then claims nothing, and
+	// Submit warns, once, when events carry no version id: their versions
+	// coalesce per key as without it.
+	everyVersion bool
 
 	subs      chan *submission
 	completes chan *completion
@@ -194,7 +195,7 @@ func New(l *ledger.Ledger, h Handler, opts *Options) (*Pipeline, error) {
 		return nil, err
 	}
 	p := &Pipeline{
-		l: l, o: o, log: log, m: m,
+		l: l, o: o, log: log, m: m, everyVersion: l.EveryVersion(),
 		subs:      make(chan *submission, queueLen),
 		completes: make(chan *completion, queueLen),
 		wake:      make(chan struct{}, 1),
@@ -262,7 +263,7 @@ func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event)
 				continue
 			}
 		}
-		if p.o.EveryVersion && ev.VersionID == "" && !event.IsAudit(ev.Name) && p.warnedUnversioned.CompareAndSwap(false, true) {
+		if p.everyVersion && ev.VersionID == "" && !event.IsAudit(ev.Name) && p.warnedUnversioned.CompareAndSwap(false, true) {
 			p.log.Warn("events carry no version id (an unversioned bucket, or a source that drops it): every-version processing cannot tell their versions apart, so they coalesce per key as without it; enable versioning on the bucket",
 				"source", source, "bucket", ev.Bucket, "key", ev.Key)
 		}
@@ -471,7 +472,7 @@ func (p *Pipeline) recordLoop(ctx context.Context) {
 		}
 		p.recording.Store(true)
 		leftover = p.record(ctx, batch) || leftover
-		if p.o.EveryVersion || len(p.subs) == 0 {
+		if p.everyVersion || len(p.subs) == 0 {
 			// Idle (or, with EveryVersion, RecordAndClaim claims nothing):
 			// what the batches left unclaimed is the dispatcher's, and so is
 			// the claiming it left to them (yielded is read after recording
@@ -637,7 +638,7 @@ func (p *Pipeline) reserve(n int) int {
 // batch's own): none while draining (they would be released at once) or with
 // EveryVersion (RecordAndClaim claims nothing then).
 func (p *Pipeline) reserveForRecord() int {
-	if p.o.EveryVersion {
+	if p.everyVersion {
 		return 0
 	}
 	p.mu.Lock()
@@ -773,7 +774,7 @@ const maxYield = 100 * time.Millisecond
 // yield reports whether the record loop is recording and claims (not with
 // EveryVersion), and if so has it wake the dispatcher when it idles.
 func (p *Pipeline) yield() bool {
-	if p.o.EveryVersion {
+	if p.everyVersion {
 		return false
 	}
 	p.yielded.Store(true)
