@@ -190,10 +190,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/cairn-s3/cairn/event"
-	"github.com/cairn-s3/cairn/internal/backoff"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
@@ -264,7 +262,16 @@ func IsPermanent(err error) bool {
 // A Sink takes events from a source and returns once the ledger's decisions
 // are durable. *Pipeline is a Sink.
 type Sink interface {
+	// Submit records evs from source and returns the ledger's decisions once
+	// they are durable (Pipeline.Submit).
 	Submit(ctx context.Context, source string, evs []event.Event) ([]ledger.Decision, error)
+	// Refused counts n messages source refused without submitting them
+	// (they break the event package's limits or parse as no event, and are
+	// left to the broker's own dead-letter redrive): a *Pipeline counts them
+	// in cairn_intake_rejected_total (reason invalid_record). A message
+	// submitted as RefusedEvent, which keeps it as a visible, replayable
+	// dead letter, is counted by Submit: do not count it here too.
+	Refused(source string, n int)
 }
 
 // A Source delivers events to a Sink until ctx is done, acknowledging each
@@ -273,16 +280,6 @@ type Source interface {
 	// Name labels the source in metrics and in the ledger (e.g. "nats").
 	Name() string
 	Run(ctx context.Context, sink Sink) error
-}
-
-// Refused counts n records a pull source refused (they break the event
-// package's limits or parse as no event) in cairn_intake_rejected_total, when
-// s is a *Pipeline. cairn's own sources submit RefusedEvent instead, which
-// keeps the message as a visible, replayable dead letter and counts it.
-func Refused(s Sink, source string, n int) {
-	if p, ok := s.(*Pipeline); ok && n > 0 {
-		p.m.rejected.WithLabelValues(source, "invalid_record").Add(float64(n))
-	}
 }
 
 // ErrClosed: the pipeline is not running.
@@ -300,36 +297,3 @@ func workFromClaim(c ledger.Claim) Work {
 
 // panicError turns a handler panic into a retryable error.
 func panicError(v any) error { return fmt.Errorf("intake: handler panicked: %v", v) }
-
-// Sleep waits for d or until ctx is done (sources back off with it).
-func Sleep(ctx context.Context, d time.Duration) {
-	_ = backoff.Sleep(ctx, d)
-}
-
-// SubmitKeepingAlive submits evs to sink and calls keepalive every interval
-// while the ledger is recording them (pull sources extend their broker's
-// redelivery timer this way: NATS InProgress, SQS visibility).
-func SubmitKeepingAlive(ctx context.Context, sink Sink, source string, evs []event.Event, every time.Duration, keepalive func()) ([]ledger.Decision, error) {
-	if every <= 0 || keepalive == nil {
-		return sink.Submit(ctx, source, evs)
-	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				keepalive()
-			case <-stop:
-				return
-			}
-		}
-	}()
-	ds, err := sink.Submit(ctx, source, evs)
-	close(stop)
-	<-done
-	return ds, err
-}

@@ -63,10 +63,6 @@ type Options struct {
 	// OnOutcome, if set, is called after each handler attempt's outcome is
 	// settled in the ledger (tests, benchmarks).
 	OnOutcome func(w Work, outcome string, err error)
-	// EveryVersion says the ledger keys work by version id (its
-	// Options.EveryVersion): the pipeline then warns, once, when events carry
-	// no version id, because their versions coalesce per key as without it.
-	EveryVersion bool
 	// ProcessOwnObjects hands events for cairn's own objects (keys under
 	// cairn.OwnPrefixes at the bucket's root: probe, lock, journal and
 	// object-store ledger objects) to the ledger like any other. Default
@@ -135,6 +131,11 @@ type Pipeline struct {
 	o   Options
 	log *slog.Logger
 	m   *metrics
+	// everyVersion: the ledger keys work by version id
+	// (ledger.Options.EveryVersion). RecordAndClaim then claims nothing, and
+	// Submit warns, once, when events carry no version id: their versions
+	// coalesce per key as without it.
+	everyVersion bool
 
 	subs      chan *submission
 	completes chan *completion
@@ -165,9 +166,7 @@ type Pipeline struct {
 	claimRound atomic.Uint64
 	emptyRound atomic.Uint64
 
-	hctx     context.Context // handlers' parent context, cancelled after Grace at shutdown
 	handlers sync.WaitGroup
-	renewals sync.WaitGroup // renewal loops, which may outlive their handler by a request
 
 	mu       sync.Mutex
 	draining bool // no more handler launches
@@ -212,7 +211,7 @@ func New(l *ledger.Ledger, h Handler, opts *Options) (*Pipeline, error) {
 		return nil, err
 	}
 	p := &Pipeline{
-		l: l, o: o, log: log, m: m,
+		l: l, o: o, log: log, m: m, everyVersion: l.EveryVersion(),
 		subs:      make(chan *submission, queueLen),
 		completes: make(chan *completion, queueLen),
 		wake:      make(chan struct{}, 1),
@@ -270,7 +269,7 @@ func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event)
 			continue
 		}
 		if err := ev.Validate(); err != nil {
-			p.m.rejected.WithLabelValues(source, "invalid_record").Inc()
+			p.Refused(source, 1)
 			return nil, fmt.Errorf("intake: event %d of %d: %w: %w", i+1, len(evs), ErrInvalidEvent, err)
 		}
 		if !p.o.ProcessOwnObjects {
@@ -280,7 +279,7 @@ func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event)
 				continue
 			}
 		}
-		if p.o.EveryVersion && ev.VersionID == "" && !event.IsAudit(ev.Name) && p.warnedUnversioned.CompareAndSwap(false, true) {
+		if p.everyVersion && ev.VersionID == "" && !event.IsAudit(ev.Name) && p.warnedUnversioned.CompareAndSwap(false, true) {
 			p.log.Warn("events carry no version id (an unversioned bucket, or a source that drops it): every-version processing cannot tell their versions apart, so they coalesce per key as without it; enable versioning on the bucket",
 				"source", source, "bucket", ev.Bucket, "key", ev.Key)
 		}
@@ -433,19 +432,19 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	p.started = true
 	p.mu.Unlock()
 	defer close(p.closed)
-	var cancelHandlers context.CancelFunc
-	p.hctx, cancelHandlers = context.WithCancel(context.WithoutCancel(ctx))
+	// hctx is the handlers' parent context, cancelled after Grace at
+	// shutdown; both loops launch handlers under it.
+	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 
 	var wg sync.WaitGroup
 	recCtx, stopRec := context.WithCancel(context.WithoutCancel(ctx))
-	wg.Go(func() { p.recordLoop(recCtx) })
+	wg.Go(func() { p.recordLoop(recCtx, hctx) })
 	compCtx, stopComp := context.WithCancel(context.WithoutCancel(ctx))
 	compDone := make(chan struct{})
 	go func() { defer close(compDone); p.completeLoop(compCtx) }()
 
-	p.dispatch(ctx, cancelHandlers) // returns when ctx is done and every handler has settled
-	p.renewals.Wait()               // a renewal request in flight ends by renewTimeout
+	p.dispatch(ctx, hctx, cancelHandlers) // returns when ctx is done and every handler has settled
 	stopComp()
 	<-compDone
 	stopRec()
@@ -454,8 +453,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 }
 
 // recordLoop group-commits submissions: one ledger transaction for everything
-// that arrived while the previous one was committing.
-func (p *Pipeline) recordLoop(ctx context.Context) {
+// that arrived while the previous one was committing. Handlers it launches
+// run under hctx.
+func (p *Pipeline) recordLoop(ctx, hctx context.Context) {
 	// Work a batch made but could not claim (its slots were taken) is
 	// claimed by the next batches' RecordAndClaim, with every free slot, the
 	// earliest due first; the dispatcher is woken for it when no batch
@@ -488,8 +488,8 @@ func (p *Pipeline) recordLoop(ctx context.Context) {
 			}
 		}
 		p.recording.Store(true)
-		leftover = p.record(ctx, batch) || leftover
-		if p.o.EveryVersion || len(p.subs) == 0 {
+		leftover = p.record(ctx, hctx, batch) || leftover
+		if p.everyVersion || len(p.subs) == 0 {
 			// Idle (or, with EveryVersion, RecordAndClaim claims nothing):
 			// what the batches left unclaimed is the dispatcher's, and so is
 			// the claiming it left to them (yielded is read after recording
@@ -529,9 +529,9 @@ func (p *Pipeline) failPending() {
 // When handler slots are free, it claims work in the same transaction
 // (RecordAndClaim: the earliest due first, so never ahead of older work) and
 // starts handlers at once: new work on an unloaded pipeline starts as soon as
-// it is durable, with no separate claim. It reports whether it left work
-// of the batch unclaimed.
-func (p *Pipeline) record(ctx context.Context, batch []*submission) (left bool) {
+// it is durable, with no separate claim (under hctx). It reports whether it
+// left work of the batch unclaimed.
+func (p *Pipeline) record(ctx, hctx context.Context, batch []*submission) (left bool) {
 	bySource := map[string][]*submission{}
 	var order []string
 	for _, s := range batch {
@@ -569,7 +569,7 @@ func (p *Pipeline) record(ctx context.Context, batch []*submission) (left bool) 
 		}
 		p.m.claims.Add(float64(len(cs)))
 		for _, c := range cs {
-			p.launch(c, start)
+			p.launch(hctx, c, start)
 		}
 		if err != nil && len(subs) > 1 {
 			// One submission's data may have failed the whole batch: each is
@@ -655,7 +655,7 @@ func (p *Pipeline) reserve(n int) int {
 // batch's own): none while draining (they would be released at once) or with
 // EveryVersion (RecordAndClaim claims nothing then).
 func (p *Pipeline) reserveForRecord() int {
-	if p.o.EveryVersion {
+	if p.everyVersion {
 		return 0
 	}
 	p.mu.Lock()
@@ -679,10 +679,10 @@ func (p *Pipeline) unreserve(n int) {
 	}
 }
 
-// launch runs a claim's handler in a reserved slot; while draining, the work
-// is released instead. claimedAt is when the claiming call started: the
-// claim's lease runs until claimedAt + Lease at the earliest.
-func (p *Pipeline) launch(c ledger.Claim, claimedAt time.Time) {
+// launch runs a claim's handler in a reserved slot, under hctx; while
+// draining, the work is released instead. claimedAt is when the claiming call
+// started: the claim's lease runs until claimedAt + Lease at the earliest.
+func (p *Pipeline) launch(hctx context.Context, c ledger.Claim, claimedAt time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.draining {
@@ -701,12 +701,13 @@ func (p *Pipeline) launch(c ledger.Claim, claimedAt time.Time) {
 	p.inflight.Add(1)
 	p.handlers.Go(func() {
 		defer p.inflight.Add(-1)
-		p.run(p.hctx, c, claimedAt)
+		p.run(hctx, c, claimedAt)
 	})
 }
 
-// dispatch claims work while slots are free and runs handlers.
-func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFunc) {
+// dispatch claims work while slots are free and runs handlers under hctx;
+// once ctx is done, it waits for them, cancelling hctx after the grace period.
+func (p *Pipeline) dispatch(ctx, hctx context.Context, cancelHandlers context.CancelFunc) {
 	failures := 0 // failed claims in a row
 	// eager: claim as soon as a slot is free. Not after waiting for a slot
 	// while the record loop claims (it takes the free slots itself, and
@@ -776,7 +777,7 @@ func (p *Pipeline) dispatch(ctx context.Context, cancelHandlers context.CancelFu
 		failures = 0
 		p.m.claims.Add(float64(len(cs)))
 		for _, c := range cs {
-			p.launch(c, claimedAt)
+			p.launch(hctx, c, claimedAt)
 		}
 		if len(cs) < free && p.o.ShortLived {
 			asked = false // nothing more due now: wait to be asked again
@@ -812,7 +813,7 @@ const maxYield = 100 * time.Millisecond
 // yield reports whether the record loop is recording and claims (not with
 // EveryVersion), and if so has it wake the dispatcher when it idles.
 func (p *Pipeline) yield() bool {
-	if p.o.EveryVersion {
+	if p.everyVersion {
 		return false
 	}
 	p.yielded.Store(true)
@@ -1016,9 +1017,9 @@ func (p *Pipeline) call(ctx context.Context, w Work) (result string, err error) 
 // superseded) stops the handler at once; the validity stops it at its
 // deadline whatever the renewals do.
 type renewal struct {
-	stopc chan struct{}
-	mu    sync.Mutex
-	lost  error
+	cancel context.CancelFunc // stops the loop and cancels a renewal in flight
+	done   chan struct{}      // closed when the loop has returned
+	lost   error              // a refusal; written by the loop before done closes
 }
 
 // renewTimeout bounds one renewal request: less than the renewal interval,
@@ -1026,31 +1027,36 @@ type renewal struct {
 func renewTimeout(every time.Duration) time.Duration { return every * 3 / 4 }
 
 func (p *Pipeline) startRenewal(c ledger.Claim, v *validity, cancel context.CancelCauseFunc) *renewal {
-	r := &renewal{stopc: make(chan struct{})}
+	ctx, stop := context.WithCancel(context.Background())
+	r := &renewal{cancel: stop, done: make(chan struct{})}
 	every := p.o.Lease / 3
-	p.renewals.Go(func() {
+	go func() {
+		defer close(r.done)
 		t := time.NewTimer(every)
 		defer t.Stop()
 		for {
 			select {
-			case <-r.stopc:
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
+			if ctx.Err() != nil {
+				return // stopped as the timer fired (select chose the timer)
+			}
 			at := time.Now()
-			ctx, done := context.WithTimeout(context.Background(), renewTimeout(every))
-			_, err := p.l.Renew(ctx, c, p.o.Lease)
+			rctx, done := context.WithTimeout(ctx, renewTimeout(every))
+			_, err := p.l.Renew(rctx, c, p.o.Lease)
 			done()
 			next := every - time.Since(at)
 			switch {
 			case err == nil:
 				v.renewed(at)
 			case refusal(err):
-				r.mu.Lock()
 				r.lost = err
-				r.mu.Unlock()
 				cancel(err)
 				return
+			case ctx.Err() != nil:
+				return // stopped while the request was in flight, which stop cancelled
 			default:
 				p.log.Warn("renewing a lease failed; retrying (the handler is stopped if no renewal succeeds before the lease runs out)",
 					"bucket", c.Bucket, "key", c.Key, "token", c.Token, "err", err)
@@ -1058,17 +1064,17 @@ func (p *Pipeline) startRenewal(c ledger.Claim, v *validity, cancel context.Canc
 			}
 			t.Reset(max(next, every/10))
 		}
-	})
+	}()
 	return r
 }
 
 // stop ends renewal and reports whether the ledger refused a renewal (the
-// lease was lost). A renewal in flight is not waited for (it ends by
-// renewTimeout): the validity never counts on it.
+// lease was lost). It cancels a renewal in flight and waits for the loop to
+// return, so that no renewal is sent once stop returned: the outcome's
+// Complete, Fail or Release that follows is the claim's last request.
 func (r *renewal) stop() (lost error) {
-	close(r.stopc)
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.cancel()
+	<-r.done
 	return r.lost
 }
 

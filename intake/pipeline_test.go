@@ -486,8 +486,7 @@ func TestEveryVersionWarnsUnversioned(t *testing.T) {
 	var buf bytes.Buffer
 	var mu sync.Mutex
 	lw := writerFunc(func(b []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(b) })
-	p, err := intake.New(newLedger(t, &ledger.Options{EveryVersion: true}), intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }), &intake.Options{EveryVersion: true,
-		Logger: slog.New(slog.NewTextHandler(lw, nil))})
+	p, err := intake.New(newLedger(t, &ledger.Options{EveryVersion: true}), intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }), &intake.Options{Logger: slog.New(slog.NewTextHandler(lw, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -209,10 +209,25 @@ func (p *Pipeline) replayRefused(ctx context.Context, w Work) (string, error) {
 	return summary, nil
 }
 
+// Refused counts n messages source refused without submitting them, in
+// cairn_intake_rejected_total (reason invalid_record); see Sink.
+func (p *Pipeline) Refused(source string, n int) {
+	if n > 0 {
+		p.reject(source, "invalid_record", n)
+	}
+}
+
+// reject counts n refusals by source for reason in
+// cairn_intake_rejected_total: the one place that counts them (the webhook's
+// refusals, Submit's, and a source's through Refused).
+func (p *Pipeline) reject(source, reason string, n int) {
+	p.m.rejected.WithLabelValues(source, reason).Add(float64(n))
+}
+
 // noteRefused counts and logs a refused message Submit records.
 func (p *Pipeline) noteRefused(source string, ev event.Event) {
 	class := strings.TrimPrefix(ev.Name, RefusedPrefix)
-	p.m.rejected.WithLabelValues(source, metricReason(class)).Inc()
+	p.reject(source, metricReason(class), 1)
 	p.refusals.note(source, class, "kept as a dead letter: "+RefusedBucket+"/"+ev.Key, ev.RequestID)
 }
 

@@ -187,7 +187,7 @@ func (p *Pipeline) Webhook(o WebhookOptions) http.Handler {
 	}
 	// refuse notes a refusal of the sender's wiring (answered already).
 	refuse := func(reason string, status int, detail string) {
-		p.m.rejected.WithLabelValues(o.Source, reason).Inc()
+		p.reject(o.Source, reason, 1)
 		p.refusals.note(o.Source, reason, "answered "+strconv.Itoa(status), detail)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -243,7 +243,7 @@ func (p *Pipeline) Webhook(o WebhookOptions) http.Handler {
 		defer cancel()
 		ds, err := p.Submit(ctx, o.Source, all)
 		if err != nil {
-			p.m.rejected.WithLabelValues(o.Source, "unavailable").Inc()
+			p.reject(o.Source, "unavailable", 1)
 			w.Header().Set("Retry-After", "1")
 			reply(w, http.StatusServiceUnavailable, WebhookResponse{Error: "the ledger did not record the events: " + err.Error()})
 			return

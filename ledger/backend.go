@@ -26,6 +26,11 @@ import (
 // A Complete or CompleteBatch by the token that completed a record already
 // (processed, not claimed since) succeeds and changes nothing (ledgertest's
 // CompleteAgain): callers retry a Complete whose answer was lost.
+//
+// A backend also has a method EveryVersion() bool, outside the interface so
+// that a backend written before it still compiles: it reports whether the
+// backend was opened with Options.EveryVersion (Ledger.EveryVersion asks it;
+// ledgertest's EveryVersion checks it).
 type Backend interface {
 	// RecordAndClaim stores evs durably, decides each (same order as evs), and
 	// claims, in the same transaction, up to n records as Claim would right

@@ -30,6 +30,15 @@ func New(b Backend) *Ledger { return &Ledger{b: b} }
 // (e.g. an object-store ledger's Compact).
 func (l *Ledger) Backend() Backend { return l.b }
 
+// EveryVersion reports whether the ledger keys work by version id
+// (Options.EveryVersion, as its backend was opened with), so that code over
+// the ledger (the intake's pipeline) need not be told twice. The backend
+// says so (see Backend); one that does not is taken to key work per key.
+func (l *Ledger) EveryVersion() bool {
+	v, ok := l.b.(interface{ EveryVersion() bool })
+	return ok && v.EveryVersion()
+}
+
 // clip makes s valid UTF-8 (a database text column may refuse anything
 // else; JSON would replace the bad bytes anyway) and cuts it to at most
 // MaxText bytes at a character boundary.

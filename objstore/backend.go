@@ -163,6 +163,21 @@ type Backend interface {
 	Close() error
 }
 
+// A Wrapper is a Backend over another (Prefixed, objstore/metrics,
+// objstore/policy) that does not change what the server under it enforces:
+// it forwards conditional requests as they are, and refuses no request by
+// answering as the server would (a refusal of its own is its own error, never
+// ErrPreconditionFailed or ErrConflict). Unwrap returns the backend under it.
+// A Store looks through Wrappers for the optional interfaces of the backend
+// beneath (ServerIdentifier: its probe verdict is saved and reused). A
+// wrapper that changes what the server seems to enforce (objstore/faulty)
+// must not implement it: a verdict measured through it would be saved for the
+// server.
+type Wrapper interface {
+	Backend
+	Unwrap() Backend
+}
+
 // NormalizeETag strips the quotes and weak-validator prefix servers put around ETags.
 func NormalizeETag(etag string) string {
 	etag = strings.TrimPrefix(strings.TrimSpace(etag), "W/")

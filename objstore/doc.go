@@ -5,9 +5,12 @@
 // A [Store] is the concrete type users call. It validates keys, turns paged listings
 // into iterators, streams large uploads through multipart uploads, and refuses to
 // send a conditional request that the endpoint is not known to enforce. Backends
-// implement the small [Backend] interface; wrappers (a key prefix, fault injection)
-// are Backends too, so every layer passes the same conformance suite
-// (package objstoretest).
+// implement the small [Backend] interface; wrappers (a key prefix, metrics, a
+// write policy, fault injection) are Backends too, so every layer passes the same
+// conformance suite (package objstoretest). A wrapper that leaves what the server
+// enforces unchanged is a [Wrapper]: a Store looks through it (Unwrap) for what
+// the backend beneath offers, such as the identity that lets a probe verdict be
+// saved and reused.
 //
 // # Conditions
 //

@@ -125,6 +125,9 @@ func (x *prefixed) AbortMultipart(ctx context.Context, key, id string) error {
 	return x.b.AbortMultipart(ctx, x.k(key), id)
 }
 
+// Unwrap returns the backend under the prefix (Wrapper).
+func (x *prefixed) Unwrap() Backend { return x.b }
+
 func (x *prefixed) Capabilities() (Capabilities, bool) { return x.b.Capabilities() }
 func (x *prefixed) MinPartSize() int64                 { return x.b.MinPartSize() }
 func (x *prefixed) String() string {

@@ -24,8 +24,10 @@ const verdictFormat = 1
 
 // ServerIdentifier is implemented by backends whose probe verdict can be saved
 // and reused across processes (package s3store). Backends that enforce conditions
-// themselves declare them instead; wrappers that change what a server does
-// (faults, policies) do not implement it, so nothing is saved for them.
+// themselves declare them instead. A Store finds it through wrappers that
+// do not change what the server enforces (Prefixed, objstore/metrics,
+// objstore/policy: see Wrapper); a wrapper that changes what the server seems
+// to enforce (objstore/faulty) has no Unwrap, so nothing is saved for it.
 type ServerIdentifier interface {
 	// ServerLocation names, without a request, the endpoint and bucket that
 	// requests go to. It keys saved verdicts.
@@ -70,27 +72,37 @@ type SharedVerdict struct {
 	Disagree []string `json:"disagree,omitempty"`
 }
 
-// identityOf returns the ServerIdentifier behind b, looking through key
-// prefixes (a prefix does not change what a server enforces).
+// identityOf returns the ServerIdentifier behind b, looking through wrappers
+// (Wrapper: key prefixes, metrics, a write policy), none of which changes
+// what the server enforces.
 func identityOf(b Backend) (ServerIdentifier, bool) {
 	for {
-		if inner, ok := unprefixed(b); ok {
-			b = inner
-			continue
+		if id, ok := b.(ServerIdentifier); ok {
+			return id, true
 		}
-		id, ok := b.(ServerIdentifier)
-		return id, ok
+		w, ok := b.(Wrapper)
+		if !ok {
+			return nil, false
+		}
+		b = w.Unwrap()
 	}
 }
 
-// rootOf returns b without key prefixes: the bucket itself.
+// rootOf returns b without key prefixes: the backend under the innermost
+// prefix, which addresses the bucket itself (wrappers above that prefix are
+// left out; b itself if there is no prefix).
 func rootOf(b Backend) Backend {
+	root := b
 	for {
-		inner, ok := unprefixed(b)
-		if !ok {
-			return b
+		if inner, ok := unprefixed(b); ok {
+			root, b = inner, inner
+			continue
 		}
-		b = inner
+		w, ok := b.(Wrapper)
+		if !ok {
+			return root
+		}
+		b = w.Unwrap()
 	}
 }
 

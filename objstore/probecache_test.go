@@ -20,7 +20,7 @@ import (
 )
 
 // identified is a backend that must be probed and names its server, like s3;
-// it counts the probe's scratch writes.
+// it counts the probe's scratch writes (under any key prefix).
 type identified struct {
 	objstore.Backend
 	endpoint string
@@ -46,7 +46,8 @@ func (b *identified) ServerSoftware(context.Context) (string, error) {
 }
 
 func (b *identified) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
-	if strings.HasPrefix(key, "cairn-probe/") && key != "cairn-probe/verdict.json" {
+	// (Under a key prefix when the backend is wrapped in one.)
+	if strings.Contains(key, "cairn-probe/") && !strings.HasSuffix(key, "cairn-probe/verdict.json") {
 		b.mu.Lock()
 		if strings.HasSuffix(key, "/verdict-check") {
 			b.checks++ // a saved verdict's check, not a probe

@@ -37,7 +37,7 @@ const (
 // Options configure a Function; nil means the defaults.
 type Options struct {
 	// Pipeline configures each invocation's pipeline (Concurrency,
-	// ProcessOwnObjects, OwnPrefixes, EveryVersion, Registerer, Timeout, …).
+	// ProcessOwnObjects, OwnPrefixes, Registerer, Timeout, …).
 	// Lease, Deadline and Grace are set from the invocation's deadline unless
 	// given: the lease defaults to the invocation's time (at least
 	// intake.MinLease, at most intake.DefaultLease), handlers are stopped
@@ -279,7 +279,7 @@ func (f *Function) deliver(ctx context.Context, p *intake.Pipeline, inv *invocat
 		if m.err != nil || len(m.rej) > 0 {
 			if m.err != nil && inv.kind == kindSQS && f.o.Poison == PoisonDLQ {
 				failed[i] = true
-				intake.Refused(p, source, 1)
+				p.Refused(source, 1)
 				f.log.Warn("an SQS message is no event; reported failed, for the queue's redrive policy to dead-letter",
 					"message_id", m.id, "err", m.err)
 				continue

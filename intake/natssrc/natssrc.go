@@ -30,6 +30,7 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/intake/sourcekit"
 )
 
 // Options configure the source.
@@ -155,7 +156,7 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		batch, err := cons.Fetch(s.o.Batch, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			log.Warn("fetch failed", "err", err)
-			intake.Sleep(ctx, time.Second)
+			sourcekit.Sleep(ctx, time.Second)
 			continue
 		}
 		var msgs []jetstream.Msg
@@ -182,7 +183,7 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 			continue
 		}
 		// Record while the messages are kept in progress; ack only after.
-		_, err = intake.SubmitKeepingAlive(context.WithoutCancel(ctx), sink, "nats", evs, s.o.AckWait/3, func() {
+		_, err = sourcekit.SubmitKeepingAlive(context.WithoutCancel(ctx), sink, "nats", evs, s.o.AckWait/3, func() {
 			for _, m := range msgs {
 				_ = m.InProgress()
 			}
@@ -200,7 +201,7 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		}
 		if err != nil {
 			log.Warn("recording failed; messages will be redelivered", "messages", len(msgs), "err", err)
-			intake.Sleep(ctx, time.Second)
+			sourcekit.Sleep(ctx, time.Second)
 		}
 	}
 	return nil

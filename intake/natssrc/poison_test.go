@@ -18,9 +18,10 @@ import (
 
 // sink records what it is given.
 type sink struct {
-	mu   sync.Mutex
-	keys []string
-	kept []string // refused messages (event names)
+	mu      sync.Mutex
+	keys    []string
+	kept    []string // refused messages (event names)
+	refused int      // messages refused without being submitted (Refused)
 }
 
 func (s *sink) Submit(_ context.Context, _ string, evs []event.Event) ([]ledger.Decision, error) {
@@ -34,6 +35,14 @@ func (s *sink) Submit(_ context.Context, _ string, evs []event.Event) ([]ledger.
 		s.keys = append(s.keys, ev.Key)
 	}
 	return make([]ledger.Decision, len(evs)), nil
+}
+
+// Refused counts messages refused without being submitted: the NATS source
+// keeps every poison message as a refused message (RefusedEvent) instead.
+func (s *sink) Refused(_ string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refused += n
 }
 
 func (s *sink) got() []string {
@@ -105,7 +114,11 @@ func TestPoisonMessages(t *testing.T) {
 	}
 	s.mu.Lock()
 	kept := strings.Join(s.kept, ",")
+	refused := s.refused
 	s.mu.Unlock()
+	if refused != 0 {
+		t.Fatalf("%d messages refused without being kept as refused messages", refused)
+	}
 	if want := "cairn:Refused:UnknownFormat,cairn:Refused:Malformed,cairn:Refused:Malformed"; kept != want {
 		t.Fatalf("kept %q, want each poison message (and the mixed one) kept once as a refused message: %s", kept, want)
 	}

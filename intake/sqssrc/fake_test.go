@@ -11,12 +11,14 @@ package sqssrc_test
 // handle may delete or change visibility (ReceiptHandleIsInvalid otherwise);
 // DeleteMessageBatch and ChangeMessageVisibilityBatch report per-entry
 // failures; long polling waits up to WaitTimeSeconds; ApproximateReceiveCount
-// counts receives; GetQueueAttributes reports a RedrivePolicy when one is set
+// counts receives; SendMessage adds a message (for the package's Example);
+// GetQueueAttributes reports a RedrivePolicy when one is set
 // (the fake does not move messages itself: the source must not rely on it).
 // Faults can be injected: failing delete entries, failing whole delete
 // requests (500), refusing GetQueueAttributes (AccessDenied).
 
 import (
+	"context"
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
@@ -56,11 +58,20 @@ type fakeSQS struct {
 }
 
 func newFakeSQS(t *testing.T) *fakeSQS {
-	f := &fakeSQS{}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	f := startFakeSQS()
 	t.Cleanup(f.srv.Close)
 	return f
 }
+
+// startFakeSQS starts a fake queue; its srv.Close stops it.
+func startFakeSQS() *fakeSQS {
+	f := &fakeSQS{}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	return f
+}
+
+// endpoint is the fake's SQS endpoint (the client's BaseEndpoint).
+func (f *fakeSQS) endpoint() string { return f.srv.URL }
 
 func (f *fakeSQS) queueURL() string { return f.srv.URL + "/000000000000/uploads" }
 
@@ -97,7 +108,16 @@ func (f *fakeSQS) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "AmazonSQS."); op {
 	case "ReceiveMessage":
-		f.receive(w, in)
+		f.receive(r.Context(), w, in)
+	case "SendMessage":
+		body, _ := in["MessageBody"].(string)
+		f.send(body)
+		f.mu.Lock()
+		id := f.msgs[len(f.msgs)-1].id
+		f.mu.Unlock()
+		sum := md5.Sum([]byte(body))
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		_ = json.NewEncoder(w).Encode(map[string]any{"MessageId": id, "MD5OfMessageBody": hex.EncodeToString(sum[:])})
 	case "GetQueueAttributes":
 		f.mu.Lock()
 		deny, redrive := f.denyAttributes, f.redrive
@@ -156,7 +176,9 @@ func fail(w http.ResponseWriter, code, msg string) {
 	_ = json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.sqs#" + code, "message": msg})
 }
 
-func (f *fakeSQS) receive(w http.ResponseWriter, in map[string]any) {
+// receive answers a ReceiveMessage; a long poll ends early when the client
+// goes away (ctx).
+func (f *fakeSQS) receive(ctx context.Context, w http.ResponseWriter, in map[string]any) {
 	max := 1
 	if n, ok := in["MaxNumberOfMessages"].(float64); ok {
 		max = int(n)
@@ -168,6 +190,9 @@ func (f *fakeSQS) receive(w http.ResponseWriter, in map[string]any) {
 	wait, _ := in["WaitTimeSeconds"].(float64)
 	deadline := time.Now().Add(time.Duration(wait * float64(time.Second)))
 	for {
+		if ctx.Err() != nil {
+			return // the client is gone: receive nothing for it
+		}
 		f.mu.Lock()
 		var out []map[string]any
 		now := time.Now()

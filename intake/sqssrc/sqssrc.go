@@ -52,6 +52,7 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/intake/sourcekit"
 	"github.com/cairn-s3/cairn/internal/backoff"
 )
 
@@ -232,7 +233,7 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 			if err != nil && poison != PoisonDelete {
 				// Left for the queue's redrive policy: its dead-letter
 				// queue keeps it.
-				intake.Refused(sink, "sqs", 1)
+				sink.Refused("sqs", 1)
 				s.logPoison(log, poison, m, err)
 				bad = append(bad, m)
 				continue
@@ -256,7 +257,7 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		if len(ok) == 0 {
 			continue
 		}
-		_, err = intake.SubmitKeepingAlive(context.WithoutCancel(ctx), sink, "sqs", evs, s.o.Visibility/3, func() {
+		_, err = sourcekit.SubmitKeepingAlive(context.WithoutCancel(ctx), sink, "sqs", evs, s.o.Visibility/3, func() {
 			s.extend(ctx, ok, vis, log)
 		})
 		if errors.Is(err, intake.ErrInvalidEvent) {
@@ -272,7 +273,7 @@ func (s *Source) Run(ctx context.Context, sink intake.Sink) error {
 		}
 		if err != nil {
 			log.Warn("recording failed; the messages will be delivered again", "messages", len(ok), "err", err)
-			intake.Sleep(ctx, time.Second)
+			sourcekit.Sleep(ctx, time.Second)
 			continue
 		}
 		s.delete(ctx, ok, log)

@@ -29,6 +29,15 @@ type sink struct {
 	fail  atomic.Bool
 	stall time.Duration
 	calls atomic.Int64
+	// refused counts the messages the source refused without submitting
+	// them (Sink.Refused).
+	refused atomic.Int64
+}
+
+func (s *sink) Refused(source string, n int) {
+	if source == "sqs" {
+		s.refused.Add(int64(n))
+	}
 }
 
 func (s *sink) Submit(ctx context.Context, source string, evs []event.Event) ([]ledger.Decision, error) {
@@ -270,6 +279,9 @@ func TestPoisonLeftForRedrive(t *testing.T) {
 			if f.receivesOf(poisonBody) < 2 {
 				t.Fatal("the poison message was deleted")
 			}
+			// Each receipt of the poison message is counted as refused (the
+			// second one after the fake handed it out: waited for).
+			waitFor(t, "the sink told of two refusals", func() bool { return s.refused.Load() >= 2 })
 		})
 	}
 }

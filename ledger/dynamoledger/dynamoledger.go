@@ -364,6 +364,10 @@ func notImplemented(err error) bool {
 
 // wrap maps an SDK error once: an endpoint that cannot be reached is
 // ledger.ErrUnavailable; the rest keep the SDK's words.
+// EveryVersion reports whether the ledger was opened with
+// ledger.Options.EveryVersion (ledger.Ledger.EveryVersion asks it).
+func (b *Backend) EveryVersion() bool { return b.opts.EveryVersion }
+
 func (b *Backend) wrap(what string, err error) error {
 	if err == nil {
 		return nil

@@ -372,6 +372,12 @@ func testLookup(t *testing.T, h Harness) {
 func testEveryVersion(t *testing.T, h Harness) {
 	ctx := ctxT(t)
 	l, _ := h.New(t, &ledger.Options{EveryVersion: true})
+	if !l.EveryVersion() {
+		t.Error("a ledger opened with Options.EveryVersion says it is not (Ledger.EveryVersion): give the backend a method EveryVersion() bool")
+	}
+	if latest, _ := h.New(t, nil); latest.EveryVersion() {
+		t.Error("a ledger opened without Options.EveryVersion says it is (Ledger.EveryVersion)")
+	}
 	v := func(seq, ver string) event.Event { e := ev("k", seq); e.VersionID = ver; return e }
 	// Delivered out of order; every version must run, oldest first, one at a time.
 	must(l.Record(ctx, "s", []event.Event{v("03", "v3"), v("01", "v1"), v("02", "v2"), v("01", "v1")}))(t)

@@ -160,7 +160,11 @@ type Stats struct {
 	LateApplied, LateLanded int
 }
 
-// Backend is an objstore.Backend that injects faults into an inner one.
+// Backend is an objstore.Backend that injects faults into an inner one. It
+// is not an objstore.Wrapper (it has no Unwrap) on purpose: it can make a
+// server seem to enforce what it does not, or to ignore what it enforces, so
+// a probe verdict measured through it must never be saved for the server
+// under it.
 type Backend struct {
 	inner objstore.Backend
 

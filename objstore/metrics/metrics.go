@@ -205,3 +205,7 @@ func (b *backend) AbortMultipart(ctx context.Context, key, id string) error {
 }
 
 func (b *backend) String() string { return b.Backend.String() }
+
+// Unwrap returns the instrumented backend (objstore.Wrapper): counting
+// requests changes nothing the server enforces.
+func (b *backend) Unwrap() objstore.Backend { return b.Backend }

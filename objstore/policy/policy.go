@@ -93,6 +93,11 @@ func (w *wrapped) Delete(ctx context.Context, key string, cond objstore.Conditio
 
 func (w *wrapped) String() string { return "policy(" + w.Backend.String() + ")" }
 
+// Unwrap returns the backend under the policy (objstore.Wrapper): the policy
+// refuses writes with ErrDenied before sending them, and sends the others as
+// they are, so what the server enforces is unchanged.
+func (w *wrapped) Unwrap() objstore.Backend { return w.Backend }
+
 type statement struct {
 	Sid       string                       `json:"Sid"`
 	Effect    string                       `json:"Effect"`

@@ -231,7 +231,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p, err := intake.New(led, h, &intake.Options{Concurrency: f.concurrency, Lease: f.lease, Timeout: f.timeout,
-		Grace: f.grace, Registerer: reg, Logger: log, EveryVersion: f.everyVersion, ProcessOwnObjects: f.processOwn, OwnPrefixes: ownPrefixes(&f)})
+		Grace: f.grace, Registerer: reg, Logger: log, ProcessOwnObjects: f.processOwn, OwnPrefixes: ownPrefixes(&f)})
 	if err != nil {
 		return err
 	}
