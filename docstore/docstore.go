@@ -429,6 +429,23 @@ func apply(key string, c current, reqs []*request) (next []byte, raw, any bool) 
 // request or its response was lost, or the client gave up while the server
 // may still apply it later). It lands, if ever, only while the document is in
 // the state it was conditional on: the ETag it matched, or absent.
+//
+// A write that failed without an answer (a timeout, a reset, a 5xx or a
+// 502/504 from a proxy) may have been applied, may never be, or may still be
+// applied later, after the client has given up: milliseconds or seconds after
+// the error. "My nonce is not in the document" therefore proves nothing by
+// itself. What does: a write conditional on ETag X lands only while the
+// document's ETag is X (an If-None-Match create only while it is absent), and
+// because every write carries a fresh nonce an ETag never comes back. So
+// commit keeps every write it has sent without learning its outcome, and on
+// every read checks each of them (judge): its nonce in the document or its
+// history means it landed, and the update's result is that write's (its
+// functions are not applied again); a document whose ETag has moved on
+// without it means it can never land and is forgotten; a document still at
+// its ETag means it may yet land, so commit writes against that same ETag (of
+// the two, at most one can land, and the next read tells which). If the
+// history has moved past a write's revision, or the attempts or ctx run out
+// while a write may still land, the commit ends in objstore.ErrAmbiguous.
 type inflight struct {
 	env     envelope // what it writes: its revision and nonce
 	etag    string   // If-Match ETag, or "" for If-None-Match

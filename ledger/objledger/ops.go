@@ -639,9 +639,8 @@ const hintTimeout = 10 * time.Second
 // hintLinger is how long the hinter waits after a wake, so that the hints of
 // the Records that follow share its index update: each update reads the
 // index (a conditional write would not see a claimer's mark), so with a
-// pipeline's stream of Records, one update per Record was a sixth of the
-// store's requests (on MinIO, 37 of 220 per 1,000 events; 11 with the
-// linger, and +5% events/s). It delays only other processes' view of the
+// pipeline's stream of Records, one update per Record would be a large share
+// of the store's requests. It delays only other processes' view of the
 // new work: this process's Claims visit the hinted shards meanwhile, and
 // other processes' claimers poll the index (once a second by default).
 const hintLinger = 50 * time.Millisecond
