@@ -156,6 +156,10 @@
 //   - ErrFenced (a *FencedError naming the key and its mark), from
 //     CheckUnfenced and from an UpdateKeepingMark fn that refuses: a write
 //     without a token met a fenced key; nothing was written.
+//   - ErrInvalidArgument: the call itself is wrong (a negative token,
+//     metadata under the reserved "cairn-fence" prefix, DocField at the top
+//     level of a value written without a mark, a SQL name that is not a
+//     plain identifier); nothing was sent. Fix the call.
 //   - objstore.ErrNotSupported: the store does not enforce conditional PUTs
 //     (see objstore.Store.Capabilities), so no write is fenced; nothing was sent.
 //   - objstore.ErrAmbiguous: see above.

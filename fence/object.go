@@ -56,6 +56,13 @@ func (e *StaleError) Is(target error) bool { return target == ErrStale }
 // (PutKeepingMark, UpdateKeepingMark).
 var ErrFenced = errors.New("fenced: a write without a fencing token would erase the high-water mark")
 
+// ErrInvalidArgument is the caller's mistake, found before anything is
+// sent: a negative token, metadata under the reserved "cairn-fence" prefix,
+// a document value that holds DocField at its top level without a mark, a
+// SQL name that is not a plain identifier. Fix the call: sending it again
+// cannot succeed. (What the store cannot do is objstore.ErrNotSupported.)
+var ErrInvalidArgument = errors.New("invalid argument")
+
 // FencedError is the error of a refused write without a token.
 // errors.Is(err, ErrFenced) holds.
 type FencedError struct {
@@ -287,11 +294,11 @@ func write(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeke
 		o.MaxAttempts = 20
 	}
 	if token < 0 && m != modeKeep {
-		return objstore.Info{}, fmt.Errorf("fence: token %d for %q is negative; pass the token your lock handed out: %w", token, key, objstore.ErrNotSupported)
+		return objstore.Info{}, fmt.Errorf("fence: token %d for %q is negative; pass the token your lock handed out: %w", token, key, ErrInvalidArgument)
 	}
 	for k := range o.Metadata {
 		if strings.HasPrefix(strings.ToLower(k), MetaToken) {
-			return objstore.Info{}, fmt.Errorf("fence: metadata key %q is reserved for fencing; rename it: %w", k, objstore.ErrNotSupported)
+			return objstore.Info{}, fmt.Errorf("fence: metadata key %q is reserved for fencing; rename it: %w", k, ErrInvalidArgument)
 		}
 	}
 	caps, err := s.Capabilities(ctx)
