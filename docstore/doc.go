@@ -7,35 +7,14 @@
 // a 409 (a concurrent write in flight) or a transient error backs off with full
 // jitter and retries; attempts and ctx bound it all.
 //
-// # The envelope, and why the nonce lives in the body
+// # The envelope
 //
 // Every write is an envelope {"cairn_doc":1,"rev":N,"nonce":…,"recent":[…],
-// "value":…} holding the caller's value, a revision that grows by one per write,
-// a fresh writer nonce, and the (rev, nonce) of the last HistoryLen writes. The
-// nonce must be in the body: S3's If-Match compares ETags, which are the MD5 of
-// the content only, so a nonce in user metadata would leave two writes of the
-// same bytes with the same ETag (ABA: a stale compare-and-swap would succeed).
-// In the body it makes every write's ETag unique. The history answers the other
-// hard question: what became of a write whose outcome the client did not learn.
-//
-// # Writes that land late
-//
-// A write that failed without an answer (a timeout, a reset, a 5xx or a 502/504
-// from a proxy) may have been applied, may never be, or may still be applied
-// later, after the client has given up: milliseconds or seconds after the
-// error. "My nonce is not in the document" therefore proves nothing by itself.
-// What does: a write conditional on ETag X lands only while the document's ETag
-// is X (an If-None-Match create only while it is absent), and because every
-// write carries a fresh nonce an ETag never comes back. So Update keeps every
-// write it has sent without learning its outcome, and on every read checks each
-// of them: its nonce in the document or its history means it landed, and the
-// update's result is that write's (its functions are not applied again); a
-// document whose ETag has moved on without it means it can never land and is
-// forgotten; a document still at its ETag means it may yet land, so Update
-// writes against that same ETag (of the two, at most one can land, and the
-// next read tells which). If the history has moved past a write's revision,
-// or the attempts or ctx run out while a write may still land, Update returns
-// objstore.ErrAmbiguous. Group commit does the same per batch.
+// "value":…} holding the caller's value, a revision that grows by one per
+// write, a fresh writer nonce (so every write's ETag is unique: no ABA), and
+// the (rev, nonce) of the last HistoryLen writes, with which a write whose
+// outcome was lost, or that lands late, is resolved by reading it back (see
+// Guarantees).
 //
 // Plain JSON files written by other tools are read as revision 0; the first
 // Update wraps them in an envelope. Other readers of the object see the envelope.

@@ -429,6 +429,23 @@ func apply(key string, c current, reqs []*request) (next []byte, raw, any bool) 
 // request or its response was lost, or the client gave up while the server
 // may still apply it later). It lands, if ever, only while the document is in
 // the state it was conditional on: the ETag it matched, or absent.
+//
+// A write that failed without an answer (a timeout, a reset, a 5xx or a
+// 502/504 from a proxy) may have been applied, may never be, or may still be
+// applied later, after the client has given up: milliseconds or seconds after
+// the error. "My nonce is not in the document" therefore proves nothing by
+// itself. What does: a write conditional on ETag X lands only while the
+// document's ETag is X (an If-None-Match create only while it is absent), and
+// because every write carries a fresh nonce an ETag never comes back. So
+// commit keeps every write it has sent without learning its outcome, and on
+// every read checks each of them (judge): its nonce in the document or its
+// history means it landed, and the update's result is that write's (its
+// functions are not applied again); a document whose ETag has moved on
+// without it means it can never land and is forgotten; a document still at
+// its ETag means it may yet land, so commit writes against that same ETag (of
+// the two, at most one can land, and the next read tells which). If the
+// history has moved past a write's revision, or the attempts or ctx run out
+// while a write may still land, the commit ends in objstore.ErrAmbiguous.
 type inflight struct {
 	env     envelope // what it writes: its revision and nonce
 	etag    string   // If-Match ETag, or "" for If-None-Match
@@ -488,165 +505,266 @@ func judge(c current, sent []*inflight) (verdict, *inflight, []*inflight) {
 // condition holds, so every read is checked for every such write's nonce
 // (see judge), a no-op is never taken while one may still land, and the call
 // ends in ErrAmbiguous, not a plain error, if one still might.
+//
+// Each attempt is six steps, each a method of committer: read the document
+// or take the cache; judge the writes in flight; apply the requests'
+// functions; decide whether the write is a no-op; write; classify the
+// write's answer. A step that delivered every request's result ends the
+// commit; one that retries starts the next attempt.
 func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached *current) *current {
-	var sent []*inflight // writes whose outcome is unknown and that may still land
-	finish := func(err error) *current {
-		if len(sent) > 0 {
-			// A request applied in a write that may still land must hear
-			// "ambiguous", not its later error (a cancellation, say).
-			for i, r := range reqs {
-				for _, w := range sent {
-					if w.results[i].err == nil {
-						r.err = nil
-					}
-				}
-			}
-			if !errors.Is(err, objstore.ErrAmbiguous) {
-				// Only ErrAmbiguous is wrapped: the last error (a 412, a
-				// cancellation) must not make callers take it for "not applied".
-				err = fmt.Errorf("docstore: %q: a write may still land (%w); last error: %v", key, objstore.ErrAmbiguous, err)
-			}
-			d.count(func(s *Stats) { s.Ambiguous++ })
-		}
-		deliver(reqs, Meta{}, err)
-		return nil
-	}
-	var lastErr error
-	refusedCreates := 0
+	k := &committer{d: d, key: key, reqs: reqs}
 	for attempt := 0; attempt < d.opts.MaxAttempts; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return finish(err)
+			return k.fail(err)
 		}
-		var c current
-		var err error
-		fromCache := cached != nil
-		if fromCache {
-			c, cached = *cached, nil
-		} else {
-			c, err = d.read(ctx, key)
-		}
+		c, fromCache, err := k.readOrTakeCache(ctx, &cached)
 		if err != nil {
-			if permanent(err) {
-				return finish(err)
-			}
-			lastErr = err
-			if d.retry.Wait(ctx, attempt) != nil {
-				return finish(err)
+			if k.readFailed(ctx, attempt, err) {
+				return nil
 			}
 			continue
 		}
-		if len(sent) > 0 {
-			v, w, open := judge(c, sent)
-			switch v {
-			case landed:
-				d.count(func(s *Stats) { s.Resolved++ })
-				for i, r := range reqs {
-					r.value, r.err = w.results[i].value, w.results[i].err
-				}
-				m := Meta{Key: key, ETag: md5hex(w.body), Rev: w.env.Rev, Exists: true}
-				if c.env.Nonce == w.env.Nonce { // still the current version: its real ETag (SSE changes it)
-					m.ETag, m.LastModified = c.etag, c.lm
-				}
-				deliver(reqs, m, nil)
-				return nil
-			case undecidable:
-				return finish(fmt.Errorf("docstore: %q: a write's response was lost and the document's history no longer shows whether it landed: %w", key, objstore.ErrAmbiguous))
-			}
-			if len(open) < len(sent) {
-				d.count(func(s *Stats) { s.Resolved += len(sent) - len(open) })
-			}
-			sent = open
+		if k.judgeInFlight(c) {
+			return nil
 		}
 		next, raw, any := apply(key, c, reqs)
 		if !any {
-			if len(sent) > 0 { // they succeeded before: one of those writes may still land
-				return finish(fmt.Errorf("docstore: %q: the update functions now fail where they succeeded before", key))
-			}
-			deliver(reqs, c.meta(key), nil) // every function failed: nothing to write
-			return nil
+			return k.nothingApplied(c)
 		}
 		// Nothing changed: linearize at the read and skip the write. Not for a
 		// cached state, which may be stale: read it and apply again (a read
 		// costs less than a write). Not while a write of ours may still land
 		// either: then a write is what decides, against it, which one takes
 		// effect.
-		unchanged := c.exists && c.env.Rev > 0 && raw == c.env.IsRaw && bytes.Equal(next, c.env.payload())
-		if fromCache && unchanged {
-			attempt-- // the cache cost no request
-			continue
-		}
-		if len(sent) == 0 && unchanged {
-			d.count(func(s *Stats) { s.NoopWrites++ })
-			deliver(reqs, c.meta(key), nil)
-			return nil
-		}
-		env := d.next(c, next, raw)
-		body, err := encode(&env)
-		if err != nil {
-			return finish(err)
-		}
-		cond := objstore.IfAbsent()
-		if c.exists {
-			cond = objstore.IfMatch(c.etag)
-		}
-		d.count(func(s *Stats) { s.Writes++ })
-		info, err := d.s.PutBytes(ctx, key, body, &objstore.PutOptions{If: cond, ContentType: "application/json"})
-		switch {
-		case err == nil:
-			// Every other write in flight was conditional on a state that
-			// this one has just replaced: none of them can land now.
-			deliver(reqs, Meta{Key: key, ETag: info.ETag, Rev: env.Rev, Exists: true, LastModified: info.LastModified}, nil)
-			if info.ETag == "" {
-				return nil
+		if unchanged(c, next, raw) {
+			if fromCache {
+				attempt-- // the cache cost no request
+				continue
 			}
-			return &current{env: env, etag: info.ETag, exists: true, lm: info.LastModified}
-		case errors.Is(err, objstore.ErrCreateRefused):
-			// A create refused although the document reads as absent: not
-			// contention, unless someone created and deleted it in between.
-			// Read again a few times; then say what happened (redriving for
-			// MaxAttempts would end in a false ErrContention).
-			refusedCreates++
-			if refusedCreates >= maxRefusedCreates {
-				return finish(fmt.Errorf("docstore: %q: %w", key, err))
+			if len(k.sent) == 0 {
+				return k.noop(c)
 			}
-			lastErr = err
-		case errors.Is(err, objstore.ErrPreconditionFailed):
-			// The server refused this write: it will never land. Redrive.
-			d.count(func(s *Stats) { s.Redrives++ })
-			lastErr = err
-			if attempt >= 2 { // the first redrives are immediate; then spread out
-				if d.retry.Wait(ctx, attempt-2) != nil {
-					return finish(ctx.Err())
+		}
+		w, info, err := k.write(ctx, c, next, raw)
+		if w == nil {
+			return k.fail(err) // not encoded: nothing was sent
+		}
+		if done, written := k.classify(ctx, attempt, w, info, err); done {
+			return written
+		}
+	}
+	return k.giveUp()
+}
+
+// committer is one commit's state from one attempt to the next.
+type committer struct {
+	d    *Store
+	key  string
+	reqs []*request
+	// sent are the writes whose outcome is unknown and that may still land.
+	sent []*inflight
+	// lastErr is the last attempt's error, for giveUp.
+	lastErr error
+	// refusedCreates counts creates refused although the document read as
+	// absent (see classify).
+	refusedCreates int
+}
+
+// readOrTakeCache is the document the attempt applies to: *cached, taken
+// (only the first attempt has one), or a read of the store. fromCache tells
+// which: a cached state may be stale.
+func (k *committer) readOrTakeCache(ctx context.Context, cached **current) (c current, fromCache bool, err error) {
+	if *cached != nil {
+		c, *cached = **cached, nil
+		return c, true, nil
+	}
+	c, err = k.d.read(ctx, k.key)
+	return c, false, err
+}
+
+// readFailed handles a failed read: a permanent error ends the commit, any
+// other is retried after a backoff (it reports whether the commit ended).
+func (k *committer) readFailed(ctx context.Context, attempt int, err error) (done bool) {
+	if permanent(err) {
+		k.fail(err)
+		return true
+	}
+	k.lastErr = err
+	if k.d.retry.Wait(ctx, attempt) != nil {
+		k.fail(err)
+		return true
+	}
+	return false
+}
+
+// judgeInFlight checks the writes in flight against c, the document as just
+// read (see judge). One that landed ends the commit with its results; one
+// that may have landed out of the history's sight ends it in ErrAmbiguous;
+// those that can never land any more are dropped (it reports whether the
+// commit ended).
+func (k *committer) judgeInFlight(c current) (done bool) {
+	if len(k.sent) == 0 {
+		return false
+	}
+	v, w, open := judge(c, k.sent)
+	switch v {
+	case landed:
+		k.d.count(func(s *Stats) { s.Resolved++ })
+		for i, r := range k.reqs {
+			r.value, r.err = w.results[i].value, w.results[i].err
+		}
+		m := Meta{Key: k.key, ETag: md5hex(w.body), Rev: w.env.Rev, Exists: true}
+		if c.env.Nonce == w.env.Nonce { // still the current version: its real ETag (SSE changes it)
+			m.ETag, m.LastModified = c.etag, c.lm
+		}
+		deliver(k.reqs, m, nil)
+		return true
+	case undecidable:
+		k.fail(fmt.Errorf("docstore: %q: a write's response was lost and the document's history no longer shows whether it landed: %w", k.key, objstore.ErrAmbiguous))
+		return true
+	}
+	if len(open) < len(k.sent) {
+		k.d.count(func(s *Stats) { s.Resolved += len(k.sent) - len(open) })
+	}
+	k.sent = open
+	return false
+}
+
+// nothingApplied ends a commit in which every function failed: each request
+// hears its own error, and nothing is written. If a write in flight applied
+// them, it may still land: the commit is ambiguous.
+func (k *committer) nothingApplied(c current) *current {
+	if len(k.sent) > 0 { // they succeeded before: one of those writes may still land
+		return k.fail(fmt.Errorf("docstore: %q: the update functions now fail where they succeeded before", k.key))
+	}
+	deliver(k.reqs, c.meta(k.key), nil) // every function failed: nothing to write
+	return nil
+}
+
+// unchanged tells whether next (raw) is the payload c holds already: a
+// write would change nothing but the revision and the nonce.
+func unchanged(c current, next []byte, raw bool) bool {
+	return c.exists && c.env.Rev > 0 && raw == c.env.IsRaw && bytes.Equal(next, c.env.payload())
+}
+
+// noop ends a commit that changed nothing, linearized at the read c.
+func (k *committer) noop(c current) *current {
+	k.d.count(func(s *Stats) { s.NoopWrites++ })
+	deliver(k.reqs, c.meta(k.key), nil)
+	return nil
+}
+
+// write sends the envelope that succeeds c with next (raw), conditional on
+// c: If-Match its ETag, or If-None-Match if c is absent. w is what it sent
+// (nil if the envelope could not be encoded: nothing was sent, err says
+// why); info and err are the store's answer.
+func (k *committer) write(ctx context.Context, c current, next []byte, raw bool) (w *inflight, info objstore.Info, err error) {
+	env := k.d.next(c, next, raw)
+	body, err := encode(&env)
+	if err != nil {
+		return nil, objstore.Info{}, err
+	}
+	w = &inflight{env: env, body: body}
+	cond := objstore.IfAbsent()
+	if c.exists {
+		cond = objstore.IfMatch(c.etag)
+		w.etag = c.etag
+	}
+	k.d.count(func(s *Stats) { s.Writes++ })
+	info, err = k.d.s.PutBytes(ctx, k.key, body, &objstore.PutOptions{If: cond, ContentType: "application/json"})
+	return w, info, err
+}
+
+// classify acts on the answer to the write w: success delivers and returns
+// the document as written; an answer that says the write never landed
+// (412, a refused create, 409 or a transient failure) retries, after a
+// backoff where contention calls for it; an ambiguous one keeps w among the
+// writes in flight; a permanent one ends the commit. done reports whether
+// the commit ended (written: the document as written, or nil).
+func (k *committer) classify(ctx context.Context, attempt int, w *inflight, info objstore.Info, err error) (done bool, written *current) {
+	switch {
+	case err == nil:
+		// Every other write in flight was conditional on a state that
+		// this one has just replaced: none of them can land now.
+		deliver(k.reqs, Meta{Key: k.key, ETag: info.ETag, Rev: w.env.Rev, Exists: true, LastModified: info.LastModified}, nil)
+		if info.ETag == "" {
+			return true, nil
+		}
+		return true, &current{env: w.env, etag: info.ETag, exists: true, lm: info.LastModified}
+	case errors.Is(err, objstore.ErrCreateRefused):
+		// A create refused although the document reads as absent: not
+		// contention, unless someone created and deleted it in between.
+		// Read again a few times; then say what happened (redriving for
+		// MaxAttempts would end in a false ErrContention).
+		k.refusedCreates++
+		if k.refusedCreates >= maxRefusedCreates {
+			return true, k.fail(fmt.Errorf("docstore: %q: %w", k.key, err))
+		}
+		k.lastErr = err
+	case errors.Is(err, objstore.ErrPreconditionFailed):
+		// The server refused this write: it will never land. Redrive.
+		k.d.count(func(s *Stats) { s.Redrives++ })
+		k.lastErr = err
+		if attempt >= 2 { // the first redrives are immediate; then spread out
+			if k.d.retry.Wait(ctx, attempt-2) != nil {
+				return true, k.fail(ctx.Err())
+			}
+		}
+	case errors.Is(err, objstore.ErrAmbiguous):
+		// Applied, lost, or still on its way: the next read decides, and
+		// so does every read after it until its condition no longer holds.
+		w.results = make([]result, len(k.reqs))
+		for i, r := range k.reqs {
+			w.results[i] = result{value: r.value, err: r.err}
+		}
+		k.sent = append(k.sent, w)
+		k.lastErr = err
+		if attempt >= 1 && k.d.retry.Wait(ctx, attempt-1) != nil {
+			return true, k.fail(err)
+		}
+	case permanent(err):
+		return true, k.fail(err)
+	default: // 409 or a transient failure before the write was applied: back off and retry
+		k.lastErr = err
+		if k.d.retry.Wait(ctx, attempt) != nil {
+			return true, k.fail(ctx.Err())
+		}
+	}
+	return false, nil
+}
+
+// giveUp ends a commit that ran out of attempts: ErrContention if the
+// writes kept being refused, else the last error.
+func (k *committer) giveUp() *current {
+	if errors.Is(k.lastErr, objstore.ErrPreconditionFailed) || k.lastErr == nil {
+		return k.fail(ErrContention)
+	}
+	return k.fail(fmt.Errorf("docstore: %q: giving up after %d attempts: %w", k.key, k.d.opts.MaxAttempts, k.lastErr))
+}
+
+// fail ends the commit with err, delivered to every request whose function
+// did not fail: ErrAmbiguous, wrapping err, while a write may still land. It
+// returns nil (no document as written).
+func (k *committer) fail(err error) *current {
+	if len(k.sent) > 0 {
+		// A request applied in a write that may still land must hear
+		// "ambiguous", not its later error (a cancellation, say).
+		for i, r := range k.reqs {
+			for _, w := range k.sent {
+				if w.results[i].err == nil {
+					r.err = nil
 				}
 			}
-		case errors.Is(err, objstore.ErrAmbiguous):
-			// Applied, lost, or still on its way: the next read decides, and
-			// so does every read after it until its condition no longer holds.
-			w := &inflight{env: env, body: body, results: make([]result, len(reqs))}
-			if c.exists {
-				w.etag = c.etag
-			}
-			for i, r := range reqs {
-				w.results[i] = result{value: r.value, err: r.err}
-			}
-			sent = append(sent, w)
-			lastErr = err
-			if attempt >= 1 && d.retry.Wait(ctx, attempt-1) != nil {
-				return finish(err)
-			}
-		case permanent(err):
-			return finish(err)
-		default: // 409 or a transient failure before the write was applied: back off and retry
-			lastErr = err
-			if d.retry.Wait(ctx, attempt) != nil {
-				return finish(ctx.Err())
-			}
 		}
+		if !errors.Is(err, objstore.ErrAmbiguous) {
+			// Only ErrAmbiguous is wrapped: the last error (a 412, a
+			// cancellation) must not make callers take it for "not applied".
+			err = fmt.Errorf("docstore: %q: a write may still land (%w); last error: %v", k.key, objstore.ErrAmbiguous, err)
+		}
+		k.d.count(func(s *Stats) { s.Ambiguous++ })
 	}
-	if errors.Is(lastErr, objstore.ErrPreconditionFailed) || lastErr == nil {
-		return finish(ErrContention)
-	}
-	return finish(fmt.Errorf("docstore: %q: giving up after %d attempts: %w", key, d.opts.MaxAttempts, lastErr))
+	deliver(k.reqs, Meta{}, err)
+	return nil
 }
 
 // deliver sends every request its result: its own error if its function

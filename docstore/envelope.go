@@ -15,7 +15,16 @@ type stamp struct {
 	Nonce string `json:"n"`
 }
 
-// envelope is the stored form of a document.
+// envelope is the stored form of a document: the caller's value, a
+// revision that grows by one per write, a fresh writer nonce, and the (rev,
+// nonce) of the last HistoryLen writes.
+//
+// The nonce must be in the body: S3's If-Match compares ETags, which are the
+// MD5 of the content only, so a nonce in user metadata would leave two writes
+// of the same bytes with the same ETag (ABA: a stale compare-and-swap would
+// succeed). In the body it makes every write's ETag unique. The history
+// answers the other hard question: what became of a write whose outcome the
+// client did not learn (see inflight).
 type envelope struct {
 	Format int             `json:"cairn_doc"`
 	Rev    int64           `json:"rev"`

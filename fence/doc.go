@@ -86,33 +86,11 @@
 // would still have replaced the holder's output, which no mark can undo. Keep
 // other writers out of fenced prefixes instead (bucket policy, IAM).
 //
-// Objects: Put reads the object's Info (HEAD), judges its token and writes
-// with If-Match on the ETag it read (If-None-Match: * when the key is missing).
-// The condition is what makes the judgement hold at the moment of the write:
-// two writers can never both pass, and a writer that read token 3 cannot land
-// after a writer with token 5 has replaced what it read (but see Limits). A 412
-// or 409 re-reads and judges again. Delete does not
-// remove the object, which would forget the token and let a stale writer
-// recreate it: it writes a tombstone conditionally, a short body that is unique
-// per write with metadata "cairn-fence-deleted", which Get reads as not found
-// and Token still reads the token of.
-//
-// # Faults: lost responses and requests that land late
-//
-// A conditional write whose response was lost (objstore.ErrAmbiguous) may have
-// been applied, may never be, or may land later, after the client has given
-// up. For fencing this is harmless in one direction and must be resolved in the
-// other. Harmless: a write conditional on ETag X can land only while the
-// object's ETag is X; a write with a higher token that was accepted after it
-// changed the ETag, so the late write can never overwrite a higher token's
-// write — it fails 412 on arrival. To be resolved: whether our own write landed.
-// Every fenced write carries a fresh nonce in its metadata ("cairn-fence-nonce");
-// after an ambiguous write Put reads back: its nonce means it landed (success);
-// the object still at the ETag it was conditional on means it may yet land, so
-// Put sends the same write on the same condition again (at most one of the two
-// can land); anything else means it was replaced or never will land, and Put
-// returns objstore.ErrAmbiguous (run the effect again: the token still decides).
-// Documents inherit the docstore package's resolution of ambiguous writes.
+// Objects are judged by a HEAD and written with If-Match on the ETag judged
+// (If-None-Match: * for a missing key), so the judgement holds at the moment
+// of the write; Delete writes a tombstone that keeps the token. A write whose
+// response was lost is resolved by reading its nonce back, or ends in
+// objstore.ErrAmbiguous; documents inherit package docstore's resolution.
 //
 // # Limits
 //
@@ -156,6 +134,10 @@
 //   - ErrFenced (a *FencedError naming the key and its mark), from
 //     CheckUnfenced and from an UpdateKeepingMark fn that refuses: a write
 //     without a token met a fenced key; nothing was written.
+//   - ErrInvalidArgument: the call itself is wrong (a negative token,
+//     metadata under the reserved "cairn-fence" prefix, DocField at the top
+//     level of a value written without a mark, a SQL name that is not a
+//     plain identifier); nothing was sent. Fix the call.
 //   - objstore.ErrNotSupported: the store does not enforce conditional PUTs
 //     (see objstore.Store.Capabilities), so no write is fenced; nothing was sent.
 //   - objstore.ErrAmbiguous: see above.

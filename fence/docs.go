@@ -58,20 +58,21 @@ func truncate(raw []byte, n int) string {
 	return string(raw)
 }
 
-// CheckValue refuses a document value that would be stored without a mark
-// although its top level holds DocField, whatever that field holds (a
-// number, null, a string): it would read as a fenced document's wrapper,
-// forging a mark or hiding the value's other fields. It returns nil for
-// values that are not JSON objects. Every write of this package that stores
-// a value without a mark checks it; a writer that stores documents by other
-// means (docstore directly, `cairn doc create`) should too.
+// CheckValue refuses (ErrInvalidArgument) a document value that would be
+// stored without a mark although its top level holds DocField, whatever
+// that field holds (a number, null, a string): it would read as a fenced
+// document's wrapper, forging a mark or hiding the value's other fields. It
+// returns nil for values that are not JSON objects. Every write of this
+// package that stores a value without a mark checks it; a writer that
+// stores documents by other means (docstore directly, `cairn doc create`)
+// should too.
 func CheckValue(key string, value []byte) error {
 	var top map[string]json.RawMessage
 	if json.Unmarshal(value, &top) != nil {
 		return nil // not an object
 	}
 	if _, ok := top[DocField]; ok {
-		return fmt.Errorf("fence: document %q: the top-level field %q is reserved for the fencing token (a value holding it would read as a fenced document's wrapper); nothing was written: rename the field, or write the document with a token: %w", key, DocField, objstore.ErrNotSupported)
+		return fmt.Errorf("fence: document %q: the top-level field %q is reserved for the fencing token (a value holding it would read as a fenced document's wrapper); nothing was written: rename the field, or write the document with a token: %w", key, DocField, ErrInvalidArgument)
 	}
 	return nil
 }
@@ -148,7 +149,7 @@ func Load[T any](ctx context.Context, d *docstore.Store, key string) (T, DocMeta
 func Update[T any](ctx context.Context, d *docstore.Store, key string, token int64, fn func(v *T, m DocMeta) error) (T, DocMeta, error) {
 	var out T
 	if token < 0 {
-		return out, DocMeta{Token: -1}, fmt.Errorf("fence: token %d for %q is negative; pass the token your lock handed out: %w", token, key, objstore.ErrNotSupported)
+		return out, DocMeta{Token: -1}, fmt.Errorf("fence: token %d for %q is negative; pass the token your lock handed out: %w", token, key, ErrInvalidArgument)
 	}
 	caps, err := d.Objects().Capabilities(ctx)
 	if err != nil {
@@ -202,7 +203,7 @@ func Update[T any](ctx context.Context, d *docstore.Store, key string, token int
 //
 // It is for writers that hold no lock; it refuses no one, so it can overwrite
 // a current holder's value. A value without a mark may not hold DocField at
-// its top level (objstore.ErrNotSupported): it would read as a wrapper.
+// its top level (ErrInvalidArgument): it would read as a wrapper.
 func UpdateKeepingMark[T any](ctx context.Context, d *docstore.Store, key string, fn func(v *T, m DocMeta) error) (T, DocMeta, error) {
 	var out T
 	data, m, err := updateJSON(ctx, d, key, func(cur []byte, m docstore.Meta, objMark int64) ([]byte, error) {

@@ -56,11 +56,11 @@ func TestPutRules(t *testing.T) {
 	if err != nil || string(body) != "t5 again" || m.Token != 5 {
 		t.Fatalf("after the refusal: %q token %d %v, want the token-5 rewrite", body, m.Token, err)
 	}
-	if _, err := fence.PutBytes(ctx, s, key, []byte("neg"), -1, nil); err == nil {
-		t.Fatal("a negative token was accepted")
+	if _, err := fence.PutBytes(ctx, s, key, []byte("neg"), -1, nil); !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("a negative token: %v, want ErrInvalidArgument", err)
 	}
-	if _, err := fence.PutBytes(ctx, s, key, []byte("x"), 9, &fence.Options{Metadata: map[string]string{"Cairn-Fence": "99"}}); !errors.Is(err, objstore.ErrNotSupported) {
-		t.Fatalf("metadata that would forge the token: %v, want ErrNotSupported", err)
+	if _, err := fence.PutBytes(ctx, s, key, []byte("x"), 9, &fence.Options{Metadata: map[string]string{"Cairn-Fence": "99"}}); !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("metadata that would forge the token: %v, want ErrInvalidArgument", err)
 	}
 	if tok, _ := fence.Token(ctx, s, key); tok != 5 {
 		t.Fatalf("token after refused writes: %d, want 5", tok)
@@ -110,6 +110,56 @@ func TestDeleteKeepsTheToken(t *testing.T) {
 	}
 }
 
+// A caller's mistake is ErrInvalidArgument, never ErrNotSupported (which
+// says the store cannot), and nothing is written.
+func TestCallerMistakesAreInvalidArguments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := mem.New()
+	d := docstore.New(s, nil)
+	reserved := &fence.Options{Metadata: map[string]string{"Cairn-Fence-Extra": "1"}}
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"Put with a negative token", func() error { _, err := fence.PutBytes(ctx, s, "k", []byte("x"), -1, nil); return err }},
+		{"Delete with a negative token", func() error { return fence.Delete(ctx, s, "k", -1, nil) }},
+		{"Put with reserved metadata", func() error { _, err := fence.PutBytes(ctx, s, "k", []byte("x"), 1, reserved); return err }},
+		{"PutKeepingMark with reserved metadata", func() error {
+			_, err := fence.PutKeepingMark(ctx, s, "k", strings.NewReader("x"), reserved)
+			return err
+		}},
+		{"Update with a negative token", func() error {
+			_, _, err := fence.Update(ctx, d, "d.json", -1, func(*int, fence.DocMeta) error { return nil })
+			return err
+		}},
+		{"UpdateKeepingMark of a value holding the reserved field", func() error {
+			_, _, err := fence.UpdateKeepingMark(ctx, d, "d.json", func(v *map[string]any, _ fence.DocMeta) error {
+				*v = map[string]any{fence.DocField: 1}
+				return nil
+			})
+			return err
+		}},
+		{"CheckValue of a value holding the reserved field", func() error { return fence.CheckValue("d.json", []byte(`{"cairn_fence":1}`)) }},
+		{"SQLExec with a negative token", func() error { return fence.SQLExec(ctx, nil, "UPDATE t SET v = 1", "k", -1) }},
+		{"SQLUpsert with a name that is not an identifier", func() error {
+			_, err := fence.SQLUpsert(fence.Postgres, "t; DROP TABLE t", "k", "fence_token", "v")
+			return err
+		}},
+	} {
+		err := tc.call()
+		if !errors.Is(err, fence.ErrInvalidArgument) || errors.Is(err, objstore.ErrNotSupported) {
+			t.Errorf("%s: %v, want ErrInvalidArgument (and not ErrNotSupported)", tc.name, err)
+		}
+	}
+	if _, _, err := s.GetBytes(ctx, "k"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("an object was written: %v", err)
+	}
+	if _, _, err := d.LoadBytes(ctx, "d.json"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("a document was written: %v", err)
+	}
+}
+
 // A store that accepts conditional headers and ignores them cannot fence:
 // refused before any write.
 func TestRefusedWithoutConditions(t *testing.T) {
@@ -117,15 +167,17 @@ func TestRefusedWithoutConditions(t *testing.T) {
 	ctx := context.Background()
 	inner := mem.NewBackend("")
 	s := objstore.New(faulty.New(inner, &faulty.Options{IgnoreConditions: true}), &objstore.Options{ProbeTTL: -1})
-	if _, err := fence.PutBytes(ctx, s, "k", []byte("x"), 1, nil); !errors.Is(err, objstore.ErrNotSupported) {
-		t.Fatalf("Put on a store that ignores conditions: %v, want ErrNotSupported", err)
+	cannot := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, objstore.ErrNotSupported) || errors.Is(err, fence.ErrInvalidArgument) {
+			t.Fatalf("%s on a store that ignores conditions: %v, want ErrNotSupported (the store cannot), not ErrInvalidArgument", what, err)
+		}
 	}
-	if err := fence.Delete(ctx, s, "k", 1, nil); !errors.Is(err, objstore.ErrNotSupported) {
-		t.Fatalf("Delete: %v, want ErrNotSupported", err)
-	}
-	if _, _, err := fence.Update(ctx, docstore.New(s, &docstore.Options{LastWriterWins: true}), "d", 1, func(*int, fence.DocMeta) error { return nil }); !errors.Is(err, objstore.ErrNotSupported) {
-		t.Fatalf("Update: %v, want ErrNotSupported", err)
-	}
+	_, err := fence.PutBytes(ctx, s, "k", []byte("x"), 1, nil)
+	cannot("Put", err)
+	cannot("Delete", fence.Delete(ctx, s, "k", 1, nil))
+	_, _, err = fence.Update(ctx, docstore.New(s, &docstore.Options{LastWriterWins: true}), "d", 1, func(*int, fence.DocMeta) error { return nil })
+	cannot("Update", err)
 	if _, _, err := objstore.New(inner, nil).GetBytes(ctx, "k"); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("something was written: %v", err)
 	}

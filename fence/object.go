@@ -56,6 +56,13 @@ func (e *StaleError) Is(target error) bool { return target == ErrStale }
 // (PutKeepingMark, UpdateKeepingMark).
 var ErrFenced = errors.New("fenced: a write without a fencing token would erase the high-water mark")
 
+// ErrInvalidArgument is the caller's mistake, found before anything is
+// sent: a negative token, metadata under the reserved "cairn-fence" prefix,
+// a document value that holds DocField at its top level without a mark, a
+// SQL name that is not a plain identifier. Fix the call: sending it again
+// cannot succeed. (What the store cannot do is objstore.ErrNotSupported.)
+var ErrInvalidArgument = errors.New("invalid argument")
+
 // FencedError is the error of a refused write without a token.
 // errors.Is(err, ErrFenced) holds.
 type FencedError struct {
@@ -277,6 +284,34 @@ type sent struct {
 	mark  int64 // the token it records; -1: none
 }
 
+// write is Put, Delete and PutKeepingMark: it reads the object's Info
+// (HEAD), judges its token and writes with If-Match on the ETag it read
+// (If-None-Match: * when the key is missing). The condition is what makes
+// the judgement hold at the moment of the write: two writers can never both
+// pass, and a writer that read token 3 cannot land after a writer with
+// token 5 has replaced what it read (but see Limits). A 412 or 409 re-reads
+// and judges again. Delete does not remove the object, which would forget
+// the token and let a stale writer recreate it: it writes a tombstone
+// conditionally, a short body that is unique per write with metadata
+// "cairn-fence-deleted", which Get reads as not found and Token still reads
+// the token of.
+//
+// Lost responses and requests that land late: a conditional write whose
+// response was lost (objstore.ErrAmbiguous) may have been applied, may
+// never be, or may land later, after the client has given up. For fencing
+// this is harmless in one direction and must be resolved in the other.
+// Harmless: a write conditional on ETag X can land only while the object's
+// ETag is X; a write with a higher token that was accepted after it changed
+// the ETag, so the late write can never overwrite a higher token's write —
+// it fails 412 on arrival. To be resolved: whether our own write landed.
+// Every fenced write carries a fresh nonce in its metadata
+// ("cairn-fence-nonce"); after an ambiguous write Put reads back: its nonce
+// means it landed (success); the object still at the ETag it was
+// conditional on means it may yet land, so Put sends the same write on the
+// same condition again (at most one of the two can land); anything else
+// means it was replaced or never will land, and Put returns
+// objstore.ErrAmbiguous (run the effect again: the token still decides).
+// Documents inherit the docstore package's resolution of ambiguous writes.
 func write(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeker, token int64, opts *Options, m mode) (objstore.Info, error) {
 	del := m == modeDelete
 	var o Options
@@ -287,11 +322,11 @@ func write(ctx context.Context, s *objstore.Store, key string, body io.ReadSeeke
 		o.MaxAttempts = 20
 	}
 	if token < 0 && m != modeKeep {
-		return objstore.Info{}, fmt.Errorf("fence: token %d for %q is negative; pass the token your lock handed out: %w", token, key, objstore.ErrNotSupported)
+		return objstore.Info{}, fmt.Errorf("fence: token %d for %q is negative; pass the token your lock handed out: %w", token, key, ErrInvalidArgument)
 	}
 	for k := range o.Metadata {
 		if strings.HasPrefix(strings.ToLower(k), MetaToken) {
-			return objstore.Info{}, fmt.Errorf("fence: metadata key %q is reserved for fencing; rename it: %w", k, objstore.ErrNotSupported)
+			return objstore.Info{}, fmt.Errorf("fence: metadata key %q is reserved for fencing; rename it: %w", k, ErrInvalidArgument)
 		}
 	}
 	caps, err := s.Capabilities(ctx)

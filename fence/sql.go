@@ -92,7 +92,7 @@ type Execer interface {
 // row: a higher token has written that row.
 func SQLExec(ctx context.Context, db Execer, query string, key any, token int64, values ...any) error {
 	if token < 0 {
-		return fmt.Errorf("fence: token %d for %v is negative; pass the token your lock handed out", token, key)
+		return fmt.Errorf("fence: token %d for %v is negative; pass the token your lock handed out: %w", token, key, ErrInvalidArgument)
 	}
 	res, err := db.ExecContext(ctx, query, append([]any{key, token}, values...)...)
 	if err != nil {
@@ -117,7 +117,7 @@ func identifiers(names []string) error {
 			}
 		}
 		if !ok {
-			return fmt.Errorf("fence: %q is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*); quote-free names only", n)
+			return fmt.Errorf("fence: %q is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*); quote-free names only: %w", n, ErrInvalidArgument)
 		}
 	}
 	return nil

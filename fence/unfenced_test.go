@@ -107,8 +107,8 @@ func TestWriterWithoutATokenKeepsTheMark(t *testing.T) {
 				t.Fatalf("%s: PutKeepingMark gave an unfenced key token %d", k, tok)
 			}
 		}
-		if _, err := fence.PutKeepingMark(ctx, s, key, strings.NewReader("x"), &fence.Options{Metadata: map[string]string{"cairn-fence": "1"}}); !errors.Is(err, objstore.ErrNotSupported) {
-			t.Fatalf("metadata forging the mark: %v, want ErrNotSupported", err)
+		if _, err := fence.PutKeepingMark(ctx, s, key, strings.NewReader("x"), &fence.Options{Metadata: map[string]string{"cairn-fence": "1"}}); !errors.Is(err, fence.ErrInvalidArgument) {
+			t.Fatalf("metadata forging the mark: %v, want ErrInvalidArgument", err)
 		}
 	})
 }
@@ -174,8 +174,8 @@ func TestUpdateKeepingMark(t *testing.T) {
 		if raw, _, _ := d.LoadBytes(ctx, "plain.json"); string(raw) != `{"n":1}` {
 			t.Fatalf("plain document stored %s", raw)
 		}
-		if _, _, err := fence.UpdateKeepingMark(ctx, d, "plain.json", set(fence.DocField, 1)); !errors.Is(err, objstore.ErrNotSupported) {
-			t.Fatalf("a plain value gaining cairn_fence: %v, want ErrNotSupported", err)
+		if _, _, err := fence.UpdateKeepingMark(ctx, d, "plain.json", set(fence.DocField, 1)); !errors.Is(err, fence.ErrInvalidArgument) {
+			t.Fatalf("a plain value gaining cairn_fence: %v, want ErrInvalidArgument", err)
 		}
 		if _, m, err := fence.Load[json.RawMessage](ctx, d, "plain.json"); err != nil || m.Token != -1 {
 			t.Fatalf("plain document after the refusal: token %d %v", m.Token, err)
@@ -199,13 +199,13 @@ func TestReservedFieldWhateverItHolds(t *testing.T) {
 			*v = map[string]any{fence.DocField: field, "orders": 42}
 			return nil
 		})
-		if !errors.Is(err, objstore.ErrNotSupported) {
-			t.Errorf("cairn_fence %v in a value without a mark: %v, want ErrNotSupported", field, err)
+		if !errors.Is(err, fence.ErrInvalidArgument) {
+			t.Errorf("cairn_fence %v in a value without a mark: %v, want ErrInvalidArgument", field, err)
 		}
 		if _, _, err := d.LoadBytes(ctx, key); !errors.Is(err, objstore.ErrNotFound) {
 			t.Errorf("cairn_fence %v: something was stored (%v)", field, err)
 		}
-		if err := fence.CheckValue(key, []byte(fmt.Sprintf(`{"orders":1,%q:%s}`, fence.DocField, must(json.Marshal(field))))); !errors.Is(err, objstore.ErrNotSupported) {
+		if err := fence.CheckValue(key, []byte(fmt.Sprintf(`{"orders":1,%q:%s}`, fence.DocField, must(json.Marshal(field))))); !errors.Is(err, fence.ErrInvalidArgument) {
 			t.Errorf("CheckValue with cairn_fence %v: %v", field, err)
 		}
 	}

@@ -12,6 +12,21 @@ import (
 
 var errCompacted = errors.New("objledger: another process compacted the shard first")
 
+// Compaction keeps heads small: when a head holds more than CompactAt
+// changed records (default 128), a background compaction writes the head's
+// records into a new immutable segment, merged with the newest segments of
+// similar size (at most twice what it merges so far; all of them when a
+// shard has more than eight), then swaps it into the head in their place by
+// compare-and-swap, removing the records it holds that have not changed
+// since. Segment sizes grow geometrically, so a record is rewritten about
+// log2(records / CompactAt) times, not once per compaction; a segment that
+// merges every older one is the new base and drops tombstones. A record is
+// read from the head, else from the newest segment that holds it. Replaced
+// segments are deleted by a later compaction, after a grace period (ten
+// minutes) that lets slow readers finish. Segments are immutable, so each
+// process caches the decoded segments of each shard; decoded heads are
+// cached by content hash.
+
 // compactLater starts a background compaction of shard s unless one runs.
 func (l *Backend) compactLater(s int) {
 	l.mu.Lock()

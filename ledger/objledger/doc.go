@@ -35,43 +35,13 @@
 // inside the shard's compare-and-swap: two processes deciding the same key
 // serialise on the head's ETag; the loser re-reads and decides again.
 //
-// # Work index
-//
-// Claim must find due work without reading every shard. work.json keeps, per
-// shard, a time no later than the shard's earliest due work (pending and failed
-// records by their next attempt, claimed ones by their lease's end). Writers
-// keep it low: a write that leaves work in a shard reads the index afterwards
-// and lowers the shard's entry if needed (Record does this in the background,
-// after it returned and 50 ms more, so that the Records that follow share
-// the index update: until it is done, Claim in the same process visits the
-// shard anyway, and other processes see the work that much later). Claimers raise it, safely: a claimer marks the shards it
-// expects to leave with nothing due (a nonce in the index, in the same write
-// that reads which are due; none needed, no write), claims in each, in
-// parallel, with a compare-and-swap of the head (which tells it the shard's
-// true earliest due time), then sets each marked entry to that time only if
-// its mark is still there (a shard it emptied unexpectedly is marked, read
-// and set the same way afterwards). A writer that reads the
-// index after its shard write removes any mark on that shard, so a claimer
-// that looked before the write cannot raise the entry past the new work. A
-// writer killed between its shard write and the index write (50 ms and a
-// round trip) can leave an entry too high; each ledger instance therefore sweeps every shard on its
-// first Claim and every Options.SweepEvery (default one minute) after.
-//
-// # Compaction
-//
-// Heads stay small: when a head holds more than CompactAt changed records
-// (default 128), a background compaction writes the head's records into a new
-// immutable segment, merged with the newest segments of similar size (at most
-// twice what it merges so far; all of them when a shard has more than eight),
-// then swaps it into the head in their place by compare-and-swap, removing the
-// records it holds that have not changed since. Segment sizes grow
-// geometrically, so a record is rewritten about log2(records / CompactAt)
-// times, not once per compaction; a segment that merges every older one is
-// the new base and drops tombstones. A record is read from the head, else
-// from the newest segment that holds it. Replaced segments are deleted by a
-// later compaction, after a grace period (ten minutes) that lets slow readers
-// finish. Segments are immutable, so each process caches the decoded
-// segments of each shard; decoded heads are cached by content hash.
+// Claim finds due work through the work index (work.json: per shard, a time
+// no later than its earliest due work) instead of reading every shard, and
+// heads stay small: past CompactAt changed records (default 128) a shard is
+// compacted in the background into immutable segments. Each ledger instance
+// sweeps every shard on its first Claim and every Options.SweepEvery (default
+// one minute) after, which repairs an index entry a killed writer left too
+// high.
 //
 // # Costs
 //

@@ -279,6 +279,28 @@ func layerWork(w workSet, rows map[string]*row) {
 }
 
 // index is the work index document.
+//
+// Claim must find due work without reading every shard. work.json keeps,
+// per shard, a time no later than the shard's earliest due work (pending
+// and failed records by their next attempt, claimed ones by their lease's
+// end). Writers keep it low: a write that leaves work in a shard reads the
+// index afterwards and lowers the shard's entry if needed (Record does this
+// in the background, after it returned and 50 ms more, so that the Records
+// that follow share the index update: until it is done, Claim in the same
+// process visits the shard anyway, and other processes see the work that
+// much later). Claimers raise it, safely: a claimer marks the shards it
+// expects to leave with nothing due (a nonce in the index, in the same
+// write that reads which are due; none needed, no write), claims in each,
+// in parallel, with a compare-and-swap of the head (which tells it the
+// shard's true earliest due time), then sets each marked entry to that time
+// only if its mark is still there (a shard it emptied unexpectedly is
+// marked, read and set the same way afterwards). A writer that reads the
+// index after its shard write removes any mark on that shard, so a claimer
+// that looked before the write cannot raise the entry past the new work. A
+// writer killed between its shard write and the index write (50 ms and a
+// round trip) can leave an entry too high; each ledger instance therefore
+// sweeps every shard on its first Claim and every Options.SweepEvery
+// (default one minute) after.
 type index struct {
 	Due  map[string]int64  `json:"due"`            // shard → lower bound of its earliest due work
 	Mark map[string]string `json:"mark,omitempty"` // shard → a claimer's mark

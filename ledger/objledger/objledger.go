@@ -80,16 +80,11 @@ const (
 	// defaultShards is the shard count of a new ledger. A small batch touches
 	// every shard, and each shard it touches costs a conditional write, so fewer
 	// shards make small batches cheaper; one shard serialises the decoding and
-	// compaction of everything. Measured on MinIO (2 cores), 4 shards → 2:
-	// `cairn serve` with 64 single-event senders 4,140–4,310 → 5,010–5,470
-	// events/s; three instances sharing one ledger (each its own client and
-	// caches), each recording from 4 goroutines, 6,584 → 8,592 events/s in
-	// batches of 32 and 26,875 → 29,250 in batches of 1,000; one process's
-	// bulk decisions (8 workers, batches of 1,000) 38,935 → 39,951, with
-	// requests per 1,000 events 2.3 → 1.1, claim + complete 14,565 → 14,488
-	// records/s (one run each). One shard: serve ~5,600, but bulk decisions
-	// −20% and claims −24%. On AWS S3 (slower writes, each serialised per
-	// key) many processes may want more: see the package doc's Costs.
+	// compaction of everything. Two was chosen on MinIO: against four, more
+	// events/s for one daemon, for several instances sharing a ledger and for
+	// bulk decisions; against one, a little less for one daemon but a fifth
+	// more for bulk decisions and claims. On AWS S3 (slower writes, each serialised
+	// per key) many processes may want more: see the package doc's Costs.
 	defaultShards = 2
 )
 

@@ -245,180 +245,27 @@ func blocked(w *row, others []*row, now int64) bool {
 // reads the index after its shard write removes the mark, so a claim that
 // read the shard before that write can never hide its work). Shards that
 // were not expected to empty and did are raised by raise.
+//
+// The steps, each a method of claimRun: plan (one index write: the
+// candidate shards, their budgets, their marks), visitRounds (claim in the
+// shards, at most maxClaimRounds rounds), collect (the claims, the first
+// error, the shards found empty), settleIndex (the marked entries set to
+// the truth read), then raise for the shards found empty.
 func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
-	mark := nonce()
-	l.mu.Lock()
-	sweep := time.Since(l.swept) >= l.cfg.SweepEvery
-	l.mu.Unlock()
-	hinted := l.pendingHints() // not in the index yet
-	type visit struct {
-		claims  []ledger.Claim
-		budget  int
-		marked  bool
-		visited bool
-		due     int64
-		work    bool
-		ready   int // due records in the head as last read
-		err     error
-	}
-	vs := make([]visit, l.shards)
-	var cands []int
-	// Budgets: n in all, spread by what this process last saw of each shard
-	// (its cached head), evenly where it saw nothing; rounds after the first
-	// (below) budget by the heads read. Shards the claim may leave with
-	// nothing due (as far as this process knows) are marked in the same
-	// index write; the others are not, and an index that needs no mark is
-	// only read.
-	err := l.updateIndex(ctx, func(x *index) bool {
-		now := l.now()
-		cands = cands[:0]
-		clear(vs)
-		for s := range l.shards {
-			hd, hok := hinted[s]
-			if d, ok := x.Due[shardName(s)]; sweep || (hok && hd <= now) || (ok && d <= now) {
-				cands = append(cands, s)
-			}
-		}
-		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-		left := n
-		var unknown []int
-		for _, s := range cands {
-			if e, ok := l.dueEstimate(s, left+1); ok {
-				vs[s].budget = min(e, left)
-				vs[s].marked = sweep || e <= left
-				left -= vs[s].budget
-			} else {
-				unknown = append(unknown, s)
-			}
-		}
-		for i, s := range unknown {
-			vs[s].budget = (left + len(unknown) - 1 - i) / (len(unknown) - i)
-			vs[s].marked = true
-			left -= vs[s].budget
-		}
-		changed := false
-		for _, s := range cands {
-			if vs[s].marked {
-				x.Mark[shardName(s)] = mark
-				changed = true
-			}
-		}
-		return changed
-	})
-	if err != nil {
+	c := l.newClaimRun(n, lease)
+	if err := l.updateIndex(ctx, c.plan); err != nil {
 		return nil, l.wrap("claim", err)
 	}
-	if len(cands) == 0 {
+	if len(c.cands) == 0 {
 		return nil, nil
 	}
-	visitAll := func(shards []int) {
-		_ = l.eachShard(shards, func(s int) error {
-			v := &vs[s]
-			var got []ledger.Claim
-			h, err := l.update(ctx, s, func(h *head, now int64) error {
-				got = l.claimIn(h, now, v.budget, lease)
-				return nil
-			})
-			if err != nil {
-				v.err = err
-				return nil
-			}
-			v.claims = append(v.claims, got...)
-			v.visited = true
-			v.due, v.work = h.Work.min()
-			v.ready = h.Work.dueBy(l.now(), n) // rounds budget at most n
-			if len(got) < v.budget {
-				v.ready = 0 // it claimed all it could: the rest due are blocked versions
-			}
-			return nil
-		})
-	}
-	// Rounds: the first visits the shards the estimates give a budget (every
-	// candidate on a sweep). While the claim is short, the next visits the
-	// shards whose heads, as just read, still hold due work (budgets by those
-	// counts) and the candidates not visited yet (the rest spread evenly,
-	// zero budgets included: the visit reads the head, so the round after
-	// knows its count). An estimate is this process's cached head, which
-	// misses other processes' writes: by the third round every budget comes
-	// from a head read during this claim, so a claim is short only of work
-	// that is not there (or that a concurrent claimer took).
-	var next []int
-	for _, s := range cands {
-		if sweep || vs[s].budget > 0 {
-			next = append(next, s)
-		}
-	}
-	for round := 0; ; round++ {
-		if len(next) > 0 { // (eachShard takes nil for every shard)
-			visitAll(next)
-		}
-		total := 0
-		for _, s := range cands {
-			total += len(vs[s].claims)
-		}
-		left := n - total
-		if left <= 0 || round == maxClaimRounds-1 {
-			break
-		}
-		next = next[:0]
-		var unknown []int
-		for _, s := range cands {
-			switch v := &vs[s]; {
-			case v.err != nil:
-			case !v.visited:
-				unknown = append(unknown, s)
-			case v.ready > 0 && left > 0:
-				v.budget = min(v.ready, left)
-				left -= v.budget
-				next = append(next, s)
-			}
-		}
-		for i, s := range unknown {
-			vs[s].budget = (left + len(unknown) - 1 - i) / (len(unknown) - i)
-			left -= vs[s].budget
-		}
-		next = append(next, unknown...)
-		if len(next) == 0 {
-			break
-		}
-	}
-	var out []ledger.Claim
-	var claimErr error
-	var empty []int // visited, not marked, nothing due now: raise their entries
-	now := l.now()
-	for _, s := range cands {
-		v := vs[s]
-		out = append(out, v.claims...)
-		claimErr = cmp.Or(claimErr, v.err)
-		if v.visited && !v.marked && (sweep || !v.work || v.due > now) {
-			empty = append(empty, s)
-		}
-	}
-	// Every marked entry whose mark survived is set to the truth read after
-	// the mark (and the marks of shards not visited are removed).
-	werr := l.updateIndex(ctx, func(x *index) bool {
-		changed := false
-		for _, s := range cands {
-			name := shardName(s)
-			if !vs[s].marked || x.Mark[name] != mark {
-				continue
-			}
-			delete(x.Mark, name)
-			changed = true
-			switch v := vs[s]; {
-			case !v.visited: // unknown: leave the entry as it was
-			case v.work:
-				x.Due[name] = v.due
-			default:
-				delete(x.Due, name)
-			}
-		}
-		return changed
-	})
+	c.visitRounds(ctx)
+	out, empty, claimErr := c.collect()
+	werr := l.updateIndex(ctx, c.settleIndex)
 	if werr == nil && len(empty) > 0 {
 		werr = l.raise(ctx, empty)
 	}
-	if claimErr == nil && werr == nil && sweep {
+	if claimErr == nil && werr == nil && c.sweep {
 		l.mu.Lock()
 		l.swept = time.Now()
 		l.mu.Unlock()
@@ -430,6 +277,224 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 	// low: only extra visits later).
 	driver.SortClaims(out)
 	return out, nil
+}
+
+// claimRun is one Claim's state from one step to the next.
+type claimRun struct {
+	l     *Backend
+	n     int
+	lease time.Duration
+	// mark is this claim's mark in the index; sweep: every shard is a
+	// candidate (Options.SweepEvery has passed since the last sweep);
+	// hinted are the shards whose hints are not in the index yet.
+	mark   string
+	sweep  bool
+	hinted map[int]int64
+	// cands are the candidate shards (plan's order), vs what the claim
+	// knows of each shard (by shard number).
+	cands []int
+	vs    []shardVisit
+}
+
+// shardVisit is what one Claim knows of one candidate shard.
+type shardVisit struct {
+	claims  []ledger.Claim // taken in the shard so far
+	budget  int            // how many its next visit may take
+	marked  bool           // marked in plan's index write
+	visited bool           // its head was read (and written) by this claim
+	due     int64          // its earliest due time, as last read (if work)
+	work    bool           // it held work when last read
+	ready   int            // due records in the head as last read
+	err     error          // the last visit's failure
+}
+
+// newClaimRun takes a fresh mark and reads whether this claim sweeps and
+// which shards have hints not in the index yet.
+func (l *Backend) newClaimRun(n int, lease time.Duration) *claimRun {
+	c := &claimRun{l: l, n: n, lease: lease, mark: nonce(), vs: make([]shardVisit, l.shards)}
+	l.mu.Lock()
+	c.sweep = time.Since(l.swept) >= l.cfg.SweepEvery
+	l.mu.Unlock()
+	c.hinted = l.pendingHints() // not in the index yet
+	return c
+}
+
+// plan is the index update that starts a claim (run again from the start if
+// the update is retried): the candidates are the shards the index (or a
+// pending hint) says have due work, every shard on a sweep, in random order.
+// Budgets: n in all, spread by what this process last saw of each shard
+// (its cached head), evenly where it saw nothing; rounds after the first
+// (see visitRounds) budget by the heads read. Shards the claim may leave
+// with nothing due (as far as this process knows) are marked in the same
+// index write; the others are not, and an index that needs no mark is only
+// read (plan reports whether it changed x).
+func (c *claimRun) plan(x *index) bool {
+	now := c.l.now()
+	c.cands = c.cands[:0]
+	clear(c.vs)
+	for s := range c.l.shards {
+		hd, hok := c.hinted[s]
+		if d, ok := x.Due[shardName(s)]; c.sweep || (hok && hd <= now) || (ok && d <= now) {
+			c.cands = append(c.cands, s)
+		}
+	}
+	rand.Shuffle(len(c.cands), func(i, j int) { c.cands[i], c.cands[j] = c.cands[j], c.cands[i] })
+	left := c.n
+	var unknown []int
+	for _, s := range c.cands {
+		if e, ok := c.l.dueEstimate(s, left+1); ok {
+			c.vs[s].budget = min(e, left)
+			c.vs[s].marked = c.sweep || e <= left
+			left -= c.vs[s].budget
+		} else {
+			unknown = append(unknown, s)
+		}
+	}
+	c.spread(unknown, left)
+	changed := false
+	for _, s := range unknown {
+		c.vs[s].marked = true
+	}
+	for _, s := range c.cands {
+		if c.vs[s].marked {
+			x.Mark[shardName(s)] = c.mark
+			changed = true
+		}
+	}
+	return changed
+}
+
+// spread gives shards even budgets summing to left.
+func (c *claimRun) spread(shards []int, left int) {
+	for i, s := range shards {
+		c.vs[s].budget = (left + len(shards) - 1 - i) / (len(shards) - i)
+		left -= c.vs[s].budget
+	}
+}
+
+// visit claims in shards, in parallel, each up to its budget, with a
+// compare-and-swap of its head, and records what each head said: its
+// earliest due time and how many records are due (a failed visit records
+// its error only).
+func (c *claimRun) visit(ctx context.Context, shards []int) {
+	l := c.l
+	_ = l.eachShard(shards, func(s int) error {
+		v := &c.vs[s]
+		var got []ledger.Claim
+		h, err := l.update(ctx, s, func(h *head, now int64) error {
+			got = l.claimIn(h, now, v.budget, c.lease)
+			return nil
+		})
+		if err != nil {
+			v.err = err
+			return nil
+		}
+		v.claims = append(v.claims, got...)
+		v.visited = true
+		v.due, v.work = h.Work.min()
+		v.ready = h.Work.dueBy(l.now(), c.n) // rounds budget at most n
+		if len(got) < v.budget {
+			v.ready = 0 // it claimed all it could: the rest due are blocked versions
+		}
+		return nil
+	})
+}
+
+// visitRounds visits the candidates in rounds: the first visits the shards
+// the estimates give a budget (every candidate on a sweep). While the claim
+// is short, the next visits the shards whose heads, as just read, still hold
+// due work (budgets by those counts) and the candidates not visited yet (the
+// rest spread evenly, zero budgets included: the visit reads the head, so
+// the round after knows its count). An estimate is this process's cached
+// head, which misses other processes' writes: by the third round every
+// budget comes from a head read during this claim, so a claim is short only
+// of work that is not there (or that a concurrent claimer took).
+func (c *claimRun) visitRounds(ctx context.Context) {
+	var next []int
+	for _, s := range c.cands {
+		if c.sweep || c.vs[s].budget > 0 {
+			next = append(next, s)
+		}
+	}
+	for round := 0; ; round++ {
+		if len(next) > 0 { // (eachShard takes nil for every shard)
+			c.visit(ctx, next)
+		}
+		left := c.n - c.claimed()
+		if left <= 0 || round == maxClaimRounds-1 {
+			return
+		}
+		if next = c.nextRound(next[:0], left); len(next) == 0 {
+			return
+		}
+	}
+}
+
+// claimed is how many claims the visits took so far.
+func (c *claimRun) claimed() int {
+	total := 0
+	for _, s := range c.cands {
+		total += len(c.vs[s].claims)
+	}
+	return total
+}
+
+// nextRound appends to next the shards the next round visits, with their
+// budgets (left in all): those whose heads still hold due work, then those
+// not visited yet (a shard whose visit failed is not visited again).
+func (c *claimRun) nextRound(next []int, left int) []int {
+	var unknown []int
+	for _, s := range c.cands {
+		switch v := &c.vs[s]; {
+		case v.err != nil:
+		case !v.visited:
+			unknown = append(unknown, s)
+		case v.ready > 0 && left > 0:
+			v.budget = min(v.ready, left)
+			left -= v.budget
+			next = append(next, s)
+		}
+	}
+	c.spread(unknown, left)
+	return append(next, unknown...)
+}
+
+// collect gathers the claims, lists the shards to raise (visited, not
+// marked, and nothing due now), and returns the first visit's error.
+func (c *claimRun) collect() (out []ledger.Claim, empty []int, err error) {
+	now := c.l.now()
+	for _, s := range c.cands {
+		v := c.vs[s]
+		out = append(out, v.claims...)
+		err = cmp.Or(err, v.err)
+		if v.visited && !v.marked && (c.sweep || !v.work || v.due > now) {
+			empty = append(empty, s)
+		}
+	}
+	return out, empty, err
+}
+
+// settleIndex is the index update that ends a claim: every marked entry
+// whose mark survived is set to the truth read after the mark (and the
+// marks of shards not visited are removed).
+func (c *claimRun) settleIndex(x *index) bool {
+	changed := false
+	for _, s := range c.cands {
+		name := shardName(s)
+		if !c.vs[s].marked || x.Mark[name] != c.mark {
+			continue
+		}
+		delete(x.Mark, name)
+		changed = true
+		switch v := c.vs[s]; {
+		case !v.visited: // unknown: leave the entry as it was
+		case v.work:
+			x.Due[name] = v.due
+		default:
+			delete(x.Due, name)
+		}
+	}
+	return changed
 }
 
 // dueEstimate is how many records of shard s (up to limit) were due when
@@ -574,9 +639,8 @@ const hintTimeout = 10 * time.Second
 // hintLinger is how long the hinter waits after a wake, so that the hints of
 // the Records that follow share its index update: each update reads the
 // index (a conditional write would not see a claimer's mark), so with a
-// pipeline's stream of Records, one update per Record was a sixth of the
-// store's requests (on MinIO, 37 of 220 per 1,000 events; 11 with the
-// linger, and +5% events/s). It delays only other processes' view of the
+// pipeline's stream of Records, one update per Record would be a large share
+// of the store's requests. It delays only other processes' view of the
 // new work: this process's Claims visit the hinted shards meanwhile, and
 // other processes' claimers poll the index (once a second by default).
 const hintLinger = 50 * time.Millisecond

@@ -16,7 +16,11 @@ import (
 // not current (another process wrote, or the connection changed: the next
 // transaction drops it).
 func (l *Backend) CheckIntakeLog(ctx context.Context) error {
-	g := l.log
+	e, ok := l.eng.(*logEngine)
+	if !ok {
+		return fmt.Errorf("intake log: the %s ledger runs without one", l.d.Name)
+	}
+	g := e.log
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.staged) != 0 {

@@ -18,11 +18,11 @@ import (
 // at a time, and much of its cost does not depend on its size: BEGIN, the
 // data_version check, the log row, the commit's WAL write and fsync. A
 // pipeline runs Record, Claim and CompleteBatch from different goroutines at
-// once, so tryLogTx group-commits them: a caller queues its transaction; the
-// first caller to find no leader leads, and runs every queued logged
-// transaction (up to maxGroup) as one transaction, each call's function in
-// queue order, each seeing the ones before, with one commit. Then it hands the
-// lead to the next queued caller, if any, and returns.
+// once, so logEngine.tryTx group-commits them: a caller queues its
+// transaction; the first caller to find no leader leads, and runs every
+// queued logged transaction (up to maxGroup) as one transaction, each call's
+// function in queue order, each seeing the ones before, with one commit.
+// Then it hands the lead to the next queued caller, if any, and returns.
 //
 // A group is all or nothing, like each of its calls alone: if one call's
 // function fails, the group is rolled back and every call runs again alone
@@ -86,9 +86,9 @@ func (c *logCall) abandon() {
 // errLead tells a queued call that it leads now.
 var errLead = errors.New("lead")
 
-// tryLogTx runs fn in a transaction of the intake log, grouped with others
+// tryTx runs fn in a transaction of the intake log, grouped with others
 // (see above).
-func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
+func (l *logEngine) tryTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
 	g := l.log
 	c := &logCall{ctx: ctx, op: op, fn: fn, done: make(chan error, 1)}
 	var linger <-chan time.Time
@@ -168,13 +168,13 @@ func (l *Backend) tryLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, n
 // may still commit, as a transaction whose response was lost may have; the
 // caller handles it as such (a retry of an outcome finds it recorded, a
 // renewal counts as not confirmed).
-func (l *Backend) gaveUp(op string, ctx context.Context) error {
+func (l *logEngine) gaveUp(op string, ctx context.Context) error {
 	return fmt.Errorf("ledger (%s) %s: the caller gave up while its transaction was being committed in a group; it may still commit (outcome unknown): %w", l.d.Name, op, context.Cause(ctx))
 }
 
 // lead runs groups until c's has run (or c left the queue), then hands the
 // lead on.
-func (l *Backend) lead(c *logCall) {
+func (l *logEngine) lead(c *logCall) {
 	g := l.log
 	for {
 		g.qmu.Lock()
@@ -200,12 +200,13 @@ func (l *Backend) lead(c *logCall) {
 // LogQueue reports how many calls wait in the group-commit queue and whether
 // one leads (for tests: a call queued before they go on, a queue left empty).
 func (l *Backend) LogQueue() (queued int, leading bool) {
-	if l.log == nil {
+	e, ok := l.eng.(*logEngine)
+	if !ok {
 		return 0, false
 	}
-	l.log.qmu.Lock()
-	defer l.log.qmu.Unlock()
-	return len(l.log.calls), l.log.leading
+	e.log.qmu.Lock()
+	defer e.log.qmu.Unlock()
+	return len(e.log.calls), e.log.leading
 }
 
 // leave takes c out of the queue and reports true, unless a leader took it
@@ -253,7 +254,7 @@ func (g *intakeLog) takeGroup() []*logCall {
 
 // runGroup runs the calls of group in one transaction and answers each
 // (g.mu held).
-func (l *Backend) runGroup(group []*logCall) {
+func (l *logEngine) runGroup(group []*logCall) {
 	if len(group) == 1 {
 		c := group[0]
 		c.done <- l.runLogTx(c.ctx, c.op, c.run)

@@ -19,12 +19,11 @@ import (
 
 // # The intake log (SQLite)
 //
-// On SQLite, Record, Claim and the ends of a claim (Complete, Renew, Fail,
-// Release) do not write rows. Rewriting ~1,000 random rows dirties a leaf page
-// per row in each of the table's three B-trees, so a Record batch committed
-// ~12 MB of pages and ~12 µs of VDBE work per row, which capped decisions
-// near 30k/s; and a record that is recorded, claimed and completed was
-// written three times. Instead (Dialect.IntakeLog):
+// On SQLite (Dialect.IntakeLog: the logEngine), Record, Claim and the ends
+// of a claim (Complete, Renew, Fail, Release) do not write rows: rewriting
+// random rows dirties a leaf page per row in each of the table's three
+// B-trees, and a record that is recorded, claimed and completed would be
+// written three times. Instead:
 //
 //   - The process holding the writer keeps the rows it has read or written in
 //     memory (the cache) and decides from it, by the same rules as the SQL
@@ -78,7 +77,7 @@ type LogLimits struct {
 // maxShadow bounds the dirty entries whose table row is work (the claim's
 // table scan reads past them: it asks for n + shadow rows), at most a quarter
 // of LogLimits.Rows: past it, Claim folds the oldest images until it is back
-// under half of it (see claimLogged).
+// under half of it (see logEngine.claim).
 const maxShadow = 256
 
 // intakeLog is the writer-side state of the intake log. mu is held for the
@@ -127,9 +126,8 @@ type intakeLog struct {
 	// folds, so a row changed by several calls of a transaction (a Record
 	// and the Claim that takes its work) is logged once.
 	staged []rowID
-	// scratch is flushLog's buffer, reused (mu is held): a log row is
-	// ~320 bytes per image, and allocating it per transaction was a quarter of
-	// what a claim+complete allocates.
+	// scratch is flushLog's buffer (a log row is ~320 bytes per image),
+	// reused from one transaction to the next (mu is held).
 	scratch []byte
 }
 
@@ -282,11 +280,161 @@ var logStatements = []string{sqlDataVersion, sqlAppendLog, sqlTrimLog, claimScan
 // not know the log refuse the file.
 const LogMigration = `CREATE TABLE cairn_intake_log (id INTEGER PRIMARY KEY, images TEXT NOT NULL)`
 
+// logEngine is the engine of the intake log (see above).
+type logEngine struct {
+	*Backend
+	log *intakeLog
+}
+
+// runLogTx runs fn in one transaction of the intake log, for tryTx's leader
+// (group.go), which holds the log's mutex: the transaction runs on the
+// pool's one connection, whose data_version tells whether the cache is
+// current; an op that is not logged first folds the log.
+func (l *logEngine) runLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) (err error) {
+	conn, err := l.db.Conn(ctx)
+	if err != nil {
+		return l.wrap(op, err)
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return l.wrap(op, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tx.Rollback()
+		}
+		l.endLog(committed)
+	}()
+	if err := l.beginLog(ctx, conn, tx, op); err != nil {
+		return abandoned(ctx, tx, l.wrap(op, err))
+	}
+	now, err := l.now(ctx, tx)
+	if err != nil {
+		return abandoned(ctx, tx, l.wrap(op, err))
+	}
+	ferr := fn(tx, now)
+	if ferr != nil && !refused(ferr) {
+		return abandoned(ctx, tx, ferr)
+	}
+	if err := l.flushLog(ctx, tx); err != nil {
+		return abandoned(ctx, tx, l.wrap(op, err))
+	}
+	// A refusal (lease lost, superseded, not found) is decided before its
+	// call writes anything: what the transaction did before it (a fold)
+	// commits, and the cache stays.
+	if err := commit(ctx, tx); err != nil {
+		return l.wrap(op, err)
+	}
+	committed = true
+	return ferr
+}
+
+// settle folds the intake log before a read, so that reads see every
+// recorded event: the dirty rows this process holds, and images another
+// process (or a crashed one) left in the log.
+func (l *logEngine) settle(ctx context.Context) error {
+	l.log.mu.Lock()
+	clean := l.log.valid && l.log.dirty == 0
+	l.log.mu.Unlock()
+	if clean {
+		var any bool
+		if err := l.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM cairn_intake_log)`).Scan(&any); err != nil {
+			return err
+		}
+		if !any {
+			return nil
+		}
+	}
+	return l.inTx(ctx, opFold, func(*sql.Tx, time.Time) error { return nil })
+}
+
+// close leaves the log folded, so that the next process to open the file
+// does not fold it all in SQL. Best effort: whoever writes or reads next
+// folds what is left.
+func (l *logEngine) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), closeFoldTimeout)
+	_ = l.settle(ctx)
+	cancel()
+	// A closed handle may stay reachable (a deferred Close while the file is
+	// opened again): it keeps none of its cache.
+	l.log.mu.Lock()
+	l.log.reset()
+	l.log.mu.Unlock()
+}
+
+// closeFoldTimeout bounds the fold at Close.
+const closeFoldTimeout = 30 * time.Second
+
+// load answers from the cache where it can; the rows it reads from the
+// table (or finds missing) enter the cache.
+func (l *logEngine) load(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]row, error) {
+	var miss []rowID
+	hits := make(map[rowID]row, len(ids))
+	for _, id := range ids {
+		if c, ok := l.log.cache[id]; ok {
+			if c.rec != nil {
+				hits[id] = c.row
+			}
+		} else {
+			miss = append(miss, id)
+		}
+	}
+	if len(miss) == 0 {
+		return hits, nil
+	}
+	cur, err := l.loadTable(ctx, tx, miss)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range miss {
+		l.log.put(id, cached{row: cur[id]})
+	}
+	for id, r := range hits {
+		cur[id] = r
+	}
+	return cur, nil
+}
+
+// write stages the rows for the log (every row is written: the
+// transaction is exclusive); rows the log cannot carry are written into
+// cairn_ledger with upsert.
+func (l *logEngine) write(ctx context.Context, tx *sql.Tx, changed map[rowID]*row) (map[rowID]bool, error) {
+	if len(changed) == 0 {
+		return map[rowID]bool{}, nil
+	}
+	if !l.stageLog(changed) {
+		// The rows' guard compares with the table's revision: fold first.
+		if err := l.foldAll(ctx, tx); err != nil {
+			return nil, err
+		}
+		if _, err := l.upsert(ctx, tx, l.images(changed)); err != nil {
+			return nil, err
+		}
+		for id, r := range changed {
+			l.log.put(id, cached{row: *r})
+		}
+	}
+	written := make(map[rowID]bool, len(changed))
+	for id := range changed {
+		written[id] = true
+	}
+	return written, nil
+}
+
+// claimsAsRecorded is false: a Record stages its rows, and the Claim after
+// it, in the same transaction, stages those it takes again: each row is
+// logged once either way (flushLog).
+func (l *logEngine) claimsAsRecorded(context.Context, *sql.Tx, time.Time) (bool, error) {
+	return false, nil
+}
+
 // beginLog checks, at the start of a transaction on conn, that the cache is
 // still current, and otherwise drops it and folds the log from the table.
 // Then it folds: everything for an op that is not logged, else the oldest
 // images while the log is past its bounds.
-func (l *Backend) beginLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, op string) error {
+func (l *logEngine) beginLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, op string) error {
 	g := l.log
 	g.dropAll = !logged(op) && op != opFold
 	var dc any
@@ -329,7 +477,7 @@ func (l *Backend) beginLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, op s
 
 // endLog ends a transaction (committed false: it did not commit, or its
 // outcome is unknown).
-func (l *Backend) endLog(committed bool) {
+func (l *logEngine) endLog(committed bool) {
 	g := l.log
 	defer func() { g.dropAll = false }()
 	if !committed || g.dropAll && g.dirty > 0 {
@@ -363,13 +511,13 @@ func (l *Backend) endLog(committed bool) {
 // foldTable folds every image in the log into cairn_ledger, oldest first,
 // each over an older revision only, and empties the log: in SQL, so it also
 // folds images this process never saw.
-func (l *Backend) foldTable(ctx context.Context, tx *sql.Tx) error {
+func (l *logEngine) foldTable(ctx context.Context, tx *sql.Tx) error {
 	var any bool
 	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM cairn_intake_log)`).Scan(&any); err != nil || !any {
 		return err
 	}
 	// One log row at a time: a statement over the whole log (up to
-	// LogLimits.Bytes of JSON) held ~150 MB at its peak.
+	// LogLimits.Bytes of JSON) would hold all its images in memory at once.
 	res, err := tx.QueryContext(ctx, `SELECT id FROM cairn_intake_log ORDER BY id`)
 	if err != nil {
 		return err
@@ -417,7 +565,7 @@ const foldConflict = onConflictSet + `
 WHERE cairn_ledger.rev < excluded.rev`
 
 // foldAll writes every dirty entry into cairn_ledger and empties the log.
-func (l *Backend) foldAll(ctx context.Context, tx *sql.Tx) error {
+func (l *logEngine) foldAll(ctx context.Context, tx *sql.Tx) error {
 	return l.foldWhile(ctx, tx, func() bool { return true })
 }
 
@@ -425,7 +573,7 @@ func (l *Backend) foldAll(ctx context.Context, tx *sql.Tx) error {
 // the entries whose newest image they hold into cairn_ledger (in key order,
 // over older revisions only), deletes those log rows and marks the entries
 // clean. Entries with a newer image stay dirty: the batches that hold it stay.
-func (l *Backend) foldWhile(ctx context.Context, tx *sql.Tx, more func() bool) error {
+func (l *logEngine) foldWhile(ctx context.Context, tx *sql.Tx, more func() bool) error {
 	g := l.log
 	if err := l.flushLog(ctx, tx); err != nil {
 		return err
@@ -468,7 +616,7 @@ func (l *Backend) foldWhile(ctx context.Context, tx *sql.Tx, more func() bool) e
 // logged when the transaction flushes (flushLog). ok is false, with nothing
 // staged, if a row holds a string that is not valid UTF-8 (JSON cannot carry
 // it exactly): the caller writes those rows directly.
-func (l *Backend) stageLog(changed map[rowID]*row) (ok bool) {
+func (l *logEngine) stageLog(changed map[rowID]*row) (ok bool) {
 	for id, r := range changed {
 		if !l.validImage(id.ident, r) {
 			return false
@@ -498,7 +646,7 @@ func (l *Backend) stageLog(changed map[rowID]*row) (ok bool) {
 
 // flushLog appends the staged rows' images (in key order) to the log as one
 // row, and names it in their cache entries.
-func (l *Backend) flushLog(ctx context.Context, tx *sql.Tx) error {
+func (l *logEngine) flushLog(ctx context.Context, tx *sql.Tx) error {
 	g := l.log
 	if len(g.staged) == 0 {
 		return nil
@@ -594,13 +742,13 @@ func appendJSONString(buf []byte, s string) []byte {
 
 // claimScanSQL reads Claim's candidates off the work index, each state's
 // oldest first, at most ? of each: cairn_ledger's rows only, some of them
-// stale under dirty cache entries (claimLogged reads that many more). The
+// stale under dirty cache entries (logEngine.claim reads that many more). The
 // index holds the key: the first two arms read nothing else.
 const claimScanSQL = `SELECT * FROM (SELECT bucket, ident, next_at FROM cairn_ledger WHERE status = 'pending' AND next_at <= ?1 ORDER BY next_at LIMIT ?2)
 UNION ALL SELECT * FROM (SELECT bucket, ident, next_at FROM cairn_ledger WHERE status = 'failed' AND next_at <= ?1 ORDER BY next_at LIMIT ?2)
 UNION ALL SELECT * FROM (SELECT bucket, ident, next_at FROM cairn_ledger WHERE status = 'claimed' AND lease_until < ?1 LIMIT ?2)`
 
-// claimLogged is Claim with the intake log: the candidates are the due rows
+// claim is Claim with the intake log: the candidates are the due rows
 // of cairn_ledger that no dirty entry hides, and the n earliest due dirty
 // entries of each ordered set (pending and failed work by NextAttempt; when
 // more than n leases ran out, the n that ran out first, as on PostgreSQL);
@@ -608,7 +756,7 @@ UNION ALL SELECT * FROM (SELECT bucket, ident, next_at FROM cairn_ledger WHERE s
 // images, so a record claimed and completed between folds is written to the
 // table once. With EveryVersion (one version of a key at a time, decided in
 // SQL) it folds and runs the statement.
-func (l *Backend) claimLogged(ctx context.Context, tx *sql.Tx, now time.Time, n int, lease time.Duration) ([]ledger.Claim, error) {
+func (l *logEngine) claim(ctx context.Context, tx *sql.Tx, now time.Time, n int, lease time.Duration) ([]ledger.Claim, error) {
 	g := l.log
 	if l.opts.EveryVersion {
 		if err := l.foldAll(ctx, tx); err != nil {
@@ -675,7 +823,7 @@ func (l *Backend) claimLogged(ctx context.Context, tx *sql.Tx, now time.Time, n 
 	for i := range ids {
 		ids[i] = cands[i].id
 	}
-	cur, err := l.loadCached(ctx, tx, ids)
+	cur, err := l.load(ctx, tx, ids)
 	if err != nil {
 		return nil, l.wrap("claim", err)
 	}
@@ -707,32 +855,13 @@ func due(r *ledger.Record, nowMS int64) bool {
 	return false
 }
 
-// images returns the rows of next as l.args, in key order.
-func (l *Backend) images(next map[rowID]*row) [][]any {
-	ids := sortedIDs(next)
-	batch := make([][]any, len(ids))
-	for i, id := range ids {
-		batch[i] = l.args(id.ident, next[id].rec, next[id].rev)
-	}
-	return batch
-}
-
-// sortedIDs returns the keys of rows in key order.
-func sortedIDs(rows map[rowID]*row) []rowID {
-	ids := make([]rowID, 0, len(rows))
-	for id := range rows {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, compareID)
-	return ids
-}
-
-// finishLogged is one guarded change of a claim's row (Complete, Renew, Fail,
+// changeClaim is one guarded change of a claim's row (Complete, Renew, Fail,
 // Release) with the intake log: the row is read through the cache, checked
-// as finishSQL's guard checks it, changed by apply and appended as an image.
-func (l *Backend) finishLogged(ctx context.Context, tx *sql.Tx, now time.Time, op string, c ledger.Claim, apply func(r *ledger.Record)) error {
+// as finishSQL's guard checks it (checkClaim), changed by ch.apply and
+// appended as an image.
+func (l *logEngine) changeClaim(ctx context.Context, tx *sql.Tx, now time.Time, op string, c ledger.Claim, ch claimChange) error {
 	id := rowID{c.Bucket, c.Ident}
-	cur, err := l.loadCached(ctx, tx, []rowID{id})
+	cur, err := l.load(ctx, tx, []rowID{id})
 	if err != nil {
 		return l.wrap(op, err)
 	}
@@ -741,7 +870,7 @@ func (l *Backend) finishLogged(ctx context.Context, tx *sql.Tx, now time.Time, o
 		return err
 	}
 	n := *r.rec
-	apply(&n)
+	ch.apply(&n, now)
 	n.Updated = now
 	next := map[rowID]*row{id: {&n, r.rev + 1}}
 	if _, err := l.write(ctx, tx, next); err != nil {
@@ -750,15 +879,15 @@ func (l *Backend) finishLogged(ctx context.Context, tx *sql.Tx, now time.Time, o
 	return nil
 }
 
-// completeLogged is CompleteBatch with the intake log: each claim is checked
-// and completed in Go (finishLogged's rules, in key order, so a claim listed
+// completeBatch is CompleteBatch with the intake log: each claim is checked
+// and completed in Go (changeClaim's rules, in key order, so a claim listed
 // twice is refused the second time) and the images appended in one row.
-func (l *Backend) completeLogged(ctx context.Context, tx *sql.Tx, now time.Time, cs []ledger.Claim, results []string, order []int) ([]error, error) {
+func (l *logEngine) completeBatch(ctx context.Context, tx *sql.Tx, now time.Time, cs []ledger.Claim, results []string, order []int) ([]error, error) {
 	ids := make([]rowID, 0, len(cs))
 	for _, i := range order {
 		ids = append(ids, rowID{cs[i].Bucket, cs[i].Ident})
 	}
-	cur, err := l.loadCached(ctx, tx, slices.Compact(ids))
+	cur, err := l.load(ctx, tx, slices.Compact(ids))
 	if err != nil {
 		return nil, l.wrap("complete", err)
 	}

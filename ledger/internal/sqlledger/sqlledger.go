@@ -3,6 +3,12 @@
 // row locking, the clock, the schema). All acceptance rules are driver.Decide,
 // run inside each Record transaction.
 //
+// The operations are written once over an engine (engine.go), chosen once at
+// New: on PostgreSQL each call is a transaction of its own over
+// cairn_ledger; on SQLite the writer decides from a cache of rows and
+// appends their images to an intake log, folded into cairn_ledger later
+// (intakelog.go), in group-committed transactions (group.go).
+//
 // Concurrency: every row has a revision (rev) that every write bumps. Record
 // is optimistic: it reads the rows of its keys without locking them, decides in
 // Go, and writes each row only if its revision is still the one it read (one
@@ -118,13 +124,15 @@ type Backend struct {
 	// running it); nil where the dialect upserts a batch in one statement.
 	upserts map[int]*sql.Stmt
 	// folds are the same for folding the intake log (over older revisions
-	// only); log is the intake log's state (nil without Dialect.IntakeLog).
+	// only).
 	folds map[int]*sql.Stmt
-	log   *intakeLog
 	// prepared are statements of the intake log's transactions, prepared
 	// once by their text (preparing costs SQLite as much as a small
 	// transaction's work); see query and exec.
 	prepared map[string]*sql.Stmt
+	// eng runs the transactions: a logEngine with Dialect.IntakeLog, else
+	// a sqlEngine (see engine).
+	eng engine
 }
 
 var _ ledger.Backend = (*Backend)(nil)
@@ -170,7 +178,9 @@ func New(ctx context.Context, db *sql.DB, d Dialect, opts *ledger.Options) (*Bac
 		}
 		g := &intakeLog{maxRows: cmp.Or(d.LogLimits.Rows, 1<<18), maxBytes: cmp.Or(d.LogLimits.Bytes, 256<<20)}
 		g.maxShadow = min(maxShadow, g.maxRows/4)
-		l.log = g
+		l.eng = &logEngine{Backend: l, log: g}
+	} else {
+		l.eng = sqlEngine{l}
 	}
 	return l, nil
 }
@@ -207,25 +217,10 @@ func (l *Backend) DB() *sql.DB { return l.db }
 
 // Close closes the database.
 func (l *Backend) Close() error {
-	if l.log != nil {
-		// Leave the log folded, so that the next process to open the file
-		// does not fold it all in SQL. Best effort: whoever writes or reads
-		// next folds what is left.
-		ctx, cancel := context.WithTimeout(context.Background(), closeFoldTimeout)
-		_ = l.settle(ctx)
-		cancel()
-		// A closed handle may stay reachable (a deferred Close while the
-		// file is opened again): it keeps none of its cache.
-		l.log.mu.Lock()
-		l.log.reset()
-		l.log.mu.Unlock()
-	}
+	l.eng.close()
 	l.closeStmts()
 	return l.db.Close()
 }
-
-// closeFoldTimeout bounds the fold at Close.
-const closeFoldTimeout = 30 * time.Second
 
 func (l *Backend) q(s string) string { return l.d.Rebind(s) }
 
@@ -254,7 +249,7 @@ var conflictBackoff = backoff.Policy{Base: 2 * time.Millisecond, Max: 250 * time
 // (fn wraps its own, see also abandoned); the rest are wrapped with op.
 func (l *Backend) inTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
 	for attempt := 1; ; attempt++ {
-		err := l.tryTx(ctx, op, fn)
+		err := l.eng.tryTx(ctx, op, fn)
 		if err == nil || l.d.Transient == nil || !l.d.Transient(err) {
 			return err
 		}
@@ -300,25 +295,6 @@ func rolledBack(ctx context.Context, err error) error {
 	return fmt.Errorf("%w (database/sql rolled the transaction back: the call's context ended: %w)", err, ctx.Err())
 }
 
-func (l *Backend) tryTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) error {
-	if l.log != nil {
-		return l.tryLogTx(ctx, op, fn)
-	}
-	tx, err := l.db.BeginTx(ctx, nil)
-	if err != nil {
-		return l.wrap(op, err)
-	}
-	defer tx.Rollback()
-	now, err := l.now(ctx, tx)
-	if err != nil {
-		return abandoned(ctx, tx, l.wrap(op, err))
-	}
-	if err := fn(tx, now); err != nil {
-		return abandoned(ctx, tx, err)
-	}
-	return l.wrap(op, commit(ctx, tx))
-}
-
 // The ops of the transactions that may leave the intake log unfolded (see
 // logged).
 const (
@@ -329,73 +305,6 @@ const (
 	opFail     = "fail"
 	opRelease  = "release"
 )
-
-// runLogTx is tryTx with the intake log, for tryLogTx's leader, which holds
-// the log's mutex: the transaction runs on the pool's one connection, whose
-// data_version tells whether the cache is current; an op that is not logged
-// first folds the log.
-func (l *Backend) runLogTx(ctx context.Context, op string, fn func(tx *sql.Tx, now time.Time) error) (err error) {
-	conn, err := l.db.Conn(ctx)
-	if err != nil {
-		return l.wrap(op, err)
-	}
-	defer conn.Close()
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return l.wrap(op, err)
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			tx.Rollback()
-		}
-		l.endLog(committed)
-	}()
-	if err := l.beginLog(ctx, conn, tx, op); err != nil {
-		return abandoned(ctx, tx, l.wrap(op, err))
-	}
-	now, err := l.now(ctx, tx)
-	if err != nil {
-		return abandoned(ctx, tx, l.wrap(op, err))
-	}
-	ferr := fn(tx, now)
-	if ferr != nil && !refused(ferr) {
-		return abandoned(ctx, tx, ferr)
-	}
-	if err := l.flushLog(ctx, tx); err != nil {
-		return abandoned(ctx, tx, l.wrap(op, err))
-	}
-	// A refusal (lease lost, superseded, not found) is decided before its
-	// call writes anything: what the transaction did before it (a fold)
-	// commits, and the cache stays.
-	if err := commit(ctx, tx); err != nil {
-		return l.wrap(op, err)
-	}
-	committed = true
-	return ferr
-}
-
-// settle folds the intake log before a read, so that reads see every
-// recorded event: the dirty rows this process holds, and images another
-// process (or a crashed one) left in the log. No-op without the log.
-func (l *Backend) settle(ctx context.Context) error {
-	if l.log == nil {
-		return nil
-	}
-	l.log.mu.Lock()
-	clean := l.log.valid && l.log.dirty == 0
-	l.log.mu.Unlock()
-	if clean {
-		var any bool
-		if err := l.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM cairn_intake_log)`).Scan(&any); err != nil {
-			return err
-		}
-		if !any {
-			return nil
-		}
-	}
-	return l.inTx(ctx, opFold, func(*sql.Tx, time.Time) error { return nil })
-}
 
 func (l *Backend) migrate(ctx context.Context) error {
 	if l.opts.MustExist {
@@ -562,11 +471,9 @@ type rowID struct{ bucket, ident string }
 // before the claim locks anything out of that order (SKIP LOCKED, never
 // waiting), so the two steps cannot deadlock with other transactions.
 //
-// Without the intake log (PostgreSQL), a claim statement after the upsert
-// would write each new row twice. So a probe first asks whether any work is
-// due at all; when none is, Claim right after the record would take the rows
-// this batch made pending, and the upsert writes them claimed (in delivery
-// order) at once.
+// Where the engine says so (engine.claimsAsRecorded), the record's write
+// takes the rows this batch made pending claimed at once, in delivery order,
+// instead of a claim after it.
 func (l *Backend) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
 	if l.opts.EveryVersion {
 		n = 0 // versions of a key must run oldest first: leave it to Claim
@@ -609,12 +516,12 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 	var claims []ledger.Claim
 	err := l.inTx(ctx, opRecord, func(tx *sql.Tx, now time.Time) error {
 		claims = nil
-		if claimN > 0 && l.log == nil {
-			older, err := l.workDue(ctx, tx, now)
+		if claimN > 0 {
+			early, err := l.eng.claimsAsRecorded(ctx, tx, now)
 			if err != nil {
 				return err
 			}
-			if !older {
+			if early {
 				return l.recordTx(ctx, tx, now, evs, source, ids, byID, out, &claims, claimN, lease)
 			}
 		}
@@ -622,7 +529,7 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 			return err
 		}
 		var err error
-		claims, err = l.claimIn(ctx, tx, now, claimN, lease)
+		claims, err = l.eng.claim(ctx, tx, now, claimN, lease)
 		return err
 	})
 	if err != nil {
@@ -647,7 +554,7 @@ func (l *Backend) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs [
 		if round == maxRounds {
 			return l.wrap("record", fmt.Errorf("%d keys still changed by other writers after %d rounds", len(todo), maxRounds))
 		}
-		cur, err := l.loadCached(ctx, tx, todo)
+		cur, err := l.eng.load(ctx, tx, todo)
 		if err != nil {
 			return l.wrap("record", err)
 		}
@@ -685,7 +592,7 @@ func (l *Backend) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs [
 				changed[id] = &row{next[id], cur[id].rev + 1}
 			}
 		}
-		written, err := l.write(ctx, tx, changed)
+		written, err := l.eng.write(ctx, tx, changed)
 		if err != nil {
 			return l.wrap("record", err)
 		}
@@ -707,83 +614,6 @@ func (l *Backend) recordTx(ctx context.Context, tx *sql.Tx, now time.Time, evs [
 		*claimsOut = claims
 	}
 	return nil
-}
-
-// workDueSQL tells whether any work is due: Claim's candidates, pending and
-// failed work off the work index (status, next_at), expired leases off the
-// lease index (lease_until, claimed rows only), as Claim looks for them (an
-// EXISTS may be planned as a scan of the table when claimed rows are many).
-const workDueSQL = `SELECT EXISTS (SELECT 1 FROM cairn_ledger WHERE status = 'pending' AND next_at <= ?)
-OR EXISTS (SELECT 1 FROM cairn_ledger WHERE status = 'failed' AND next_at <= ?)
-OR (SELECT 1 FROM cairn_ledger WHERE status = 'claimed' AND lease_until < ? ORDER BY lease_until LIMIT 1) IS NOT NULL`
-
-// workDue tells whether a Claim at now would find work.
-func (l *Backend) workDue(ctx context.Context, tx *sql.Tx, now time.Time) (bool, error) {
-	nowMS := ms(now)
-	var due bool
-	if err := tx.QueryRowContext(ctx, l.q(workDueSQL), nowMS, nowMS, nowMS).Scan(&due); err != nil {
-		return false, l.wrap("record", err)
-	}
-	return due, nil
-}
-
-// write writes changed rows (in key order) and returns those written: into
-// the intake log where there is one, else (or where the log cannot carry
-// them) into cairn_ledger with upsert.
-func (l *Backend) write(ctx context.Context, tx *sql.Tx, changed map[rowID]*row) (map[rowID]bool, error) {
-	if l.log == nil || len(changed) == 0 {
-		return l.upsert(ctx, tx, l.images(changed))
-	}
-	if !l.stageLog(changed) {
-		// The rows' guard compares with the table's revision: fold first.
-		if err := l.foldAll(ctx, tx); err != nil {
-			return nil, err
-		}
-		if _, err := l.upsert(ctx, tx, l.images(changed)); err != nil {
-			return nil, err
-		}
-		for id, r := range changed {
-			l.log.put(id, cached{row: *r})
-		}
-	}
-	written := make(map[rowID]bool, len(changed))
-	for id := range changed {
-		written[id] = true
-	}
-	return written, nil
-}
-
-// loadCached is load, answered from the intake log's cache where it can be;
-// the rows it reads from the table (or finds missing) enter the cache.
-func (l *Backend) loadCached(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]row, error) {
-	if l.log == nil {
-		return l.load(ctx, tx, ids)
-	}
-	var miss []rowID
-	hits := make(map[rowID]row, len(ids))
-	for _, id := range ids {
-		if c, ok := l.log.cache[id]; ok {
-			if c.rec != nil {
-				hits[id] = c.row
-			}
-		} else {
-			miss = append(miss, id)
-		}
-	}
-	if len(miss) == 0 {
-		return hits, nil
-	}
-	cur, err := l.load(ctx, tx, miss)
-	if err != nil {
-		return nil, err
-	}
-	for _, id := range miss {
-		l.log.put(id, cached{row: cur[id]})
-	}
-	for id, r := range hits {
-		cur[id] = r
-	}
-	return cur, nil
 }
 
 // upsert writes rows (l.args, in key order) with upsertFrom and returns those
@@ -821,6 +651,26 @@ func (l *Backend) upsert(ctx context.Context, tx *sql.Tx, batch [][]any) (map[ro
 	return written, nil
 }
 
+// images returns the rows of next as l.args, in key order.
+func (l *Backend) images(next map[rowID]*row) [][]any {
+	ids := sortedIDs(next)
+	batch := make([][]any, len(ids))
+	for i, id := range ids {
+		batch[i] = l.args(id.ident, next[id].rec, next[id].rev)
+	}
+	return batch
+}
+
+// sortedIDs returns the keys of rows in key order.
+func sortedIDs(rows map[rowID]*row) []rowID {
+	ids := make([]rowID, 0, len(rows))
+	for id := range rows {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, compareID)
+	return ids
+}
+
 // execChunks runs the multi-row statements stmts (by row count, upsertSizes)
 // over batch, largest first. exact: every row must be written (the
 // transaction is exclusive), which the changed-row count checks.
@@ -854,9 +704,10 @@ const valuesRows = 500
 // VALUES list (whose columns SQLite names column1, column2, …).
 func valuesFrom(rows [][]any, cols int) (string, []any) { return sqlschema.ValuesFrom(rows, cols) }
 
-// load reads the rows of ids and their revisions, in one statement, without
-// locking them (Record's upsert checks the revisions).
-func (l *Backend) load(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]row, error) {
+// loadTable reads the rows of ids and their revisions from cairn_ledger, in
+// one statement, without locking them (Record's upsert checks the
+// revisions).
+func (l *Backend) loadTable(ctx context.Context, tx *sql.Tx, ids []rowID) (map[rowID]row, error) {
 	cur := make(map[rowID]row, len(ids))
 	rows := make([][]any, 0, len(ids))
 	for _, id := range ids {
@@ -909,7 +760,7 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 	var out []ledger.Claim
 	err := l.inTx(ctx, opClaim, func(tx *sql.Tx, now time.Time) error {
 		var err error
-		out, err = l.claimIn(ctx, tx, now, n, lease)
+		out, err = l.eng.claim(ctx, tx, now, n, lease)
 		return err
 	})
 	if err != nil {
@@ -917,14 +768,6 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 	}
 	driver.SortClaims(out)
 	return out, nil
-}
-
-// claimIn is Claim's work inside tx: with the intake log, or in SQL.
-func (l *Backend) claimIn(ctx context.Context, tx *sql.Tx, now time.Time, n int, lease time.Duration) ([]ledger.Claim, error) {
-	if l.log != nil {
-		return l.claimLogged(ctx, tx, now, n, lease)
-	}
-	return l.claimTx(ctx, tx, now, n, lease)
 }
 
 // claimed is r claimed at now: Claim's statement in Go.
@@ -1011,60 +854,18 @@ RETURNING ` + cols
 	return out, nil
 }
 
-// finish runs a guarded update of a claim in its own transaction: set (with
-// setArgs) in SQL, or apply, the same change in Go, with the intake log.
-func (l *Backend) finish(ctx context.Context, op string, c ledger.Claim, apply func(r *ledger.Record, now time.Time), set string, setArgs ...any) error {
+// finish makes ch to c's row in a transaction of its own, if c still holds
+// the claim (see engine.changeClaim).
+func (l *Backend) finish(ctx context.Context, op string, c ledger.Claim, ch claimChange) error {
 	return l.inTx(ctx, op, func(tx *sql.Tx, now time.Time) error {
-		if l.log != nil {
-			return l.finishLogged(ctx, tx, now, op, c, func(r *ledger.Record) { apply(r, now) })
-		}
-		return l.finishTx(ctx, tx, now, op, c, set, setArgs...)
+		return l.eng.changeClaim(ctx, tx, now, op, c, ch)
 	})
 }
 
-// finishSQL is the guarded update finishTx runs.
-func finishSQL(l *Backend, set string) string {
-	return l.q(`UPDATE cairn_ledger SET ` + set + `, updated = ?, rev = rev + 1
-WHERE bucket = ? AND ident = ? AND token = ? AND status = 'claimed' AND lease_until >= ?`)
-}
-
-// refused tells finishTx's explained refusals (lease lost, superseded, not
+// refused tells changeClaim's explained refusals (lease lost, superseded, not
 // found), which leave the transaction usable.
 func refused(err error) bool {
 	return errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrSuperseded) || errors.Is(err, ledger.ErrNotFound) || errors.Is(err, errCompleted)
-}
-
-// finishTx runs a guarded update of a claim inside tx and explains a refusal.
-func (l *Backend) finishTx(ctx context.Context, tx *sql.Tx, now time.Time, op string, c ledger.Claim, set string, setArgs ...any) error {
-	a := append([]any{}, setArgs...)
-	for i, v := range a {
-		if _, ok := v.(nowPlus); ok {
-			a[i] = ms(now) + int64(v.(nowPlus))
-		}
-	}
-	a = append(a, ms(now), c.Bucket, c.Ident, c.Token, ms(now))
-	res, err := tx.ExecContext(ctx, finishSQL(l, set), a...)
-	if err != nil {
-		return l.wrap(op, err)
-	}
-	if n, _ := res.RowsAffected(); n == 1 {
-		return nil
-	}
-	return l.refusal(ctx, tx, op, c)
-}
-
-// refusal explains why a guarded update of c changed nothing.
-func (l *Backend) refusal(ctx context.Context, tx *sql.Tx, op string, c ledger.Claim) error {
-	var token int64
-	var status string
-	err := tx.QueryRowContext(ctx, l.q(`SELECT token, status FROM cairn_ledger WHERE bucket = ? AND ident = ?`), c.Bucket, c.Ident).Scan(&token, &status)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return refuse(op, c, nil)
-	case err != nil:
-		return l.wrap(op, err)
-	}
-	return refuse(op, c, &ledger.Record{Token: token, Status: ledger.Status(status)})
 }
 
 // errCompleted is the answer to a Complete of a row its claim's token has
@@ -1109,8 +910,10 @@ type nowPlus int64
 
 // Renew extends the claim's lease.
 func (l *Backend) Renew(ctx context.Context, c ledger.Claim, lease time.Duration) (ledger.Claim, error) {
-	err := l.finish(ctx, opRenew, c, func(r *ledger.Record, now time.Time) { r.LeaseUntil = now.Add(lease) },
-		`lease_until = ?`, nowPlus(lease.Milliseconds()))
+	err := l.finish(ctx, opRenew, c, claimChange{
+		apply: func(r *ledger.Record, now time.Time) { r.LeaseUntil = now.Add(lease) },
+		set:   `lease_until = ?`, args: []any{nowPlus(lease.Milliseconds())},
+	})
 	if err == nil {
 		c.LeaseUntil = time.Now().Add(lease) // approximate, for the caller's information
 	}
@@ -1128,8 +931,15 @@ attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = ?, last_er
 // A Complete by a token of a record that token completed already succeeds
 // and changes nothing: it is the retry of a Complete whose answer was lost.
 func (l *Backend) Complete(ctx context.Context, c ledger.Claim, result string) error {
-	return alreadyDone(l.finish(ctx, opComplete, c, func(r *ledger.Record, now time.Time) { completeRecord(r, result, now) },
-		completeSet, result, nowPlus(0)))
+	return alreadyDone(l.finish(ctx, opComplete, c, completeChange(result)))
+}
+
+// completeChange is Complete's change of a row: completeRecord, completeSet.
+func completeChange(result string) claimChange {
+	return claimChange{
+		apply: func(r *ledger.Record, now time.Time) { completeRecord(r, result, now) },
+		set:   completeSet, args: []any{result, nowPlus(0)},
+	}
 }
 
 // completeRecord is completeSet in Go.
@@ -1159,11 +969,7 @@ func (l *Backend) CompleteBatch(ctx context.Context, cs []ledger.Claim, results 
 	var errs []error
 	err := l.inTx(ctx, opComplete, func(tx *sql.Tx, now time.Time) error {
 		var err error
-		if l.log != nil {
-			errs, err = l.completeLogged(ctx, tx, now, cs, results, order)
-		} else {
-			errs, err = l.completeBatchTx(ctx, tx, now, cs, results, order)
-		}
+		errs, err = l.eng.completeBatch(ctx, tx, now, cs, results, order)
 		return err
 	})
 	if err != nil {
@@ -1171,90 +977,6 @@ func (l *Backend) CompleteBatch(ctx context.Context, cs []ledger.Claim, results 
 	}
 	for i := range errs {
 		errs[i] = alreadyDone(errs[i])
-	}
-	return errs, nil
-}
-
-// completeBatchTx is one run of CompleteBatch's transaction; order is the
-// claims' indexes in key order.
-func (l *Backend) completeBatchTx(ctx context.Context, tx *sql.Tx, now time.Time, cs []ledger.Claim, results []string, order []int) ([]error, error) {
-	errs := make([]error, len(cs))
-	done := map[rowID]bool{}
-	for start := 0; start < len(order); start += valuesRows {
-		chunk := order[start:min(start+valuesRows, len(order))]
-		rows := make([][]any, len(chunk))
-		for j, i := range chunk {
-			rows[j] = []any{cs[i].Bucket, cs[i].Ident, cs[i].Token, results[i]}
-		}
-		var from string
-		var fa []any
-		if l.d.BatchUpsert {
-			from, fa = l.d.Rows(rows, []string{"text", "text", "bigint", "text"})
-		} else {
-			from, fa = valuesFrom(rows, 4)
-			from += " AS t"
-		}
-		args := append([]any{ms(now), ms(now)}, fa...)
-		args = append(args, ms(now))
-		q := `UPDATE cairn_ledger SET status = CASE WHEN gen = run_gen THEN 'processed' ELSE 'pending' END,
-attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = t.c4, last_error = '', lease_until = 0, next_at = ?, updated = ?, rev = cairn_ledger.rev + 1
-FROM ` + from + `
-WHERE cairn_ledger.bucket = t.c1 AND cairn_ledger.ident = t.c2 AND cairn_ledger.token = t.c3
-  AND cairn_ledger.status = 'claimed' AND cairn_ledger.lease_until >= ?
-RETURNING cairn_ledger.bucket, cairn_ledger.ident`
-		if l.d.LockRows != "" {
-			// An UPDATE … FROM a list locks rows in the order of the join the
-			// planner picks (a hash join: the table's physical order), not in
-			// the order of the list: k locks them first, in key order, each
-			// row beside its claim. The claim's checks read k's locked rows:
-			// checked on the table, status = 'claimed' can make the planner
-			// hash-join every claimed row (and every dead index entry of one);
-			// and k carries the list's columns, as a join of k with the list
-			// again is a nested loop, quadratic in the batch, in the generic
-			// plan of the prepared statement. The update finds each row by
-			// bucket, key and ident, so that either index finds it at once:
-			// with stale statistics (a young table) the planner looked
-			// (bucket, ident) up through the (bucket, key) index, reading the
-			// whole bucket for each row (seconds a batch).
-			for j, i := range chunk {
-				rows[j] = append(rows[j], cs[i].Key)
-			}
-			from, fa = l.d.Rows(rows, []string{"text", "text", "bigint", "text", "text"})
-			q = `WITH k AS MATERIALIZED (SELECT l.bucket, l.key, l.ident, l.token, l.status, l.lease_until, t.c3, t.c4
-  FROM ` + from + ` JOIN cairn_ledger l ON l.bucket = t.c1 AND l.key = t.c5 AND l.ident = t.c2
-  ORDER BY l.bucket, l.ident ` + l.d.LockRows + ` OF l)
-UPDATE cairn_ledger SET status = CASE WHEN gen = run_gen THEN 'processed' ELSE 'pending' END,
-attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = k.c4, last_error = '', lease_until = 0, next_at = ?, updated = ?, rev = cairn_ledger.rev + 1
-FROM k
-WHERE cairn_ledger.bucket = k.bucket AND cairn_ledger.key = k.key AND cairn_ledger.ident = k.ident
-  AND k.token = k.c3 AND k.status = 'claimed' AND k.lease_until >= ?
-RETURNING cairn_ledger.bucket, cairn_ledger.ident`
-			args = append(append(fa, ms(now), ms(now)), ms(now))
-		}
-		res, err := tx.QueryContext(ctx, l.q(q), args...)
-		if err != nil {
-			return nil, l.wrap("complete", err)
-		}
-		for res.Next() {
-			var id rowID
-			if err := res.Scan(&id.bucket, &id.ident); err != nil {
-				res.Close()
-				return nil, l.wrap("complete", err)
-			}
-			done[id] = true
-		}
-		res.Close()
-		if err := res.Err(); err != nil {
-			return nil, l.wrap("complete", err)
-		}
-	}
-	for i, c := range cs {
-		if !done[rowID{c.Bucket, c.Ident}] {
-			errs[i] = l.refusal(ctx, tx, opComplete, c)
-			if !refused(errs[i]) {
-				return nil, errs[i]
-			}
-		}
 	}
 	return errs, nil
 }
@@ -1288,7 +1010,7 @@ func (l *Backend) Replay(ctx context.Context, sel ledger.Selection) (int, error)
 		a = append(a, ms(sel.UpdatedSince))
 	}
 	if sel.DryRun {
-		if err := l.settle(ctx); err != nil {
+		if err := l.eng.settle(ctx); err != nil {
 			return 0, l.wrap("replay", err)
 		}
 		var n int
@@ -1394,7 +1116,7 @@ RETURNING cairn_ledger.bucket, cairn_ledger.ident`)
 
 // OldestPending reads the smallest pending-since off the work index.
 func (l *Backend) OldestPending(ctx context.Context) (time.Time, error) {
-	if err := l.settle(ctx); err != nil {
+	if err := l.eng.settle(ctx); err != nil {
 		return time.Time{}, l.wrap("oldest pending", err)
 	}
 	var v sql.NullInt64
@@ -1410,8 +1132,12 @@ func (l *Backend) Ping(ctx context.Context) error { return l.wrap("ping", l.db.P
 
 // Release gives the claim's work back without counting the attempt.
 func (l *Backend) Release(ctx context.Context, c ledger.Claim) error {
-	return l.finish(ctx, opRelease, c, driver.Release, `status = CASE WHEN attempts > 1 AND gen = run_gen THEN 'failed' ELSE 'pending' END,
-attempts = CASE WHEN attempts > 0 AND gen = run_gen THEN attempts - 1 ELSE 0 END, lease_until = 0, next_at = ?`, nowPlus(0))
+	return l.finish(ctx, opRelease, c, claimChange{
+		apply: driver.Release,
+		set: `status = CASE WHEN attempts > 1 AND gen = run_gen THEN 'failed' ELSE 'pending' END,
+attempts = CASE WHEN attempts > 0 AND gen = run_gen THEN attempts - 1 ELSE 0 END, lease_until = 0, next_at = ?`,
+		args: []any{nowPlus(0)},
+	})
 }
 
 // Fail records a failed attempt: retried after a backoff if retryable and
@@ -1423,23 +1149,26 @@ func (l *Backend) Fail(ctx context.Context, c ledger.Claim, cause string, retrya
 		status = ledger.Failed
 	}
 	retryIn := driver.Backoff(l.opts, c.Attempts)
-	return l.finish(ctx, opFail, c, func(r *ledger.Record, now time.Time) {
-		if r.Gen != r.RunGen {
-			r.Status, r.Attempts, r.NextAttempt = ledger.Pending, 0, now // newer work arrived meanwhile
-		} else {
-			r.Status, r.NextAttempt = status, now.Add(retryIn)
-		}
-		r.LastError, r.LeaseUntil = cause, time.Time{}
-	}, `status = CASE WHEN gen <> run_gen THEN 'pending' ELSE CAST(? AS TEXT) END,
+	return l.finish(ctx, opFail, c, claimChange{
+		apply: func(r *ledger.Record, now time.Time) {
+			if r.Gen != r.RunGen {
+				r.Status, r.Attempts, r.NextAttempt = ledger.Pending, 0, now // newer work arrived meanwhile
+			} else {
+				r.Status, r.NextAttempt = status, now.Add(retryIn)
+			}
+			r.LastError, r.LeaseUntil = cause, time.Time{}
+		},
+		set: `status = CASE WHEN gen <> run_gen THEN 'pending' ELSE CAST(? AS TEXT) END,
 attempts = CASE WHEN gen <> run_gen THEN 0 ELSE attempts END,
 next_at = CASE WHEN gen <> run_gen THEN CAST(? AS BIGINT) ELSE CAST(? AS BIGINT) END, last_error = ?, lease_until = 0`,
-		string(status), nowPlus(0), nowPlus(retryIn.Milliseconds()), cause)
+		args: []any{string(status), nowPlus(0), nowPlus(retryIn.Milliseconds()), cause},
+	})
 }
 
 // Lookup returns the newest record of each key (by sequencer, with
 // EveryVersion) in one query.
 func (l *Backend) Lookup(ctx context.Context, bucket string, keys []string) (map[string]ledger.Record, error) {
-	if err := l.settle(ctx); err != nil {
+	if err := l.eng.settle(ctx); err != nil {
 		return nil, l.wrap("lookup", err)
 	}
 	out := map[string]ledger.Record{}
@@ -1475,7 +1204,7 @@ func (l *Backend) Lookup(ctx context.Context, bucket string, keys []string) (map
 
 // Get returns the records of one key (one, unless EveryVersion).
 func (l *Backend) Get(ctx context.Context, bucket, key string) ([]ledger.Record, error) {
-	if err := l.settle(ctx); err != nil {
+	if err := l.eng.settle(ctx); err != nil {
 		return nil, l.wrap("get", err)
 	}
 	rows, err := l.db.QueryContext(ctx, l.q(`SELECT `+cols+` FROM cairn_ledger WHERE bucket = ? AND key = ? ORDER BY seq_sort, ident`), bucket, key)
@@ -1499,7 +1228,7 @@ func (l *Backend) Get(ctx context.Context, bucket, key string) ([]ledger.Record,
 
 // List pages through records in (bucket, ident) order.
 func (l *Backend) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, error) {
-	if err := l.settle(ctx); err != nil {
+	if err := l.eng.settle(ctx); err != nil {
 		return nil, l.wrap("list", err)
 	}
 	var q string
@@ -1548,7 +1277,7 @@ func (l *Backend) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, er
 
 // Counts returns how many records have each status.
 func (l *Backend) Counts(ctx context.Context) (ledger.Counts, error) {
-	if err := l.settle(ctx); err != nil {
+	if err := l.eng.settle(ctx); err != nil {
 		return nil, l.wrap("counts", err)
 	}
 	rows, err := l.db.QueryContext(ctx, `SELECT status, COUNT(*) FROM cairn_ledger GROUP BY status`)
