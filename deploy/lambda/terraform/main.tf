@@ -88,8 +88,10 @@ resource "aws_sqs_queue_policy" "events" {
 resource "aws_s3_bucket_notification" "events" {
   bucket = var.bucket
   queue {
-    queue_arn     = aws_sqs_queue.events.arn
-    events        = ["s3:ObjectCreated:*", "s3:ObjectRemoved:*"]
+    queue_arn = aws_sqs_queue.events.arn
+    # Lifecycle expirations are deletions, which S3 announces only as
+    # LifecycleExpiration.
+    events        = ["s3:ObjectCreated:*", "s3:ObjectRemoved:*", "s3:LifecycleExpiration:*"]
     filter_prefix = var.events_prefix != "" ? var.events_prefix : null
   }
   # S3 sends a test event to the queue, which it may send only once the

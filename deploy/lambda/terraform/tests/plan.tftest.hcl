@@ -65,8 +65,8 @@ run "object_store_ledger" {
   }
   assert {
     condition = (one(aws_s3_bucket_notification.events.queue).queue_arn == "arn:aws:sqs:eu-west-1:123456789012:cairn-events" &&
-    one(aws_s3_bucket_notification.events.queue).events == toset(["s3:ObjectCreated:*", "s3:ObjectRemoved:*"]))
-    error_message = "the bucket must announce creations and removals to the queue"
+    one(aws_s3_bucket_notification.events.queue).events == toset(["s3:ObjectCreated:*", "s3:ObjectRemoved:*", "s3:LifecycleExpiration:*"]))
+    error_message = "the bucket must announce creations, removals and lifecycle expirations to the queue"
   }
   assert {
     condition = jsondecode(aws_sqs_queue_policy.events.policy).Statement[0].Condition == {
