@@ -27,7 +27,7 @@ func main() {
 		signal.Stop(sigs)
 		cancel(cli.Signalled{Signal: s})
 	}()
-	code := cli.Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	code := cli.Main(ctx, cli.Args(os.Args), os.Stdin, os.Stdout, os.Stderr) // a binary named bootstrap runs cairn lambda
 	cancel(nil)
 	os.Exit(code)
 }

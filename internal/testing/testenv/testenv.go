@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -350,6 +351,38 @@ func Chromium(t testing.TB) string {
 	}
 	return p
 }
+
+// Terraform returns a terraform binary and a provider plugin directory
+// (terraform init -plugin-dir: no registry access) for the tests of the
+// deployment templates: CAIRN_TEST_TERRAFORM, else terraform on PATH, and
+// CAIRN_TEST_TF_PLUGIN_DIR, else /opt/tf-plugins, which must hold the
+// providers the templates pin (hashicorp/aws 5.100.0:
+// registry.terraform.io/hashicorp/aws/5.100.0/<os>_<arch>/).
+func Terraform(t testing.TB) (bin, pluginDir string) {
+	t.Helper()
+	bin = os.Getenv("CAIRN_TEST_TERRAFORM")
+	if bin == "" {
+		p, err := exec.LookPath("terraform")
+		if err != nil {
+			unavailable(t, terraformWhat, err)
+		}
+		bin = p
+	} else if _, err := os.Stat(bin); err != nil {
+		unavailable(t, terraformWhat, err)
+	}
+	pluginDir = os.Getenv("CAIRN_TEST_TF_PLUGIN_DIR")
+	if pluginDir == "" {
+		pluginDir = "/opt/tf-plugins"
+	}
+	if _, err := os.Stat(filepath.Join(pluginDir, "registry.terraform.io", "hashicorp", "aws")); err != nil {
+		unavailable(t, "Terraform's AWS provider 5.100.0 (mirror it: terraform providers mirror DIR, then CAIRN_TEST_TF_PLUGIN_DIR=DIR)", err)
+	}
+	return bin, pluginDir
+}
+
+// terraformWhat names Terraform in a skip or failure: the test command does
+// not install it.
+const terraformWhat = "Terraform 1.11 or newer (put terraform on PATH or set CAIRN_TEST_TERRAFORM)"
 
 // ArtifactDir is where tests keep what a person may want to look at after a
 // run (screenshots): CAIRN_TEST_ARTIFACTS, else <tmp>/cairn-test-artifacts.

@@ -164,7 +164,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return pprof.StartCPUProfile(f)
 	})
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(probeCmd(e), docCmd(e), putCmd(e), policyCmd(e), lockCmd(e), ledgerCmd(e), replayCmd(e), auditCmd(e), fsCmd(e), serveCmd(e), demoCmd(e), benchCmd(e), versionCmd(e))
+	root.AddCommand(probeCmd(e), docCmd(e), putCmd(e), policyCmd(e), lockCmd(e), ledgerCmd(e), replayCmd(e), auditCmd(e), fsCmd(e), serveCmd(e), lambdaCmd(e), demoCmd(e), benchCmd(e), versionCmd(e))
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd(args...)
 	typeArgErrors(root)

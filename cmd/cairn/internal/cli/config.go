@@ -20,10 +20,20 @@ func envName(flag string) string {
 
 // applyEnvAndConfig fills the command's flags that were not given on the
 // command line: first from CAIRN_* environment variables, then from the YAML
-// config file (keys are flag names; lists for repeatable flags). Precedence:
-// flag, environment, file, default. Unknown keys in the file are an error.
+// config file (keys are flag names; lists for repeatable flags), named by
+// --config or else CAIRN_CONFIG (a Lambda function's bootstrap gets no
+// flags). Precedence: flag, environment, file, default. Unknown keys in the
+// file are an error.
 func applyEnvAndConfig(cmd *cobra.Command, configFile string) error {
 	fs := cmd.Flags()
+	if !fs.Changed("config") {
+		if v, ok := os.LookupEnv(envName("config")); ok {
+			if v == "" {
+				return usagef("%s is set but empty: name the config file, or unset it", envName("config"))
+			}
+			configFile = v
+		}
+	}
 	set := map[string]bool{}
 	fs.Visit(func(f *pflag.Flag) { set[f.Name] = true })
 	var firstErr error

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -133,24 +134,9 @@ case, dashes as underscores: CAIRN_WEBHOOK_TOKEN) or in a YAML --config file.
 Also served: GET /healthz, GET /readyz (ledger reachable and recording), GET /metrics.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var h intake.Handler
-			switch {
-			case f.handlerExec != "" && f.handlerHTTP != "":
-				return usagef("give one of --handler-exec and --handler-http")
-			case f.handlerExec != "":
-				x := intake.Shell(f.handlerExec)
-				if bin, err := os.Executable(); err == nil && intake.WatchdogServed() {
-					x.Watchdog = bin // kills the handlers the moment cairn dies
-				}
-				h = x
-			case f.handlerHTTP != "":
-				u, err := url.Parse(f.handlerHTTP)
-				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-					return usagef("--handler-http %q: want an http:// or https:// URL", safetext.Redact(f.handlerHTTP))
-				}
-				h = &intake.HTTPHandler{URL: f.handlerHTTP}
-			default:
-				return usagef("a handler is required: --handler-exec 'CMD ARGS' or --handler-http URL")
+			h, err := newHandler(f.handlerExec, f.handlerHTTP)
+			if err != nil {
+				return err
 			}
 			log := e.log
 			if !cmd.Flags().Changed("log-level") {
@@ -161,6 +147,28 @@ Also served: GET /healthz, GET /readyz (ledger reachable and recording), GET /me
 	}
 	f.register(cmd)
 	return cmd
+}
+
+// newHandler is the handler --handler-exec or --handler-http names (serve
+// and lambda): exactly one of them must be given.
+func newHandler(execCmd, httpURL string) (intake.Handler, error) {
+	switch {
+	case execCmd != "" && httpURL != "":
+		return nil, usagef("give one of --handler-exec and --handler-http")
+	case execCmd != "":
+		x := intake.Shell(execCmd)
+		if bin, err := os.Executable(); err == nil && intake.WatchdogServed() {
+			x.Watchdog = bin // kills the handlers the moment cairn dies
+		}
+		return x, nil
+	case httpURL != "":
+		u, err := url.Parse(httpURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, usagef("--handler-http %q: want an http:// or https:// URL", safetext.Redact(httpURL))
+		}
+		return &intake.HTTPHandler{URL: httpURL}, nil
+	}
+	return nil, usagef("a handler is required: --handler-exec 'CMD ARGS' or --handler-http URL")
 }
 
 // runServe runs the daemon with handler h; onListen, if set, is told the
@@ -223,7 +231,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		log.Warn("the status page and /api/v1/status (keys, handler errors) are readable by anyone who reaches --listen; set --read-token to require a token", "listen", f.listen)
 	}
 	if x, ok := h.(*intake.ExecHandler); ok {
-		if err := reapHandlers(ctx, log, f, x); err != nil {
+		if err := reapHandlers(ctx, log, x, cmp.Or(f.handlerState, defaultHandlerState(f.ledgerURL))); err != nil {
 			return err
 		}
 		defer x.Close()
@@ -291,16 +299,14 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	return err
 }
 
-// reapHandlers records x's runs in the handler state directory and, before
-// anything is claimed, kills and waits out whatever a previous daemon on this
-// machine left running there (killed with kill -9, its watchdog too), so that
-// no claim starts beside its previous holder's orphaned handler.
-func reapHandlers(ctx context.Context, log *slog.Logger, f serveFlags, x *intake.ExecHandler) error {
+// reapHandlers records x's runs in the handler state directory stateDir (if
+// x has none yet) and, before anything is claimed, kills and waits out
+// whatever a previous daemon on this machine left running there (killed with
+// kill -9, its watchdog too), so that no claim starts beside its previous
+// holder's orphaned handler.
+func reapHandlers(ctx context.Context, log *slog.Logger, x *intake.ExecHandler, stateDir string) error {
 	if x.StateDir == "" {
-		x.StateDir = f.handlerState
-	}
-	if x.StateDir == "" {
-		x.StateDir = defaultHandlerState(f.ledgerURL)
+		x.StateDir = stateDir
 	}
 	if err := os.MkdirAll(x.StateDir, 0o700); err != nil {
 		return fmt.Errorf("--handler-state: %w", err)
