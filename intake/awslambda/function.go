@@ -37,7 +37,8 @@ const (
 // Options configure a Function; nil means the defaults.
 type Options struct {
 	// Pipeline configures each invocation's pipeline (Concurrency,
-	// ProcessOwnObjects, OwnPrefixes, Registerer, Timeout, …).
+	// ProcessOwnObjects, OwnPrefixes, Timeout, …; its Registerer is not
+	// used: nothing scrapes a Lambda function's metrics).
 	// Lease, Deadline and Grace are set from the invocation's deadline unless
 	// given: the lease defaults to the invocation's time (at least
 	// intake.MinLease, at most intake.DefaultLease), handlers are stopped
@@ -196,6 +197,9 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 		po.Deadline = stopAt
 	}
 	po.ShortLived = true
+	// Each invocation's pipeline is new: its metrics could be registered
+	// once only, and nothing scrapes a Lambda function.
+	po.Registerer = nil
 	if po.Grace == 0 {
 		po.Grace = stopBefore / 2
 	}

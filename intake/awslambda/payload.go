@@ -56,8 +56,8 @@ type probe struct {
 var errNotInvocation = errors.New("not a JSON object")
 
 // DrainPayload is the payload of an invocation that drains: it runs what is
-// due and the scheduled jobs, as an EventBridge "Scheduled Event" does. It is
-// what `cairn lambda --drain` style tools and tests send.
+// due and the scheduled jobs, as an EventBridge "Scheduled Event" does (an
+// EventBridge rule can send it as its constant input).
 const DrainPayload = `{"cairn":"drain"}`
 
 // classify tells what payload is and parses its messages. It fails only for

@@ -360,6 +360,13 @@ func Chromium(t testing.TB) string {
 // registry.terraform.io/hashicorp/aws/5.100.0/<os>_<arch>/).
 func Terraform(t testing.TB) (bin, pluginDir string) {
 	t.Helper()
+	// The test command cannot install Terraform or its provider (neither
+	// Debian nor the Go module proxy has them): without them the test skips
+	// saying so, even where every service is required.
+	unavailable := func(t testing.TB, what string, err error) {
+		t.Helper()
+		t.Skipf("%s unavailable; the test command does not install it: %v", what, err)
+	}
 	bin = os.Getenv("CAIRN_TEST_TERRAFORM")
 	if bin == "" {
 		p, err := exec.LookPath("terraform")

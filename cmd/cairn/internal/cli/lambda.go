@@ -199,7 +199,7 @@ func (f *lambdaFlags) setup() (*lambdaSetup, error) {
 		handler:   h,
 		options: awslambda.Options{
 			Pipeline: intake.Options{Concurrency: f.concurrency, Lease: f.lease, Timeout: f.timeout, Grace: f.grace,
-				EveryVersion: f.everyVersion, ProcessOwnObjects: f.processOwn, OwnPrefixes: ownPrefixesFor(f.ledgerURL, f.storeURL)},
+				ProcessOwnObjects: f.processOwn, OwnPrefixes: ownPrefixesFor(f.ledgerURL, f.storeURL)},
 			StopBefore: f.stopBefore,
 			Poison:     poison,
 			Retention:  f.retention,

@@ -86,7 +86,7 @@ func TestLambdaConfigFromEnvironment(t *testing.T) {
 			handler:  "http https://h.example/run",
 			options: awslambda.Options{
 				Pipeline: intake.Options{Concurrency: 4, Lease: 10 * time.Second, Timeout: 20 * time.Second, Grace: time.Second,
-					EveryVersion: true, ProcessOwnObjects: true, OwnPrefixes: map[string][]string{
+					ProcessOwnObjects: true, OwnPrefixes: map[string][]string{
 						"events": {"cairn-ledger-fn/", "incoming/cairn-probe/", "incoming/cairn-locks/", "incoming/cairn-journal/", "incoming/cairn-ledger/"}}},
 				StopBefore: 2 * time.Second,
 				Poison:     awslambda.PoisonLedger,
