@@ -39,6 +39,15 @@ func (l *Ledger) EveryVersion() bool {
 	return ok && v.EveryVersion()
 }
 
+// Local reports whether the ledger lives on this machine alone (an embedded
+// SQLite file), so that processes on other machines (other Lambda sandboxes)
+// cannot share it. The backend says so with a method Local() bool; one that
+// does not is taken to be shared.
+func (l *Ledger) Local() bool {
+	v, ok := l.b.(interface{ Local() bool })
+	return ok && v.Local()
+}
+
 // clip makes s valid UTF-8 (a database text column may refuse anything
 // else; JSON would replace the bad bytes anyway) and cuts it to at most
 // MaxText bytes at a character boundary.

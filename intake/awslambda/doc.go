@@ -27,7 +27,8 @@
 // now (a key another invocation runs, a retry's backoff) stays in the
 // ledger: the invocation that holds the key claims the newer work before it
 // returns, and a scheduled invocation (an EventBridge schedule, or the
-// payload DrainPayload) runs the rest, the Jobs (an audit) and the purge.
+// payload DrainPayload, every minute) runs the rest; a slower schedule
+// (JobsPayload) runs the Jobs (an audit) and the purge.
 //
 // # Guarantees
 //
@@ -59,8 +60,13 @@
 //     failed handler (with backoff, then a dead letter); those retries run
 //     in later invocations or the scheduled drain, so schedule one.
 //   - The SQLite ledger cannot be shared between sandboxes (each has its own
-//     disk); use the object-store ledger (the bucket itself), PostgreSQL or
-//     DynamoDB.
+//     disk): New refuses it (ledger.Ledger.Local); use the object-store
+//     ledger (the bucket itself), PostgreSQL or DynamoDB.
+//   - On the object-store ledger, a process killed within milliseconds of
+//     recording (before its work index entry is written: Ledger.Flush runs
+//     while the handlers do) leaves its claims to be found by the next sweep
+//     of a process that claims (at most objledger's SweepEvery, a minute,
+//     after the lease), not right after the lease.
 //   - Between invocations Lambda freezes the process: a ledger write in
 //     flight then lands late, which every ledger tolerates.
 package awslambda

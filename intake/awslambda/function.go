@@ -58,12 +58,15 @@ type Options struct {
 	// Timeout is an invocation's time when its context has no deadline
 	// (outside Lambda). Default 60s.
 	Timeout time.Duration
-	// Retention: a drain (a scheduled invocation) purges processed records
+	// Retention: a jobs invocation (JobsPayload) purges processed records
 	// older than this. Default 0: never.
 	Retention time.Duration
-	// Jobs run once, in order, on each drain, before the due work is run
-	// (their Every is not used): an audit (intake/auditjob) resubmits what
-	// no event announced, and the drain then runs it.
+	// Jobs run once, in order, on each jobs invocation (JobsPayload), before
+	// it runs what is due (their Every is not used; the schedule that sends
+	// the payload is): an audit (intake/auditjob) resubmits what no event
+	// announced, and the invocation then runs it. A drain (DrainPayload, an
+	// EventBridge "Scheduled Event") runs no jobs: it is meant to come every
+	// minute, and an audit LISTs the whole bucket.
 	Jobs []intake.Job
 	// Logger; nil: the pipeline's Logger, else discarded.
 	Logger *slog.Logger
@@ -95,6 +98,9 @@ type Function struct {
 func New(l *ledger.Ledger, h intake.Handler, opts *Options) (*Function, error) {
 	if l == nil || h == nil {
 		return nil, errors.New("awslambda: New needs a ledger and a handler")
+	}
+	if l.Local() {
+		return nil, errors.New("awslambda: the ledger is a file on this machine (SQLite), but every Lambda sandbox has a disk of its own: each would keep its own ledger, and a duplicate delivered to two sandboxes would run twice; use a shared ledger: the object-store ledger (s3://BUCKET/PREFIX, the bucket itself), PostgreSQL (postgres://…) or DynamoDB (dynamodb://TABLE)")
 	}
 	var o Options
 	if opts != nil {
@@ -228,7 +234,8 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	var answer any = sum
 	switch inv.kind {
 	case kindDrain:
-		f.drain(runCtx, sum)
+	case kindJobs:
+		f.jobs(runCtx, sum)
 	default:
 		var failed []BatchItemFailure
 		failed, err = f.deliver(runCtx, p, inv, sum)
@@ -388,9 +395,8 @@ func countOutcomes(sum *Summary, ds []ledger.Decision) {
 	}
 }
 
-// drain runs the scheduled jobs and the purge; the caller then runs what is
-// due.
-func (f *Function) drain(ctx context.Context, sum *Summary) {
+// jobs runs the jobs and the purge; the caller then runs what is due.
+func (f *Function) jobs(ctx context.Context, sum *Summary) {
 	var errs []error
 	for _, j := range f.o.Jobs {
 		if err := j.Run(ctx); err != nil {

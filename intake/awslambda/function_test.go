@@ -21,6 +21,9 @@ import (
 	"github.com/cairn-s3/cairn/intake/awslambda"
 	"github.com/cairn-s3/cairn/internal/testing/testenv/testledger"
 	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/objledger"
+	"github.com/cairn-s3/cairn/objstore"
+	"github.com/cairn-s3/cairn/objstore/mem"
 )
 
 // sqsMsg is one message of an SQS batch built for a test.
@@ -91,6 +94,18 @@ func (r *recorder) count(key string) int {
 	return r.runs[key]
 }
 
+// sharedLedger is an object-store ledger in memory: shared by every
+// invocation of the test's Function, as the bucket is by every sandbox.
+func sharedLedger(t *testing.T, opts *ledger.Options) *ledger.Ledger {
+	t.Helper()
+	l, err := objledger.Open(context.Background(), objstore.New(mem.NewBackend(""), nil), opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
 func newFunction(t *testing.T, l *ledger.Ledger, h intake.Handler, o *awslambda.Options) *awslambda.Function {
 	t.Helper()
 	f, err := awslambda.New(l, h, o)
@@ -150,7 +165,7 @@ func TestSQSBatchResponses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			l := testledger.New(t, nil)
+			l := sharedLedger(t, nil)
 			h := newRecorder()
 			f := newFunction(t, l, h, &awslambda.Options{Poison: tc.poison})
 			out := invoke(t, f, 10*time.Second, sqsBatch(tc.msgs...))
@@ -220,7 +235,7 @@ func TestRecordedFixtures(t *testing.T) {
 		} {
 			t.Run(filepath.Base(file)+"/"+way.name, func(t *testing.T) {
 				t.Parallel()
-				l := testledger.New(t, nil)
+				l := sharedLedger(t, nil)
 				var mu sync.Mutex
 				seen := map[string]bool{}
 				h := intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
@@ -263,7 +278,7 @@ func TestRecordedFixtures(t *testing.T) {
 // it twice, then drop it).
 func TestDirectPoisonKept(t *testing.T) {
 	t.Parallel()
-	l := testledger.New(t, nil)
+	l := sharedLedger(t, nil)
 	f := newFunction(t, l, newRecorder(), nil)
 	out := invoke(t, f, 10*time.Second, []byte(`{"Records":[{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":""}}}]}`))
 	var sum awslambda.Summary
@@ -280,7 +295,7 @@ func TestDirectPoisonKept(t *testing.T) {
 // again), never answers a partial success.
 func TestRecordFailureFailsInvocation(t *testing.T) {
 	t.Parallel()
-	l := testledger.New(t, nil)
+	l := sharedLedger(t, nil)
 	f := newFunction(t, l, newRecorder(), nil)
 	l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -301,7 +316,7 @@ func TestRecordFailureFailsInvocation(t *testing.T) {
 // overlapping, and the newest runs last.
 func TestConcurrentInvocations(t *testing.T) {
 	t.Parallel()
-	l := testledger.New(t, nil)
+	l := sharedLedger(t, nil)
 	h := newRecorder()
 	h.block = func(ctx context.Context, w intake.Work) error {
 		time.Sleep(20 * time.Millisecond)
@@ -337,7 +352,7 @@ func TestConcurrentInvocations(t *testing.T) {
 // later runs it again with a higher token.
 func TestDeadlineStopsAndDrainRuns(t *testing.T) {
 	t.Parallel()
-	l := testledger.New(t, &ledger.Options{RetryBase: 10 * time.Millisecond, RetryMax: 10 * time.Millisecond})
+	l := sharedLedger(t, &ledger.Options{RetryBase: 10 * time.Millisecond, RetryMax: 10 * time.Millisecond})
 	h := newRecorder()
 	var slow atomic.Bool
 	slow.Store(true)
@@ -383,7 +398,7 @@ func TestDeadlineStopsAndDrainRuns(t *testing.T) {
 // A drain runs the scheduled jobs, and what they submitted, and the purge.
 func TestDrainRunsJobs(t *testing.T) {
 	t.Parallel()
-	l := testledger.New(t, nil)
+	l := sharedLedger(t, nil)
 	h := newRecorder()
 	ran := 0
 	jobs := []intake.Job{{Name: "audit", Every: time.Hour, Run: func(ctx context.Context) error {
@@ -392,19 +407,33 @@ func TestDrainRunsJobs(t *testing.T) {
 		return err
 	}}, {Name: "broken", Every: time.Hour, Run: func(context.Context) error { return errors.New("boom") }}}
 	f := newFunction(t, l, h, &awslambda.Options{Jobs: jobs, Retention: time.Hour})
+	// A drain (EventBridge's scheduled event, every minute) runs no jobs.
 	out := invoke(t, f, 10*time.Second, []byte(`{"version":"0","id":"x","detail-type":"Scheduled Event","source":"aws.events","account":"1","time":"2026-11-27T10:00:00Z","region":"us-east-1","resources":["arn:aws:events:us-east-1:1:rule/drain"],"detail":{}}`))
+	var sum awslambda.Summary
+	if err := json.Unmarshal(out, &sum); err != nil || sum.Kind != "drain" || ran != 0 {
+		t.Fatalf("drain: summary %s, jobs ran %d: %v", out, ran, err)
+	}
+	out = invoke(t, f, 10*time.Second, []byte(awslambda.JobsPayload))
 	if ran != 1 || h.count("found") != 1 {
 		t.Fatalf("jobs ran %d, handler ran the audit's find %d times", ran, h.count("found"))
 	}
-	var sum awslambda.Summary
-	if err := json.Unmarshal(out, &sum); err != nil || sum.Kind != "drain" || !strings.Contains(sum.Errors, "boom") {
+	if err := json.Unmarshal(out, &sum); err != nil || sum.Kind != "jobs" || !strings.Contains(sum.Errors, "boom") {
 		t.Fatalf("summary %s: %v", out, err)
+	}
+}
+
+// A ledger on the sandbox's own disk is refused, saying why and what to use.
+func TestNewRefusesLocalLedger(t *testing.T) {
+	t.Parallel()
+	_, err := awslambda.New(testledger.New(t, nil), newRecorder(), nil) // SQLite
+	if err == nil || !strings.Contains(err.Error(), "twice") || !strings.Contains(err.Error(), "s3://") {
+		t.Fatalf("New on a SQLite ledger: %v", err)
 	}
 }
 
 func TestNewRefusesBadOptions(t *testing.T) {
 	t.Parallel()
-	l := testledger.New(t, nil)
+	l := sharedLedger(t, nil)
 	for _, o := range []*awslambda.Options{{Poison: "drop"}, {StopBefore: -1}, {Pipeline: intake.Options{Lease: time.Second}}} {
 		if _, err := awslambda.New(l, newRecorder(), o); err == nil {
 			t.Errorf("New(%+v) accepted", o)
@@ -418,7 +447,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 // work that never fits an invocation come back for ever.
 func TestLateHandlerStoppedAtStopTime(t *testing.T) {
 	t.Parallel()
-	l := testledger.New(t, nil)
+	l := sharedLedger(t, nil)
 	h := newRecorder()
 	var first atomic.Bool
 	h.block = func(ctx context.Context, w intake.Work) error {

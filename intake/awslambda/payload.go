@@ -18,10 +18,11 @@ const (
 	kindDirect kind = iota // S3, MinIO or EventBridge events, or s3:TestEvent, in the payload itself
 	kindSQS                // an SQS batch: one message per record, answered with batchItemFailures
 	kindSNS                // SNS notifications, one message per record
-	kindDrain              // a scheduled invocation: run what is due, then the jobs
+	kindDrain              // a scheduled invocation: run what is due
+	kindJobs               // a scheduled invocation: run the jobs and the purge, then what is due
 )
 
-func (k kind) String() string { return [...]string{"direct", "sqs", "sns", "drain"}[k] }
+func (k kind) String() string { return [...]string{"direct", "sqs", "sns", "drain", "jobs"}[k] }
 
 // message is one delivery the invocation answers for: the whole payload of a
 // direct invocation, one SQS or SNS record of a batch.
@@ -56,9 +57,15 @@ type probe struct {
 var errNotInvocation = errors.New("not a JSON object")
 
 // DrainPayload is the payload of an invocation that drains: it runs what is
-// due and the scheduled jobs, as an EventBridge "Scheduled Event" does (an
-// EventBridge rule can send it as its constant input).
+// due (retries whose backoff ended, work whose key was busy, claims whose
+// holder was killed), as an EventBridge "Scheduled Event" does. Schedule it
+// every minute (an EventBridge rule's constant input).
 const DrainPayload = `{"cairn":"drain"}`
+
+// JobsPayload is the payload of an invocation that runs Options.Jobs (the
+// audit) and the purge of Options.Retention, then drains. Schedule it less
+// often (hourly, say) with a rule of its own.
+const JobsPayload = `{"cairn":"jobs"}`
 
 // classify tells what payload is and parses its messages. It fails only for
 // a payload that is not a JSON object at all; anything else that is no event
@@ -77,6 +84,8 @@ func classify(payload []byte) (*invocation, error) {
 	switch {
 	case pr.Cairn == "drain", pr.Source == "aws.events" && pr.DetailType == "Scheduled Event":
 		return &invocation{kind: kindDrain}, nil
+	case pr.Cairn == "jobs":
+		return &invocation{kind: kindJobs}, nil
 	case len(pr.Records) > 0 && pr.Records[0].EventSource == "aws:sqs":
 		var b events.SQSEvent
 		if err := json.Unmarshal(trimmed, &b); err != nil {

@@ -299,7 +299,7 @@ resource "aws_lambda_event_source_mapping" "events" {
 
 resource "aws_cloudwatch_event_rule" "drain" {
   name                = "${var.name}-drain"
-  description         = "cairn: run what is due (retries, keys that were busy), the audit and the purge"
+  description         = "cairn: run what is due (retries, keys that were busy, claims of killed sandboxes)"
   schedule_expression = var.drain_schedule
 }
 
@@ -315,4 +315,26 @@ resource "aws_lambda_permission" "drain" {
   function_name = aws_lambda_function.cairn.function_name
   principal     = "events.amazonaws.com"
   source_arn    = aws_cloudwatch_event_rule.drain.arn
+}
+
+# The jobs (the audit, when enabled, and the purge) come less often: an audit
+# LISTs the whole bucket.
+resource "aws_cloudwatch_event_rule" "jobs" {
+  name                = "${var.name}-jobs"
+  description         = "cairn: the audit and the purge, then what is due"
+  schedule_expression = var.jobs_schedule
+}
+
+resource "aws_cloudwatch_event_target" "jobs" {
+  rule  = aws_cloudwatch_event_rule.jobs.name
+  arn   = aws_lambda_function.cairn.arn
+  input = jsonencode({ cairn = "jobs" })
+}
+
+resource "aws_lambda_permission" "jobs" {
+  statement_id  = "cairn-jobs"
+  action        = "lambda:InvokeFunction"
+  function_name = aws_lambda_function.cairn.function_name
+  principal     = "events.amazonaws.com"
+  source_arn    = aws_cloudwatch_event_rule.jobs.arn
 }

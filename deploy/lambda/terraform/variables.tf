@@ -87,7 +87,7 @@ variable "security_group_ids" {
 }
 
 variable "audit" {
-  description = "Each scheduled drain LISTs the bucket against the ledger and runs the changes no event announced (CAIRN_AUDIT)."
+  description = "Each scheduled jobs invocation LISTs the bucket against the ledger and runs the changes no event announced (CAIRN_AUDIT)."
   type        = bool
   default     = false
 }
@@ -141,9 +141,15 @@ variable "max_receive_count" {
 }
 
 variable "drain_schedule" {
-  description = "EventBridge schedule of the drain: retries, work whose key was busy, the audit, the purge."
+  description = "EventBridge schedule of the drain: retries, work whose key was busy, claims of killed sandboxes."
   type        = string
   default     = "rate(1 minute)"
+}
+
+variable "jobs_schedule" {
+  description = "EventBridge schedule of the jobs: the audit (when enabled) and the purge, then a drain."
+  type        = string
+  default     = "rate(1 hour)"
 }
 
 variable "log_retention_days" {

@@ -78,10 +78,10 @@ func (f *lambdaFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&f.maxAttempts, "max-attempts", 5, "attempts before a record is dead (a dead letter)")
 	fs.BoolVar(&f.everyVersion, "every-version", false, "process every version of a key (versioned buckets) instead of the latest state")
 	nonEmptyVar(fs, &f.poison, "poison", string(awslambda.PoisonDLQ), "an SQS message that is no event: dlq (report it failed, alone, for the queue's redrive policy) or ledger (keep it in the ledger as a dead letter and acknowledge it)", "give dlq or ledger")
-	durflag.Var(fs, &f.retention, "retention", 30*24*time.Hour, "a scheduled drain purges processed records older than this (0: never); the audit's horizon")
+	durflag.Var(fs, &f.retention, "retention", 30*24*time.Hour, "a scheduled jobs invocation ({\"cairn\":\"jobs\"}) purges processed records older than this (0: never); the audit's horizon")
 	nonEmptyVar(fs, &f.storeURL, "store", "", "the bucket the events are about (store URL), for --audit", "name the store, or drop --store")
 	nonEmptyVar(fs, &f.bucket, "bucket", "", "bucket name the events carry (default: the s3:// --store URL's bucket)", "name the bucket, or drop --bucket")
-	fs.BoolVar(&f.audit, "audit", false, "each scheduled drain audits the --store bucket against the ledger (a LIST) and runs what events never announced")
+	fs.BoolVar(&f.audit, "audit", false, "each scheduled jobs invocation ({\"cairn\":\"jobs\"}) audits the --store bucket against the ledger (a LIST) and runs what events never announced")
 	durflag.Var(fs, &f.auditGrace, "audit-grace", 15*time.Minute, "the audit skips objects modified more recently")
 	nonEmptyVar(fs, &f.handlerState, "handler-state", "", "directory where running exec handlers are recorded (default: cairn/handlers under $TMPDIR or /tmp, the only writable place in Lambda)", "name the directory, or drop the flag for the default")
 	fs.BoolVar(&f.processOwn, "process-own-objects", false, "run the handler for events about cairn's own objects too, which are skipped by default: keys under cairn-probe/, cairn-locks/, cairn-journal/, cairn-ledger/ at the bucket's root (and under an s3:// --store's prefix), and an s3:// --ledger's own prefix")
@@ -153,10 +153,10 @@ type lambdaSetup struct {
 	handler   intake.Handler
 	stateDir  string            // an exec handler's state directory
 	options   awslambda.Options // Jobs and Logger are set once opened
-	audit     *lambdaAudit      // nil: no audit on a drain
+	audit     *lambdaAudit      // nil: no audit on a jobs invocation
 }
 
-// lambdaAudit is the drain's audit job, from --audit.
+// lambdaAudit is the jobs invocation's audit job, from --audit.
 type lambdaAudit struct {
 	storeURL, bucket string
 	options          audit.Options // Skip is set from the setup's URLs

@@ -87,6 +87,10 @@ run "object_store_ledger" {
     error_message = "the schedule must invoke the function with the drain payload"
   }
   assert {
+    condition     = jsondecode(aws_cloudwatch_event_target.jobs.input) == { cairn = "jobs" } && aws_cloudwatch_event_rule.jobs.schedule_expression == "rate(1 hour)"
+    error_message = "a second schedule must invoke the function with the jobs payload"
+  }
+  assert {
     condition     = aws_lambda_permission.drain.principal == "events.amazonaws.com" && length(aws_dynamodb_table.ledger) == 0 && length(aws_lambda_function.cairn.vpc_config) == 0
     error_message = "EventBridge may invoke the function; no table, no VPC"
   }
