@@ -89,6 +89,8 @@ type Function struct {
 	h   intake.Handler
 	o   Options
 	log *slog.Logger
+
+	longLease sync.Once // the warning about a lease longer than an invocation
 }
 
 // New returns a Function recording in l and running h on each claimed piece
@@ -140,7 +142,13 @@ func (f *Function) Start() error {
 	if os.Getenv("AWS_LAMBDA_RUNTIME_API") == "" {
 		return errors.New("awslambda: AWS_LAMBDA_RUNTIME_API is not set: this is not running inside AWS Lambda (or its Runtime Interface Emulator)")
 	}
-	lambda.Start(f)
+	// Lambda sends SIGTERM before it shuts a sandbox down (when the function
+	// has an extension): write what the ledger keeps in the background.
+	lambda.StartWithOptions(f, lambda.WithEnableSIGTERM(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_ = f.l.Flush(ctx)
+	}))
 	return nil
 }
 
@@ -198,6 +206,11 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	po := f.o.Pipeline
 	if po.Lease == 0 {
 		po.Lease = min(max(time.Until(stopAt), intake.MinLease), intake.DefaultLease)
+	} else if po.Lease > time.Until(stopAt) {
+		f.longLease.Do(func() {
+			f.log.Warn("the lease is longer than the invocation's time: a key whose invocation Lambda kills stays claimed that much longer before another takes it over; leave the lease unset (it then follows the invocation's deadline)",
+				"lease", po.Lease, "invocation", total)
+		})
 	}
 	if po.Deadline.IsZero() || po.Deadline.After(stopAt) {
 		po.Deadline = stopAt
