@@ -106,9 +106,11 @@ ledger, answers the event source (an SQS batch with batchItemFailures naming
 exactly the messages not recorded: turn ReportBatchItemFailures on), then runs
 the handler for each key's newest accepted event, once, in order, never
 overlapping, with a fencing token, until nothing is left it can run or
---stop-before its deadline. A scheduled invocation (an EventBridge schedule,
-e.g. rate(1 minute), of the same function) runs the rest: retries, work whose
-key was busy, the --audit, the --retention purge.
+--stop-before its deadline. A scheduled drain (an EventBridge schedule, e.g.
+rate(1 minute), sending {"cairn":"drain"} to the same function) runs the
+rest: retries, work whose key was busy, keys of killed invocations; a slower
+schedule sending {"cairn":"jobs"} runs the --audit and the --retention purge,
+then drains.
 
 The handlers are serve's:
 
