@@ -163,6 +163,7 @@ type Pipeline struct {
 	// dispatcher's Claim calls started, and the last of them that found no
 	// work.
 	inflight   atomic.Int64
+	launches   atomic.Uint64 // claims launched, ever: a run that began and ended between two of Quiesce's looks
 	claimRound atomic.Uint64
 	emptyRound atomic.Uint64
 
@@ -699,6 +700,7 @@ func (p *Pipeline) launch(hctx context.Context, c ledger.Claim, claimedAt time.T
 	}
 	p.m.running.Inc()
 	p.inflight.Add(1)
+	p.launches.Add(1)
 	p.handlers.Go(func() {
 		defer p.inflight.Add(-1)
 		p.run(hctx, c, claimedAt)

@@ -23,12 +23,14 @@ func (p *Pipeline) Quiesce(ctx context.Context) error {
 	t := time.NewTicker(quiescePoll)
 	defer t.Stop()
 	var target uint64 // the first Claim round that counts; 0: not idle yet
+	var launched uint64
 	for {
 		busy := p.inflight.Load() > 0 || p.recording.Load() || len(p.subs) > 0
 		switch {
-		case busy:
+		case busy, target != 0 && p.launches.Load() != launched:
 			target = 0
 		case target == 0:
+			launched = p.launches.Load()
 			target = p.claimRound.Load() + 1
 			p.wakeDispatcher()
 		case p.emptyRound.Load() >= target:
