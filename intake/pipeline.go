@@ -35,10 +35,19 @@ type Options struct {
 	// attempt retried). Default 0: no timeout; the lease is renewed meanwhile.
 	Timeout time.Duration
 	// Deadline, if set, stops every handler attempt still running at that
-	// time as Timeout does (a retry, counted): a host that must stop by a
-	// set time (a Lambda invocation) settles its handlers' outcomes before
-	// it. Default: none.
+	// time: a host that must stop by a set time (a Lambda invocation)
+	// settles its handlers' outcomes before it. An attempt it stops is
+	// counted (a retry, as for Timeout) if it had at least half the time
+	// from Run's start to Deadline, so work that never fits is dead in the
+	// end; one claimed later is released uncounted: it did not get a fair
+	// run. Default: none.
 	Deadline time.Time
+	// SettleBy, if set, bounds the settling of outcomes (complete, fail,
+	// release): none is tried past it, and one not recorded by then is left
+	// to its lease (the work runs again once claimed again), so a host that
+	// must answer by a set time is never held past it by a slow ledger.
+	// Default: none (each lease bounds its own settling).
+	SettleBy time.Time
 	// ShortLived says the host records, runs what it can, calls Quiesce and
 	// stops (a Lambda invocation): the dispatcher claims only when Quiesce
 	// or the recorder asks (never at start, never on its poll timer, so the
@@ -172,6 +181,7 @@ type Pipeline struct {
 	mu       sync.Mutex
 	draining bool // no more handler launches
 	started  bool
+	runStart time.Time     // when Run started (Options.Deadline's fair share)
 	closed   chan struct{} // closed when Run returns
 }
 
@@ -431,6 +441,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		return errors.New("intake: Run called twice")
 	}
 	p.started = true
+	p.runStart = time.Now()
 	p.mu.Unlock()
 	defer close(p.closed)
 	// hctx is the handlers' parent context, cancelled after Grace at
@@ -862,7 +873,7 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim, claimedAt time.Time
 	}
 	if !p.o.Deadline.IsZero() {
 		var cancelD context.CancelFunc
-		ctx, cancelD = context.WithDeadlineCause(ctx, p.o.Deadline, errTimeout)
+		ctx, cancelD = context.WithDeadlineCause(ctx, p.o.Deadline, errDeadline)
 		defer cancelD()
 	}
 	v := newValidity(claimedAt, p.o.Lease, cancel)
@@ -891,9 +902,10 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim, claimedAt time.Time
 	case err == nil:
 		serr = p.settle(c, deadline, "complete", func(ctx context.Context) error { return p.complete(ctx, c, result, deadline) })
 		outcome = OutcomeProcessed
-	case hctx.Err() != nil && !IsPermanent(err), errors.Is(err, errUnguarded):
-		// Shutdown cut the handler short, or it could not start guarded:
-		// give the work back uncounted.
+	case hctx.Err() != nil && !IsPermanent(err), errors.Is(err, errUnguarded), p.cutUnfairly(ctx, claimedAt):
+		// Shutdown cut the handler short, it could not start guarded, or
+		// the Deadline stopped an attempt that did not get a fair run: give
+		// the work back uncounted.
 		serr = p.settle(c, deadline, "release", func(ctx context.Context) error { return p.l.Release(ctx, c) })
 		outcome = OutcomeReleased
 	case IsPermanent(err):
@@ -929,6 +941,20 @@ func (p *Pipeline) run(hctx context.Context, c ledger.Claim, claimedAt time.Time
 
 var errTimeout = errors.New("intake: handler timed out")
 
+// errDeadline is the cause of an attempt stopped at Options.Deadline.
+var errDeadline = errors.New("intake: stopped at the pipeline's deadline")
+
+// cutUnfairly tells whether the handler's context was ended by
+// Options.Deadline for an attempt claimed in the second half of the time
+// from Run's start to it (see Options.Deadline).
+func (p *Pipeline) cutUnfairly(ctx context.Context, claimedAt time.Time) bool {
+	if p.o.Deadline.IsZero() || !errors.Is(context.Cause(ctx), errDeadline) {
+		return false
+	}
+	half := p.o.Deadline.Sub(p.runStart) / 2
+	return p.o.Deadline.Sub(claimedAt) < half
+}
+
 // refusal tells the ledger's answers that settling again cannot change: the
 // claim's lease was lost, a newer claim superseded it, the record is gone.
 func refusal(err error) bool {
@@ -953,6 +979,9 @@ const settleMargin = 10 * time.Millisecond
 // produced must be recorded at shutdown too (otherwise the work runs again),
 // and the lease deadline bounds every wait.
 func (p *Pipeline) settle(c ledger.Claim, deadline time.Time, op string, call func(ctx context.Context) error) error {
+	if !p.o.SettleBy.IsZero() {
+		deadline = earliest(deadline, p.o.SettleBy)
+	}
 	for attempt := 1; ; attempt++ {
 		// Each attempt gets less than a renewal interval (a hung connection
 		// is abandoned in time for another attempt), and never past the
@@ -1140,6 +1169,9 @@ func (p *Pipeline) completeLoop(ctx context.Context) {
 		// A batch gets less than a renewal interval: a hung connection is
 		// abandoned in time for the waiters' next attempts.
 		deadline = earliest(deadline, time.Now().Add(renewTimeout(p.o.Lease/3)))
+		if !p.o.SettleBy.IsZero() {
+			deadline = earliest(deadline, p.o.SettleBy)
+		}
 		// Until the last of the batch's leases runs out (its waiter retries a
 		// failed batch until then; the others have given up by then).
 		// Not urgent: the handlers' slots are free already; the batch may wait

@@ -33,10 +33,12 @@
 // # Guarantees
 //
 //   - Nothing acknowledged is lost. An SQS batch's answer
-//     (ReportBatchItemFailures) names exactly the messages whose events are not
-//     in the ledger: never one the ledger holds (accepted, duplicate, stale,
-//     done or dead). The invocation fails as a whole only when nothing could be
-//     recorded. On a FIFO queue, the messages of a group after one that failed
+//     (ReportBatchItemFailures) names the messages whose events are not in the
+//     ledger, and never one the ledger is known to hold (accepted, duplicate,
+//     stale, done or dead); one whose recording's outcome is unknown (the
+//     ledger's answer did not come in time) is named too: delivered again, it
+//     is a duplicate. The invocation fails as a whole only when nothing could
+//     be recorded. On a FIFO queue, the messages of a group after one that failed
 //     are failed too, so the group's order holds. A direct or SNS invocation
 //     fails only when its events are not recorded.
 //   - What is no event never fails the good messages of its batch: on SQS it
@@ -48,8 +50,8 @@
 //   - A timeout loses nothing and leaves nothing stuck: handlers are stopped
 //     StopBefore the deadline and their attempt settled (a retry); a process
 //     Lambda kills anyway (a handler that ignores its context) leaves a claim
-//     whose lease (at most the invocation's time, at most
-//     intake.DefaultLease) runs out, after which the key is taken over with a
+//     whose lease (the invocation's time, at least intake.MinLease and at
+//     most intake.DefaultLease) runs out, after which the key is taken over with a
 //     higher fencing token, and package fence refuses the killed handler's late
 //     writes.
 //
@@ -69,4 +71,9 @@
 //     after the lease), not right after the lease.
 //   - Between invocations Lambda freezes the process: a ledger write in
 //     flight then lands late, which every ledger tolerates.
+//   - Events for cairn's own objects (cairn.OwnPrefixes) are skipped; an
+//     object-store ledger kept under another prefix of a bucket whose
+//     notifications reach the function must be named in
+//     Options.Pipeline.OwnPrefixes (`cairn lambda` does this from its
+//     --ledger), or its writes come back as events.
 package awslambda

@@ -37,19 +37,19 @@ const (
 // Options configure a Function; nil means the defaults.
 type Options struct {
 	// Pipeline configures each invocation's pipeline (Concurrency,
-	// ProcessOwnObjects, OwnPrefixes, Timeout, …; its Registerer is not
-	// used: nothing scrapes a Lambda function's metrics).
-	// Lease, Deadline and Grace are set from the invocation's deadline unless
-	// given: the lease defaults to the invocation's time (at least
-	// intake.MinLease, at most intake.DefaultLease), handlers are stopped
-	// StopBefore the invocation's deadline (Deadline), and the grace is half
-	// of StopBefore.
+	// ProcessOwnObjects, OwnPrefixes, Timeout, …). Its Registerer is not
+	// used (nothing scrapes a Lambda function's metrics), nor its Grace,
+	// Deadline and SettleBy: StopBefore sets them (see there). Its Lease
+	// defaults to the invocation's time (at least intake.MinLease, at most
+	// intake.DefaultLease).
 	Pipeline intake.Options
 	// StopBefore is how long before the invocation's deadline handlers are
-	// stopped (their attempt counted and retried) and the invocation
-	// returns, so their outcomes are settled in the ledger before Lambda
-	// kills the process. Default: a tenth of the invocation's time, at
-	// least 500ms and at most 5s.
+	// stopped (an attempt that had at least half the invocation is counted
+	// and retried, a later one released uncounted), so that their outcomes
+	// are settled in the ledger (by a quarter of StopBefore before the
+	// deadline; one the ledger cannot take by then is left to its lease) and
+	// the answer leaves before Lambda kills the process. Default: a tenth
+	// of the invocation's time, at least 500ms and at most 5s.
 	StopBefore time.Duration
 	// Poison: see Poison. Default PoisonDLQ. Direct and SNS invocations
 	// have no per-message answer: what is no event is kept in the ledger
@@ -212,16 +212,18 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 				"lease", po.Lease, "invocation", total)
 		})
 	}
-	if po.Deadline.IsZero() || po.Deadline.After(stopAt) {
-		po.Deadline = stopAt
-	}
+	po.Deadline = stopAt
 	po.ShortLived = true
 	// Each invocation's pipeline is new: its metrics could be registered
 	// once only, and nothing scrapes a Lambda function.
 	po.Registerer = nil
-	if po.Grace == 0 {
-		po.Grace = stopBefore / 2
-	}
+	// Handlers stop at stopAt (Deadline); the shutdown then waits Grace for
+	// one that ignores its context, outcomes settle by settleBy, and the
+	// answer leaves by answerBy, all before Lambda's deadline.
+	settleBy := deadline.Add(-stopBefore / 4)
+	answerBy := deadline.Add(-stopBefore / 8)
+	po.Grace = stopBefore / 4
+	po.SettleBy = settleBy
 	onOutcome := po.OnOutcome
 	po.OnOutcome = func(w intake.Work, outcome string, err error) {
 		mu.Lock()
@@ -266,7 +268,7 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	// once now, while the handlers run (a process killed mid-handler then
 	// leaves its claims where other processes look for expired leases), and
 	// once more after them.
-	flushCtx, cancelFlush := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	flushCtx, cancelFlush := context.WithDeadline(context.WithoutCancel(ctx), answerBy)
 	defer cancelFlush()
 	flushed := make(chan error, 1)
 	go func() { flushed <- f.l.Flush(flushCtx) }()
@@ -301,7 +303,10 @@ func (f *Function) deliver(ctx context.Context, p *intake.Pipeline, inv *invocat
 	for i, m := range inv.msgs {
 		evs := m.evs
 		if m.err != nil || len(m.rej) > 0 {
-			if m.err != nil && inv.kind == kindSQS && f.o.Poison == PoisonDLQ {
+			// A message without an id cannot be named in the answer (an
+			// empty itemIdentifier fails the whole batch): it is kept as a
+			// dead letter whatever Poison says.
+			if m.err != nil && inv.kind == kindSQS && f.o.Poison == PoisonDLQ && m.id != "" {
 				failed[i] = true
 				p.Refused(source, 1)
 				f.log.Warn("an SQS message is no event; reported failed, for the queue's redrive policy to dead-letter",

@@ -442,25 +442,32 @@ func TestNewRefusesBadOptions(t *testing.T) {
 }
 
 // A handler that starts late in the invocation is stopped at the same time
-// as one that started early (StopBefore the deadline), its attempt counted
-// as a retry: never cut off later by the shutdown, uncounted, which would let
-// work that never fits an invocation come back for ever.
+// as one that started early (StopBefore the deadline), never later (it was
+// given a per-attempt timeout from its own start once, and ran on past the
+// stop time to be cut, uncounted, by the shutdown); and an attempt claimed in
+// the second half of the invocation and cut there is released uncounted
+// (review: work that fits easily became a dead letter, claimed late and cut
+// in invocation after invocation).
 func TestLateHandlerStoppedAtStopTime(t *testing.T) {
 	t.Parallel()
 	l := sharedLedger(t, nil)
 	h := newRecorder()
 	var first atomic.Bool
+	var lateDeadline atomic.Int64
 	h.block = func(ctx context.Context, w intake.Work) error {
 		if first.CompareAndSwap(false, true) {
-			time.Sleep(700 * time.Millisecond)
+			time.Sleep(1200 * time.Millisecond)
 			return nil
 		}
+		d, _ := ctx.Deadline()
+		lateDeadline.Store(d.UnixNano())
 		<-ctx.Done()
 		return ctx.Err()
 	}
 	f := newFunction(t, l, h, &awslambda.Options{StopBefore: 600 * time.Millisecond, Pipeline: intake.Options{Concurrency: 1}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	invDeadline, _ := ctx.Deadline()
 	out, err := f.Invoke(ctx, event.S3Body(eventtest.Created("b", "x", "01"), eventtest.Created("b", "y", "01")))
 	if err != nil {
 		t.Fatal(err)
@@ -469,7 +476,51 @@ func TestLateHandlerStoppedAtStopTime(t *testing.T) {
 	if err := json.Unmarshal(out, &sum); err != nil {
 		t.Fatal(err)
 	}
-	if sum.Handled[intake.OutcomeProcessed] != 1 || sum.Handled[intake.OutcomeRetry] != 1 || len(sum.Handled) != 2 {
-		t.Errorf("handled %v, want one processed and one retry", sum.Handled)
+	if stopAt := invDeadline.Add(-600 * time.Millisecond); lateDeadline.Load() == 0 || time.Unix(0, lateDeadline.Load()).After(stopAt) {
+		t.Errorf("the late handler's context ends at %v, after the stop time %v", time.Unix(0, lateDeadline.Load()), stopAt)
+	}
+	if sum.Handled[intake.OutcomeProcessed] != 1 || sum.Handled[intake.OutcomeReleased] != 1 || len(sum.Handled) != 2 {
+		t.Errorf("handled %v, want one processed and one released (claimed in the second half, cut at the stop time)", sum.Handled)
+	}
+}
+
+// Hostile SQS batches are answered per message, golden: a record without a
+// messageId (it cannot be named: an empty itemIdentifier fails the whole
+// batch) or that is no object is kept as a dead letter; a record with a
+// field of the wrong type is refused alone (found in review: the batch was
+// then read as a direct invocation, answered with a summary that Lambda
+// takes for "all succeeded").
+func TestSQSHostileRecords(t *testing.T) {
+	t.Parallel()
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	good := `{"eventSource":"aws:sqs","messageId":"m1","body":` + q(s3Body("a", "01")) + `}`
+	for _, tc := range []struct {
+		name, payload, golden string
+		dead                  int
+	}{
+		{"record without messageId", `{"Records":[` + good + `,{"eventSource":"aws:sqs","body":"poison"}]}`, `{"batchItemFailures":[]}`, 1},
+		{"record that is no object", `{"Records":[` + good + `,42]}`, `{"batchItemFailures":[]}`, 1},
+		{"field of a wrong type", `{"Records":[` + good + `,{"eventSource":"aws:sqs","messageId":"m2","body":"poison","attributes":{"ApproximateReceiveCount":1}}]}`,
+			`{"batchItemFailures":[{"itemIdentifier":"m2"}]}`, 0},
+		{"body of a wrong type", `{"Records":[` + good + `,{"eventSource":"aws:sqs","messageId":"m2","body":{"Records":[]}}]}`,
+			`{"batchItemFailures":[{"itemIdentifier":"m2"}]}`, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := sharedLedger(t, nil)
+			h := newRecorder()
+			f := newFunction(t, l, h, nil)
+			out := invoke(t, f, 10*time.Second, []byte(tc.payload))
+			if string(out) != tc.golden {
+				t.Errorf("answer %s, want %s", out, tc.golden)
+			}
+			if h.count("a") != 1 {
+				t.Errorf("the good message's key ran %d times", h.count("a"))
+			}
+			dead, err := l.List(context.Background(), ledger.Filter{Bucket: intake.RefusedBucket})
+			if err != nil || len(dead) != tc.dead {
+				t.Errorf("refused records: %+v %v, want %d", dead, err, tc.dead)
+			}
+		})
 	}
 }

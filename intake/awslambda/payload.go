@@ -44,13 +44,17 @@ type invocation struct {
 
 // probe holds the top-level fields that tell the payloads apart.
 type probe struct {
-	Records []struct {
-		EventSource  string `json:"eventSource"`
-		EventSource2 string `json:"EventSource"` // SNS spells it so
-	} `json:"Records"`
-	Source     string `json:"source"`
-	DetailType string `json:"detail-type"`
-	Cairn      string `json:"cairn"`
+	Records    []json.RawMessage `json:"Records"`
+	Source     string            `json:"source"`
+	DetailType string            `json:"detail-type"`
+	Cairn      string            `json:"cairn"`
+}
+
+// recordSource is the field that names a Records entry's origin ("aws:sqs",
+// and "aws:sns" as SNS spells it).
+type recordSource struct {
+	EventSource  string `json:"eventSource"`
+	EventSource2 string `json:"EventSource"`
 }
 
 // errNotInvocation: the payload is not JSON an invocation carries.
@@ -81,31 +85,26 @@ func classify(payload []byte) (*invocation, error) {
 		// message the event parser names the fault of.
 		return direct(trimmed), nil
 	}
+	var first recordSource
+	if len(pr.Records) > 0 {
+		_ = json.Unmarshal(pr.Records[0], &first) // a record that is no object has no source
+	}
 	switch {
 	case pr.Cairn == "drain", pr.Source == "aws.events" && pr.DetailType == "Scheduled Event":
 		return &invocation{kind: kindDrain}, nil
 	case pr.Cairn == "jobs":
 		return &invocation{kind: kindJobs}, nil
-	case len(pr.Records) > 0 && pr.Records[0].EventSource == "aws:sqs":
-		var b events.SQSEvent
-		if err := json.Unmarshal(trimmed, &b); err != nil {
-			return direct(trimmed), nil
-		}
+	case first.EventSource == "aws:sqs":
 		inv := &invocation{kind: kindSQS}
-		for _, r := range b.Records {
-			m := &message{id: r.MessageId, group: r.Attributes["MessageGroupId"], body: []byte(r.Body)}
-			if r.EventSource != "aws:sqs" || r.MessageId == "" {
-				m.err = fmt.Errorf("%w: an SQS batch record without its messageId or from %q", event.ErrMalformed, r.EventSource)
-			} else {
-				parse(m)
-			}
+		for i, raw := range pr.Records {
+			m := sqsMessage(raw, i)
 			if m.group != "" {
 				inv.fifo = true
 			}
 			inv.msgs = append(inv.msgs, m)
 		}
 		return inv, nil
-	case len(pr.Records) > 0 && pr.Records[0].EventSource2 == "aws:sns":
+	case first.EventSource2 == "aws:sns":
 		var b events.SNSEvent
 		if err := json.Unmarshal(trimmed, &b); err != nil {
 			return direct(trimmed), nil
@@ -119,6 +118,33 @@ func classify(payload []byte) (*invocation, error) {
 		return inv, nil
 	}
 	return direct(trimmed), nil
+}
+
+// sqsMessage reads record i of an SQS batch leniently, one record at a
+// time: a record whose fields have the wrong types keeps whatever names it
+// (its messageId), and is refused alone, never taking its batch with it.
+func sqsMessage(raw json.RawMessage, i int) *message {
+	var r struct {
+		MessageID   string                     `json:"messageId"`
+		Body        string                     `json:"body"`
+		EventSource string                     `json:"eventSource"`
+		Attributes  map[string]json.RawMessage `json:"attributes"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		var loose map[string]json.RawMessage
+		_ = json.Unmarshal(raw, &loose)
+		_ = json.Unmarshal(loose["messageId"], &r.MessageID)
+		return &message{id: r.MessageID, body: raw, err: fmt.Errorf("%w: SQS batch record %d: %v", event.ErrMalformed, i, err)}
+	}
+	m := &message{id: r.MessageID, body: []byte(r.Body)}
+	_ = json.Unmarshal(r.Attributes["MessageGroupId"], &m.group)
+	if r.EventSource != "aws:sqs" || r.MessageID == "" {
+		m.body = raw
+		m.err = fmt.Errorf("%w: SQS batch record %d has no messageId or comes from %q", event.ErrMalformed, i, r.EventSource)
+		return m
+	}
+	parse(m)
+	return m
 }
 
 // direct is a payload that is itself one message (S3 or MinIO Records, an

@@ -50,7 +50,6 @@ type lambdaFlags struct {
 	concurrency  int
 	lease        time.Duration
 	timeout      time.Duration
-	grace        time.Duration
 	stopBefore   time.Duration
 	maxAttempts  int
 	everyVersion bool
@@ -73,7 +72,6 @@ func (f *lambdaFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&f.concurrency, "concurrency", intake.DefaultConcurrency, "handlers running at once in one invocation")
 	durflag.Var(fs, &f.lease, "lease", 0, "claim lease, renewed every third of it while a handler runs (0: the invocation's time, at most 30s; a longer lease keeps a key a killed invocation held longer)")
 	durflag.Var(fs, &f.timeout, "handler-timeout", 0, "stop a handler attempt after this long and retry it (0: at --stop-before the invocation's deadline)")
-	durflag.Var(fs, &f.grace, "grace", 0, "at --stop-before the deadline, how long running handlers may finish before they are stopped (0: half of --stop-before)")
 	durflag.Var(fs, &f.stopBefore, "stop-before", 0, "stop handlers and settle their outcomes this long before the invocation's deadline (0: a tenth of the invocation's time, between 500ms and 5s)")
 	fs.IntVar(&f.maxAttempts, "max-attempts", 5, "attempts before a record is dead (a dead letter)")
 	fs.BoolVar(&f.everyVersion, "every-version", false, "process every version of a key (versioned buckets) instead of the latest state")
@@ -186,7 +184,7 @@ func (f *lambdaFlags) setup() (*lambdaSetup, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"--handler-timeout", f.timeout}, {"--grace", f.grace}, {"--stop-before", f.stopBefore}, {"--retention", f.retention}, {"--audit-grace", f.auditGrace}} {
+	}{{"--handler-timeout", f.timeout}, {"--stop-before", f.stopBefore}, {"--retention", f.retention}, {"--audit-grace", f.auditGrace}} {
 		if d.v < 0 {
 			return nil, usagef("%s %v is negative: give a duration of 0 or more", d.name, d.v)
 		}
@@ -200,7 +198,7 @@ func (f *lambdaFlags) setup() (*lambdaSetup, error) {
 		ledger:    ledger.Options{MaxAttempts: f.maxAttempts, EveryVersion: f.everyVersion},
 		handler:   h,
 		options: awslambda.Options{
-			Pipeline: intake.Options{Concurrency: f.concurrency, Lease: f.lease, Timeout: f.timeout, Grace: f.grace,
+			Pipeline: intake.Options{Concurrency: f.concurrency, Lease: f.lease, Timeout: f.timeout,
 				ProcessOwnObjects: f.processOwn, OwnPrefixes: ownPrefixesFor(f.ledgerURL, f.storeURL)},
 			StopBefore: f.stopBefore,
 			Poison:     poison,

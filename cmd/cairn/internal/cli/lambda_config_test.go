@@ -75,7 +75,7 @@ func TestLambdaConfigFromEnvironment(t *testing.T) {
 			name: "every setting",
 			env: map[string]string{
 				"CAIRN_LEDGER": ledgerURL, "CAIRN_HANDLER_HTTP": "https://h.example/run", "CAIRN_CONCURRENCY": "4",
-				"CAIRN_LEASE": "10s", "CAIRN_HANDLER_TIMEOUT": "20s", "CAIRN_GRACE": "1s", "CAIRN_STOP_BEFORE": "2s",
+				"CAIRN_LEASE": "10s", "CAIRN_HANDLER_TIMEOUT": "20s", "CAIRN_STOP_BEFORE": "2s",
 				"CAIRN_MAX_ATTEMPTS": "3", "CAIRN_EVERY_VERSION": "true", "CAIRN_POISON": "ledger", "CAIRN_RETENTION": "7d",
 				"CAIRN_STORE": "s3://events/incoming", "CAIRN_AUDIT": "true", "CAIRN_AUDIT_GRACE": "5m",
 				"CAIRN_PROCESS_OWN_OBJECTS": "true", "CAIRN_LOG_LEVEL": "debug",
@@ -85,7 +85,7 @@ func TestLambdaConfigFromEnvironment(t *testing.T) {
 			every:    true,
 			handler:  "http https://h.example/run",
 			options: awslambda.Options{
-				Pipeline: intake.Options{Concurrency: 4, Lease: 10 * time.Second, Timeout: 20 * time.Second, Grace: time.Second,
+				Pipeline: intake.Options{Concurrency: 4, Lease: 10 * time.Second, Timeout: 20 * time.Second,
 					ProcessOwnObjects: true, OwnPrefixes: map[string][]string{
 						"events": {"cairn-ledger-fn/", "incoming/cairn-probe/", "incoming/cairn-locks/", "incoming/cairn-journal/", "incoming/cairn-ledger/"}}},
 				StopBefore: 2 * time.Second,
@@ -168,7 +168,7 @@ func lambdaEnvNames(t *testing.T) []string {
 	names := []string{envName("log-level"), envName("json")}
 	cmd := lambdaCmd(&env{})
 	cmd.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, envName(f.Name)) })
-	for _, name := range []string{"ledger", "handler-exec", "handler-http", "concurrency", "lease", "handler-timeout", "grace", "stop-before",
+	for _, name := range []string{"ledger", "handler-exec", "handler-http", "concurrency", "lease", "handler-timeout", "stop-before",
 		"max-attempts", "every-version", "poison", "retention", "store", "bucket", "audit", "audit-grace", "handler-state", "process-own-objects"} {
 		if cmd.Flags().Lookup(name) == nil {
 			t.Fatalf("cairn lambda has no --%s", name)
