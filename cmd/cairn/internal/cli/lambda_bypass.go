@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/intake/awslambda"
 )
 
 // bypass is cairn lambda --bench-bypass (hidden; benchmarks only): the same
@@ -36,6 +37,9 @@ func runBypass(log *slog.Logger, h intake.Handler, concurrency int) error {
 
 // Invoke handles one invocation (lambda.Handler).
 func (b *bypass) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
+	if bytes.Equal(bytes.TrimSpace(payload), []byte(awslambda.DrainPayload)) {
+		return []byte(`{"kind":"drain","bypass":true}`), nil // no ledger: nothing is left to run
+	}
 	var bodies [][]byte
 	var batch events.SQSEvent
 	isSQS := bytes.Contains(payload, []byte(`"aws:sqs"`)) && json.Unmarshal(payload, &batch) == nil && len(batch.Records) > 0

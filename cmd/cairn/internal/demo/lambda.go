@@ -102,7 +102,7 @@ func (v *invocation) payload() []byte {
 	var recs []record
 	for i, ev := range v.evs {
 		recs = append(recs, record{MessageID: strconv.Itoa(i), Body: string(event.S3Body(ev)),
-			Attributes: map[string]string{"ApproximateReceiveCount": strconv.Itoa(v.attempts + 1)},
+			Attributes:  map[string]string{"ApproximateReceiveCount": strconv.Itoa(v.attempts + 1)},
 			EventSource: "aws:sqs", ARN: "arn:aws:sqs:us-east-1:012345678912:cairn-demo"})
 	}
 	data, _ := json.Marshal(map[string]any{"Records": recs})
