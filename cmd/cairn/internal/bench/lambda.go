@@ -199,7 +199,8 @@ func newCounter(target string) (*counter, error) {
 	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 256}
 	c.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.n.Add(1)
-		r.Host = u.Host // signed requests name the endpoint's host
+		// The Host header stays the proxy's: a signed request (SigV4)
+		// signed it.
 		rp.ServeHTTP(w, r)
 	})}
 	go func() { _ = c.srv.Serve(ln) }()

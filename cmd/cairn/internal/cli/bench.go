@@ -359,7 +359,6 @@ cairn's source tree (or give --rie PATH).`,
 			if err != nil {
 				return err
 			}
-			defer os.RemoveAll(dir)
 			opts.Dir = dir
 			run := strconv.FormatInt(time.Now().UnixNano(), 36)
 			if storeURL == "" {
@@ -386,7 +385,12 @@ cairn's source tree (or give --rie PATH).`,
 				opts.Progress = func(phase string) { fmt.Fprintf(e.stderr, "\r\033[K%s", phase) }
 				defer fmt.Fprint(e.stderr, "\r\033[K")
 			}
-			return e.printResults(bench.Lambda(ctx, opts))
+			results, err := bench.Lambda(ctx, opts)
+			if err != nil {
+				return fmt.Errorf("%w (the sandboxes' directories are kept in %s)", err, dir)
+			}
+			os.RemoveAll(dir)
+			return e.printResults(results, nil)
 		},
 	}
 	fs := cmd.Flags()
