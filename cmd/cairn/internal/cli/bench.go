@@ -319,6 +319,7 @@ func (e *env) printResults(results []bench.Result, err error) error {
 func benchLambdaCmd(e *env) *cobra.Command {
 	var opts bench.LambdaOptions
 	var storeURL, postgresURL, dynamoURL string
+	var phases bool
 	cmd := &cobra.Command{
 		Use:   "lambda",
 		Short: "cairn lambda through the Lambda Runtime Interface Emulator, per ledger, against the same function with the ledger bypassed",
@@ -381,6 +382,9 @@ cairn's source tree (or give --rie PATH).`,
 			if dynamoURL != "" {
 				opts.Ledgers = append(opts.Ledgers, bench.LambdaLedger{Name: "dynamodb", URL: dynamoURL})
 			}
+			if phases {
+				return bench.LambdaPhases(ctx, e.stdout, opts.Ledgers[0].URL, opts.Sandboxes, opts.Invocations, opts.BatchSize)
+			}
 			if isTerminal(e.stderr) {
 				opts.Progress = func(phase string) { fmt.Fprintf(e.stderr, "\r\033[K%s", phase) }
 				defer fmt.Fprint(e.stderr, "\r\033[K")
@@ -402,5 +406,6 @@ cairn's source tree (or give --rie PATH).`,
 	fs.IntVar(&opts.Invocations, "invocations", 50, "invocations per sandbox per round and side")
 	fs.IntVar(&opts.BatchSize, "batch", 10, "events per SQS batch")
 	fs.IntVar(&opts.Rounds, "rounds", 3, "rounds per side, alternating")
+	fs.BoolVar(&phases, "phases", false, "profile instead: in this process, --sandboxes ledgers opened apart each invoked --invocations times, on the object-store ledger (--store), timed per ledger call and handlers (p50, p99 per invocation)")
 	return cmd
 }
