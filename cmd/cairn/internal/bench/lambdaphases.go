@@ -15,6 +15,7 @@ import (
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/intake"
 	"github.com/cairn-s3/cairn/intake/awslambda"
+	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
@@ -36,16 +37,30 @@ func LambdaPhases(ctx context.Context, w io.Writer, ledgerURL string, sandboxes,
 	var mu sync.Mutex
 	per := map[string]Latencies{}
 	calls := map[string]int{}
+	reqs := map[string]int64{}
 	var totals Latencies
 	// Each sandbox is a ledger opened on its own (as in its own process) and
 	// a Function over it, invoked n times back to back beside the others.
+	// An S3 or DynamoDB ledger is reached through a counting proxy: each
+	// call's requests are counted too (calls that overlap each count the
+	// others' requests made meanwhile: approximate).
+	openURL := ledgerURL
+	var cnt *counter
+	if endpoint, rewrite, ok := through(ledgerURL); ok {
+		c, err := newCounter(endpoint)
+		if err != nil {
+			return err
+		}
+		defer c.srv.Close()
+		cnt, openURL = c, rewrite(c.url)
+	}
 	sandbox := func() error {
-		inner, err := ledger.Open(ctx, ledgerURL, nil)
+		inner, err := ledger.Open(ctx, openURL, nil)
 		if err != nil {
 			return err
 		}
 		defer inner.Close()
-		tb := &timedBackend{Backend: inner.Backend(), cur: map[string]time.Duration{}, calls: map[string]int{}}
+		tb := &timedBackend{Backend: inner.Backend(), cnt: cnt, cur: map[string]time.Duration{}, calls: map[string]int{}, reqs: map[string]int64{}}
 		var handlerNS atomic.Int64
 		h := intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
 			t0 := time.Now()
@@ -78,7 +93,7 @@ func LambdaPhases(ctx context.Context, w io.Writer, ledgerURL string, sandboxes,
 			if i < 2 {
 				continue
 			}
-			cur, cc := tb.snapshot()
+			cur, cc, rq := tb.snapshot()
 			cur["handlers (sum)"] = time.Duration(handlerNS.Load())
 			mu.Lock()
 			totals = append(totals, d)
@@ -87,6 +102,9 @@ func LambdaPhases(ctx context.Context, w io.Writer, ledgerURL string, sandboxes,
 			}
 			for k, v := range cc {
 				calls[k] += v
+			}
+			for k, v := range rq {
+				reqs[k] += v
 			}
 			mu.Unlock()
 		}
@@ -100,13 +118,14 @@ func LambdaPhases(ctx context.Context, w io.Writer, ledgerURL string, sandboxes,
 		return err
 	}
 	n *= max(sandboxes, 1)
+	fmt.Fprintf(w, "%s\n", safetext.URL(ledgerURL))
 	names := make([]string, 0, len(per))
 	for k := range per {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "phase (per invocation of %d events, %d invocations, %d sandboxes)\tp50\tp99\tcalls/invocation\t\n", batch, n, max(sandboxes, 1))
+	fmt.Fprintf(tw, "phase (per invocation of %d events, %d invocations, %d sandboxes)\tp50\tp99\tcalls/invocation\trequests/invocation (approx.)\t\n", batch, n, max(sandboxes, 1))
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 	for _, k := range names {
 		// An invocation without the call counts 0 for it.
@@ -114,72 +133,96 @@ func LambdaPhases(ctx context.Context, w io.Writer, ledgerURL string, sandboxes,
 		for len(l) < n {
 			l = append(l, 0)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t\n", k, ms(l.Percentile(50)), ms(l.Percentile(99)), float64(calls[k])/float64(n))
+		rq := "-"
+		if cnt != nil && k != "handlers (sum)" {
+			rq = fmt.Sprintf("%.1f", float64(reqs[k])/float64(n))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\t\n", k, ms(l.Percentile(50)), ms(l.Percentile(99)), float64(calls[k])/float64(n), rq)
 	}
-	fmt.Fprintf(tw, "invocation (total)\t%s\t%s\t\t\n", ms(totals.Percentile(50)), ms(totals.Percentile(99)))
+	total := "-"
+	if cnt != nil {
+		total = fmt.Sprintf("%.1f", float64(reqs["all"])/float64(n))
+	}
+	fmt.Fprintf(tw, "invocation (total)\t%s\t%s\t\t%s\t\n", ms(totals.Percentile(50)), ms(totals.Percentile(99)), total)
 	return tw.Flush()
 }
 
 // timedBackend times each ledger call by kind.
 type timedBackend struct {
 	ledger.Backend
+	cnt   *counter // nil: requests not counted
 	mu    sync.Mutex
 	cur   map[string]time.Duration
 	calls map[string]int
+	reqs  map[string]int64
+	start int64 // the counter at reset
+}
+
+func (t *timedBackend) requests() int64 {
+	if t.cnt == nil {
+		return 0
+	}
+	return t.cnt.n.Load()
 }
 
 func (t *timedBackend) reset() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.cur, t.calls = map[string]time.Duration{}, map[string]int{}
+	t.cur, t.calls, t.reqs, t.start = map[string]time.Duration{}, map[string]int{}, map[string]int64{}, t.requests()
 }
 
-func (t *timedBackend) snapshot() (map[string]time.Duration, map[string]int) {
+// snapshot returns the invocation's times, calls and requests by kind
+// ("all": every request since reset, this sandbox's and the others').
+func (t *timedBackend) snapshot() (map[string]time.Duration, map[string]int, map[string]int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.cur, t.calls
+	t.reqs["all"] = t.requests() - t.start
+	return t.cur, t.calls, t.reqs
 }
 
-func (t *timedBackend) time(kind string, t0 time.Time) {
+// time counts a call of kind that began at t0 with the counter at r0.
+func (t *timedBackend) time(kind string, t0 time.Time, r0 int64) {
 	d := time.Since(t0)
+	r := t.requests() - r0
 	t.mu.Lock()
 	t.cur[kind] += d
 	t.calls[kind]++
+	t.reqs[kind] += r
 	t.mu.Unlock()
 }
 
 func (t *timedBackend) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
-	defer t.time("RecordAndClaim (record)", time.Now())
+	defer t.time("RecordAndClaim (record)", time.Now(), t.requests())
 	return t.Backend.RecordAndClaim(ctx, source, evs, n, lease)
 }
 
 func (t *timedBackend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
-	defer t.time("Claim (Quiesce)", time.Now())
+	defer t.time("Claim (Quiesce)", time.Now(), t.requests())
 	return t.Backend.Claim(ctx, n, lease)
 }
 
 func (t *timedBackend) Renew(ctx context.Context, c ledger.Claim, lease time.Duration) (ledger.Claim, error) {
-	defer t.time("Renew", time.Now())
+	defer t.time("Renew", time.Now(), t.requests())
 	return t.Backend.Renew(ctx, c, lease)
 }
 
 func (t *timedBackend) Complete(ctx context.Context, c ledger.Claim, result string) error {
-	defer t.time("Complete", time.Now())
+	defer t.time("Complete", time.Now(), t.requests())
 	return t.Backend.Complete(ctx, c, result)
 }
 
 func (t *timedBackend) CompleteBatch(ctx context.Context, cs []ledger.Claim, results []string) ([]error, error) {
-	defer t.time("CompleteBatch", time.Now())
+	defer t.time("CompleteBatch", time.Now(), t.requests())
 	return t.Backend.CompleteBatch(ctx, cs, results)
 }
 
 func (t *timedBackend) Release(ctx context.Context, c ledger.Claim) error {
-	defer t.time("Release", time.Now())
+	defer t.time("Release", time.Now(), t.requests())
 	return t.Backend.Release(ctx, c)
 }
 
 func (t *timedBackend) Fail(ctx context.Context, c ledger.Claim, cause string, retryable bool) error {
-	defer t.time("Fail", time.Now())
+	defer t.time("Fail", time.Now(), t.requests())
 	return t.Backend.Fail(ctx, c, cause, retryable)
 }
 
@@ -189,7 +232,7 @@ func (t *timedBackend) Flush(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
-	defer t.time("Flush", time.Now())
+	defer t.time("Flush", time.Now(), t.requests())
 	return f.Flush(ctx)
 }
 

@@ -383,7 +383,12 @@ cairn's source tree (or give --rie PATH).`,
 				opts.Ledgers = append(opts.Ledgers, bench.LambdaLedger{Name: "dynamodb", URL: dynamoURL})
 			}
 			if phases {
-				return bench.LambdaPhases(ctx, e.stdout, opts.Ledgers[0].URL, opts.Sandboxes, opts.Invocations, opts.BatchSize)
+				for _, l := range opts.Ledgers {
+					if err := bench.LambdaPhases(ctx, e.stdout, l.URL, opts.Sandboxes, opts.Invocations, opts.BatchSize); err != nil {
+						return fmt.Errorf("bench lambda --phases on %s: %w", l.Name, err)
+					}
+				}
+				return nil
 			}
 			if isTerminal(e.stderr) {
 				opts.Progress = func(phase string) { fmt.Fprintf(e.stderr, "\r\033[K%s", phase) }
@@ -406,6 +411,6 @@ cairn's source tree (or give --rie PATH).`,
 	fs.IntVar(&opts.Invocations, "invocations", 50, "invocations per sandbox per round and side")
 	fs.IntVar(&opts.BatchSize, "batch", 10, "events per SQS batch")
 	fs.IntVar(&opts.Rounds, "rounds", 3, "rounds per side, alternating")
-	fs.BoolVar(&phases, "phases", false, "profile instead: in this process, --sandboxes ledgers opened apart each invoked --invocations times, on the object-store ledger (--store), timed per ledger call and handlers (p50, p99 per invocation)")
+	fs.BoolVar(&phases, "phases", false, "profile instead: in this process, on each ledger, --sandboxes ledgers opened apart each invoked --invocations times, timed (and requests counted, S3 and DynamoDB) per ledger call and handlers (p50, p99 per invocation)")
 	return cmd
 }
