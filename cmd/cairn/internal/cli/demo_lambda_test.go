@@ -2,12 +2,16 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cairn-s3/cairn/cmd/cairn/internal/bench"
 	"github.com/cairn-s3/cairn/internal/testing/lambdatest"
+	"github.com/cairn-s3/cairn/internal/testing/testenv"
 )
 
 // cairn demo --lambda, end to end: the cairn binary runs the demo, whose
@@ -35,5 +39,47 @@ func TestDemoLambdaEndToEnd(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the report does not say %q:\n%s", want, out)
 		}
+	}
+}
+
+// cairn bench lambda through the real emulator on the object-store ledger in
+// MinIO: one JSON line per figure, each with both sides measured in the run
+// and its ratio; the Powertools-style guard makes its two requests per event
+// on the same bucket, and cairn's requests are counted (never zero: the
+// bypass, which makes none, is the baseline of the other lines only).
+func TestBenchLambdaPrintsRatios(t *testing.T) {
+	t.Parallel()
+	rie := lambdatest.RIE(t)
+	ep := testenv.S3(t)
+	_, storeURL := testenv.NewBucket(t, ep)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, buildCairn(t), "bench", "lambda", "--json", "--rie", rie, "--store", storeURL,
+		"--sandboxes", "2", "--invocations", "3", "--rounds", "1")
+	cmd.Env = append(os.Environ(), ep.Env()...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("cairn bench lambda: %v\n%s\n%s", err, out, stderr.String())
+	}
+	seen := map[string]bench.Result{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var r bench.Result
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("a line that is no result: %q: %v", line, err)
+		}
+		if r.Baseline <= 0 || r.Cairn <= 0 || r.Ratio <= 0 {
+			t.Errorf("%s: baseline %v, cairn %v, ratio %v: a side was not measured", r.Name, r.Baseline, r.Cairn, r.Ratio)
+		}
+		seen[r.Unit] = r
+	}
+	for _, unit := range []string{"invocations/s", "ms", "requests/1000 events"} {
+		if _, ok := seen[unit]; !ok {
+			t.Errorf("no %s figure in:\n%s", unit, out)
+		}
+	}
+	if r := seen["requests/1000 events"]; r.Baseline < 1990 || r.Baseline > 2100 {
+		t.Errorf("the Powertools-style guard made %v requests per 1,000 events, want 2,000 (two per event)", r.Baseline)
 	}
 }
