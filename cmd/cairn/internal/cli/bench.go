@@ -1,6 +1,10 @@
 package cli
 
 import (
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -9,6 +13,8 @@ import (
 
 	"github.com/cairn-s3/cairn/cmd/cairn/internal/bench"
 	"github.com/cairn-s3/cairn/cmd/cairn/internal/durflag"
+	"github.com/cairn-s3/cairn/cmd/cairn/internal/sandbox"
+	"github.com/cairn-s3/cairn/internal/safetext"
 )
 
 // The bench commands parse flags and call package bench, which holds the
@@ -23,7 +29,7 @@ in the same run, interleaved, and prints both figures and their ratio (with
 --json, one JSON object per line; the last line has name, unit, baseline, cairn
 and ratio). Absolute figures on shared machines are noise; ratios are not.`,
 	}
-	cmd.AddCommand(benchObjstoreCmd(e), benchDocsCmd(e), benchDocsWorkerCmd(e), benchLedgerCmd(e), benchServeCmd(e), benchFsCmd(e), benchAuditCmd(e))
+	cmd.AddCommand(benchObjstoreCmd(e), benchDocsCmd(e), benchDocsWorkerCmd(e), benchLedgerCmd(e), benchServeCmd(e), benchFsCmd(e), benchAuditCmd(e), benchLambdaCmd(e))
 	return cmd
 }
 
@@ -308,4 +314,103 @@ func (e *env) printResults(results []bench.Result, err error) error {
 		return err
 	}
 	return bench.Print(e.stdout, e.json, results)
+}
+
+func benchLambdaCmd(e *env) *cobra.Command {
+	var opts bench.LambdaOptions
+	var storeURL, postgresURL, dynamoURL string
+	var phases bool
+	cmd := &cobra.Command{
+		Use:   "lambda",
+		Short: "cairn lambda through the Lambda Runtime Interface Emulator, per ledger, against the same function with the ledger bypassed",
+		Long: `Runs cairn lambda (this binary) in --sandboxes sandboxes of AWS's Lambda
+Runtime Interface Emulator on loopback, invoked back to back with SQS batches
+of --batch fresh keys and a no-op HTTP handler, on each ledger: the
+object-store ledger in --store (an s3:// bucket, e.g. a local MinIO; without
+--store, a directory store on this machine), PostgreSQL with --postgres, the
+DynamoDB ledger with --dynamodb. The baseline is the same function with the
+ledger bypassed (the handler called once per event, in the same sandboxes'
+setup), run in alternating rounds. It prints invocations/s, the invocation
+latency p50 and p99 and the latency cairn adds per batch, and, for ledgers
+reached over HTTP (S3, DynamoDB: through a counting proxy on loopback), the
+ledger requests per 1,000 events against a Powertools-style idempotency guard
+on the same store (a conditional put INPROGRESS and a conditional put
+COMPLETED per event; on DynamoDB that design's two requests per event).
+
+The emulator is built by 'go run ./internal/testing/cmd/services install' in
+cairn's source tree (or give --rie PATH).`,
+		Example: `  cairn bench lambda
+  cairn bench lambda --store 's3://bench/lambda?endpoint=http://127.0.0.1:9000&path_style=true'
+  cairn bench lambda --store 's3://bench/lambda?endpoint=http://127.0.0.1:9000&path_style=true' --postgres postgres://postgres@127.0.0.1:5432/bench --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if opts.Sandboxes < 1 || opts.Invocations < 1 || opts.BatchSize < 1 || opts.BatchSize > 10000 || opts.Rounds < 1 {
+				return usagef("--sandboxes, --invocations, --batch (at most 10000) and --rounds must be positive")
+			}
+			rie, err := sandbox.FindRIE(opts.RIE)
+			if err != nil {
+				return exitError{code: ExitPrecondition, err: err}
+			}
+			opts.RIE = rie
+			if opts.Bootstrap, err = os.Executable(); err != nil {
+				return fmt.Errorf("finding this cairn binary, the sandboxes' bootstrap: %w", err)
+			}
+			dir, err := os.MkdirTemp("", "cairn-bench-lambda-")
+			if err != nil {
+				return err
+			}
+			opts.Dir = dir
+			run := strconv.FormatInt(time.Now().UnixNano(), 36)
+			if storeURL == "" {
+				p := filepath.Join(dir, "ledger")
+				if err := os.MkdirAll(p, 0o755); err != nil {
+					return err
+				}
+				opts.Ledgers = append(opts.Ledgers, bench.LambdaLedger{Name: "objledger-local-dir", URL: (&url.URL{Scheme: "file", Path: filepath.ToSlash(p), RawQuery: "nosync=true"}).String(), Local: true})
+			} else {
+				u, err := url.Parse(storeURL)
+				if err != nil || u.Scheme != "s3" {
+					return usagef("--store %s: give an s3:// bucket URL (the ledger goes under its prefix, in cairn-bench-lambda/RUN/)", safetext.URL(storeURL))
+				}
+				u.Path = strings.TrimSuffix(u.Path, "/") + "/cairn-bench-lambda/" + run
+				opts.Ledgers = append(opts.Ledgers, bench.LambdaLedger{Name: "objledger-s3", URL: u.String()})
+			}
+			if postgresURL != "" {
+				opts.Ledgers = append(opts.Ledgers, bench.LambdaLedger{Name: "postgres", URL: postgresURL})
+			}
+			if dynamoURL != "" {
+				opts.Ledgers = append(opts.Ledgers, bench.LambdaLedger{Name: "dynamodb", URL: dynamoURL})
+			}
+			if phases {
+				for _, l := range opts.Ledgers {
+					if err := bench.LambdaPhases(ctx, e.stdout, l.URL, opts.Sandboxes, opts.Invocations, opts.BatchSize); err != nil {
+						return fmt.Errorf("bench lambda --phases on %s: %w", l.Name, err)
+					}
+				}
+				return nil
+			}
+			if isTerminal(e.stderr) {
+				opts.Progress = func(phase string) { fmt.Fprintf(e.stderr, "\r\033[K%s", phase) }
+				defer fmt.Fprint(e.stderr, "\r\033[K")
+			}
+			results, err := bench.Lambda(ctx, opts)
+			if err != nil {
+				return fmt.Errorf("%w (the sandboxes' directories are kept in %s)", err, dir)
+			}
+			os.RemoveAll(dir)
+			return e.printResults(results, nil)
+		},
+	}
+	fs := cmd.Flags()
+	nonEmptyVar(fs, &opts.RIE, "rie", "", "the aws-lambda-rie binary (default: the one 'go run ./internal/testing/cmd/services install' builds)", "name the emulator binary, or drop --rie")
+	nonEmptyVar(fs, &storeURL, "store", "", "s3:// bucket for the object-store ledger (under cairn-bench-lambda/RUN/; default: a directory store on this machine)", "name the bucket, or drop --store")
+	nonEmptyVar(fs, &postgresURL, "postgres", "", "also measure a PostgreSQL ledger at this URL", "name the database, or drop --postgres")
+	nonEmptyVar(fs, &dynamoURL, "dynamodb", "", "also measure a DynamoDB ledger at this URL (dynamodb://TABLE?endpoint=http://…&create_table=true)", "name the table, or drop --dynamodb")
+	fs.IntVar(&opts.Sandboxes, "sandboxes", 4, "sandboxes invoked at once")
+	fs.IntVar(&opts.Invocations, "invocations", 50, "invocations per sandbox per round and side")
+	fs.IntVar(&opts.BatchSize, "batch", 10, "events per SQS batch")
+	fs.IntVar(&opts.Rounds, "rounds", 3, "rounds per side, alternating")
+	fs.BoolVar(&phases, "phases", false, "profile instead: in this process, on each ledger, --sandboxes ledgers opened apart each invoked --invocations times, timed (and requests counted, S3 and DynamoDB) per ledger call and handlers (p50, p99 per invocation)")
+	return cmd
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-s3/cairn/cmd/cairn/internal/demo"
+	"github.com/cairn-s3/cairn/cmd/cairn/internal/sandbox"
 	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/objstore"
@@ -21,6 +22,8 @@ import (
 func demoCmd(e *env) *cobra.Command {
 	var o demo.Options
 	var storeURL, ledgerURL, dir string
+	var lambda bool
+	var lo demo.Lambda
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole intake pipeline with real-world notification faults, next to a naive consumer",
@@ -64,6 +67,25 @@ changed nothing (a delete after a delete) or when the naive consumer's
 out-of-order deliveries happened to leave a key as the bucket has it; the
 report then says how many of each.
 
+With --lambda, cairn runs as an AWS Lambda function instead of a daemon,
+under AWS's Lambda Runtime Interface Emulator on loopback: --sandboxes
+sandboxes (and one more for the scheduled drain), each running this cairn
+binary as its bootstrap ('cairn lambda', configured by environment:
+CAIRN_LEDGER, CAIRN_HANDLER_HTTP), on one shared ledger: by default an
+object-store ledger in a directory store under --dir (with --ledger, yours:
+s3://…, postgres://… or dynamodb://…). The same deliveries, with the same
+faults, reach the sandboxes as SQS batches and direct invocations, a
+concurrent duplicate going to two sandboxes at once, and what a sandbox
+answers failed (batchItemFailures, a timeout) is delivered again, as SQS
+does. A scheduled drain runs every second in its own sandbox. Before the
+deliveries that sandbox is frozen in the middle of a handler (as a handler
+that ignores its deadline holds it) so that Lambda's timeout kills it
+mid-run: the key is taken over after its claim's lease with a higher
+fencing token, and the killed handler's late writes must be refused. The
+emulator is built by 'go run ./internal/testing/cmd/services install' in
+cairn's source tree (or give --rie PATH); without --lambda the demo needs
+no server at all. Linux only (the sandbox is frozen through /proc).
+
 Exit status 1 if one of cairn's invariants fails (the report names it): every
 change processed once, no stale overwrites, every object served as the bucket
 has it at the end, every effect written once and the bucket's final state.`,
@@ -97,6 +119,30 @@ has it at the end, every effect written once and the bucket's final state.`,
 				o.Bucket = "demo"
 			} else if u, err := objstore.ParseURL(storeURL); err == nil && u.Scheme == "s3" {
 				o.Bucket = u.Host
+			}
+			if lambda {
+				rie, err := sandbox.FindRIE(lo.RIE)
+				if err != nil {
+					return exitError{code: ExitPrecondition, err: err}
+				}
+				lo.RIE = rie
+				if lo.Bootstrap, err = os.Executable(); err != nil {
+					return fmt.Errorf("finding this cairn binary, the sandboxes' bootstrap: %w", err)
+				}
+				if ledgerURL == "" {
+					ledgerDir := filepath.Join(dir, "ledger")
+					if err := os.MkdirAll(ledgerDir, 0o755); err != nil {
+						return err
+					}
+					ledgerURL = (&url.URL{Scheme: "file", Path: filepath.ToSlash(ledgerDir), RawQuery: "nosync=true"}).String()
+				} else if scheme, _, _ := strings.Cut(ledgerURL, "://"); scheme == "sqlite" || !strings.Contains(ledgerURL, "://") {
+					return usagef("--lambda with --ledger %s: the sandboxes share the ledger, and a SQLite file cannot be shared by Lambda sandboxes; give s3://…, postgres://… or dynamodb://…, or drop --ledger for an object-store ledger under --dir", safetext.URL(ledgerURL))
+				}
+				if lo.Sandboxes <= 0 {
+					return usagef("--sandboxes must be positive")
+				}
+				lo.LedgerURL = ledgerURL
+				o.Lambda = &lo
 			}
 			if ledgerURL == "" {
 				ledgerURL = (&url.URL{Scheme: "sqlite", Path: filepath.Join(dir, "ledger.db"), RawQuery: "synchronous=normal"}).String()
@@ -177,6 +223,9 @@ has it at the end, every effect written once and the bucket's final state.`,
 	nonEmptyVar(fs, &storeURL, "store", "", "bucket to write (default: a local directory under --dir)", "name the bucket, or drop --store for a local directory")
 	nonEmptyVar(fs, &ledgerURL, "ledger", "", "ledger URL (default: SQLite under --dir)", "drop --ledger for SQLite under --dir")
 	fs.BoolVar(&o.Crash, "crash", false, "kill cairn's daemon once while a handler is stuck (its claims expire), start another, and let the stuck handler write late")
+	fs.BoolVar(&lambda, "lambda", false, "run cairn as an AWS Lambda function under the Lambda Runtime Interface Emulator (sandboxes running this binary as 'cairn lambda') instead of a daemon")
+	nonEmptyVar(fs, &lo.RIE, "rie", "", "with --lambda: the aws-lambda-rie binary (default: the one 'go run ./internal/testing/cmd/services install' builds)", "name the emulator binary, or drop --rie")
+	fs.IntVar(&lo.Sandboxes, "sandboxes", 4, "with --lambda: sandboxes receiving deliveries (one more runs the scheduled drain)")
 	nonEmptyVar(fs, &dir, "dir", "", "keep the demo's bucket, ledger and serving tables here (default: a temporary directory, removed)", "an empty --dir would be a temporary directory, removed at the end; drop the flag to mean that")
 	return cmd
 }
@@ -205,6 +254,10 @@ func printDemo(e *env, r demo.Report, storeURL, ledgerURL string) {
 	row("changes found by the audit (LIST)", "-", r.Cairn.FoundByAudit)
 	row("seconds", fmt.Sprintf("%.2f", r.Naive.Seconds), fmt.Sprintf("%.2f", r.Cairn.Seconds))
 	tw.Flush()
+	if x := r.Lambda; x != nil {
+		fmt.Fprintf(w, "cairn ran as a Lambda function in %d sandboxes (the Runtime Interface Emulator): %d invocations (%d SQS batches, %d direct), %d scheduled drains, %d killed mid-handler by their timeout, %d messages delivered again; their output is in %s\n",
+			x.Sandboxes, x.Invocations, x.SQSBatches, x.Direct, x.Drains, x.TimedOut, x.Redelivered, safetext.Escape(x.Logs))
+	}
 	fmt.Fprintln(w, missedVsFound(r))
 	fmt.Fprintln(w, effectsLine(r.Effects))
 	fmt.Fprintln(w)

@@ -62,6 +62,13 @@ type lambdaFlags struct {
 	handlerState string
 	processOwn   bool
 	config       string
+	// localLedger (hidden) accepts a ledger on this machine's disk: every
+	// sandbox runs here (cairn demo --lambda, under the Runtime Interface
+	// Emulator).
+	localLedger bool
+	// benchBypass (hidden, bench-only) runs the handler once per event with
+	// no ledger at all: cairn bench lambda's baseline.
+	benchBypass bool
 }
 
 func (f *lambdaFlags) register(cmd *cobra.Command) {
@@ -84,6 +91,10 @@ func (f *lambdaFlags) register(cmd *cobra.Command) {
 	nonEmptyVar(fs, &f.handlerState, "handler-state", "", "directory where running exec handlers are recorded (default: cairn/handlers under $TMPDIR or /tmp, the only writable place in Lambda)", "name the directory, or drop the flag for the default")
 	fs.BoolVar(&f.processOwn, "process-own-objects", false, "run the handler for events about cairn's own objects too, which are skipped by default: keys under cairn-probe/, cairn-locks/, cairn-journal/, cairn-ledger/ at the bucket's root (and under an s3:// --store's prefix), and an s3:// --ledger's own prefix")
 	nonEmptyVar(fs, &f.config, "config", "", "YAML file of settings (keys are these flags' names); also CAIRN_CONFIG", "name the file, or drop --config")
+	fs.BoolVar(&f.localLedger, "local-ledger", false, "accept a ledger on this machine's disk (file://, SQLite): only for sandboxes that all run on one machine, as under the Runtime Interface Emulator (cairn demo --lambda)")
+	fs.BoolVar(&f.benchBypass, "bench-bypass", false, "benchmarks only: run the handler once per event delivered, with no ledger (no deduplication, ordering, fencing or retries): cairn bench lambda's baseline")
+	_ = fs.MarkHidden("local-ledger")
+	_ = fs.MarkHidden("bench-bypass")
 }
 
 func lambdaCmd(e *env) *cobra.Command {
@@ -154,6 +165,8 @@ type lambdaSetup struct {
 	stateDir  string            // an exec handler's state directory
 	options   awslambda.Options // Jobs and Logger are set once opened
 	audit     *lambdaAudit      // nil: no audit on a jobs invocation
+	// bypass: --bench-bypass, no ledger (lambda_bypass.go).
+	bypass bool
 }
 
 // lambdaAudit is the jobs invocation's audit job, from --audit.
@@ -172,7 +185,10 @@ func (f *lambdaFlags) setup() (*lambdaSetup, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSharedLedger(f.ledgerURL); err != nil {
+	if f.benchBypass {
+		return &lambdaSetup{handler: h, bypass: true, options: awslambda.Options{Pipeline: intake.Options{Concurrency: max(f.concurrency, 1)}}}, nil
+	}
+	if err := checkSharedLedger(f.ledgerURL); err != nil && !f.localLedger {
 		return nil, err
 	}
 	if f.concurrency <= 0 || f.maxAttempts <= 0 {
@@ -260,6 +276,9 @@ func checkSharedLedger(raw string) error {
 func runLambda(ctx context.Context, log *slog.Logger, s *lambdaSetup) error {
 	if os.Getenv("AWS_LAMBDA_RUNTIME_API") == "" {
 		return fmt.Errorf("AWS_LAMBDA_RUNTIME_API is not set: cairn lambda runs as an AWS Lambda function's bootstrap (or under the Lambda Runtime Interface Emulator), not on its own; to run cairn on a machine use cairn serve")
+	}
+	if s.bypass {
+		return runBypass(log, s.handler, s.options.Pipeline.Concurrency)
 	}
 	led, err := ledger.Open(ctx, s.ledgerURL, &s.ledger)
 	if err != nil {

@@ -88,6 +88,9 @@ type Options struct {
 	Logger             *slog.Logger
 	// Progress, if set, is told each phase and its progress.
 	Progress func(phase string, done, total int)
+	// Lambda, if set, runs cairn's side as an AWS Lambda function instead
+	// of a daemon (lambda.go); Crash is then not used.
+	Lambda *Lambda
 }
 
 // Side is one consumer's results.
@@ -138,6 +141,8 @@ type Report struct {
 	// Effects is what cairn's sink holds at the end, read back.
 	Effects     Effects `json:"effects"`
 	InvariantOK bool    `json:"invariants_hold"`
+	// Lambda: how cairn's side ran as a Lambda function (Options.Lambda).
+	Lambda *LambdaReport `json:"lambda,omitempty"`
 }
 
 // Effects judges the sink cairn's handler writes, as read back at the end.
@@ -280,7 +285,13 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	cairn := newTracker()
 	start = time.Now()
 	sink := &sink{store: o.Sink}
-	found, err := runCairn(ctx, o, plan.order, delivered, tables, cairn, sink)
+	var found int
+	if o.Lambda != nil {
+		rep.Lambda = &LambdaReport{}
+		found, err = runLambda(ctx, o, plan.order, delivered, tables, cairn, sink, rep.Lambda)
+	} else {
+		found, err = runCairn(ctx, o, plan.order, delivered, tables, cairn, sink)
+	}
 	if err != nil {
 		return rep, err
 	}
@@ -550,10 +561,7 @@ func runCairn(ctx context.Context, o Options, order []event.Event, delivered map
 			})
 			return "", hctx.Err()
 		}
-		err := tables.apply(hctx, "serving_cairn", ev, w.Token)
-		if err == nil {
-			err = sink.apply(hctx, ev, w.Token)
-		}
+		err := materialise(hctx, tables, sink, w)
 		if err != nil && hctx.Err() == nil {
 			fail(err)
 		}
@@ -656,6 +664,16 @@ func runCairn(ctx context.Context, o Options, order []event.Event, delivered map
 		}
 	}
 	return found, err
+}
+
+// materialise is cairn's handler's work for w: its serving row and its
+// effect, both conditional on w's fencing token.
+func materialise(ctx context.Context, tables *tables, sink *sink, w intake.Work) error {
+	err := tables.apply(ctx, "serving_cairn", w.Event, w.Token)
+	if err == nil {
+		err = sink.apply(ctx, w.Event, w.Token)
+	}
+	return err
 }
 
 // stillClaimed checks that the killed daemon left w's claim as it was, to
