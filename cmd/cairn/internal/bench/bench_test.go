@@ -195,13 +195,13 @@ func TestDocsProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs, err := bench.Docs(t.Context(), bench.DocsOptions{Store: s, StoreURL: dir, Writers: []int{1}, Duration: 300 * time.Millisecond,
-		Procs: 2, ProcWriters: 2, WorkerCommand: []string{"/usr/bin/env", "CAIRN_BENCH_DOCS_WORKER=1", self, "docs-worker"}})
+		Processes: []bench.ProcessShape{{Procs: 2, Writers: 2}, {Procs: 3, Writers: 1}}, WorkerCommand: []string{"/usr/bin/env", "CAIRN_BENCH_DOCS_WORKER=1", self, "docs-worker"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkResults(t, rs, 2)
-	if rs[1].Name != "docs/2-processes-x-2-writers" {
-		t.Errorf("name %q", rs[1].Name)
+	checkResults(t, rs, 3)
+	if rs[1].Name != "docs/2-processes-x-2-writers" || rs[2].Name != "docs/3-processes-x-1-writers" {
+		t.Errorf("names %q, %q", rs[1].Name, rs[2].Name)
 	}
 }
 

@@ -29,9 +29,11 @@ type DocsOptions struct {
 	Writers []int
 	// Duration is how long each phase runs (default 3s).
 	Duration time.Duration
-	// Procs is how many OS processes the multi-process phase runs (0 skips
-	// it), each with ProcWriters writers (default 16).
-	Procs, ProcWriters int
+	// Processes are the multi-process phases, one row each: Procs OS
+	// processes of Writers writers on one document (default: none; the
+	// command's default is 4×16 and 64×1, the shape Lambda invocations
+	// give).
+	Processes []ProcessShape
 	// WorkerCommand is the argv prefix that runs one worker process; Docs
 	// appends --store, --mode, --key, --writers, --duration and --start, and
 	// the worker passes them to DocsWorker and prints its WorkerReport as one
@@ -39,6 +41,12 @@ type DocsOptions struct {
 	WorkerCommand []string
 	// Log gets a line per writer count (default: none).
 	Log *slog.Logger
+}
+
+// ProcessShape is one multi-process phase of Docs: Procs processes of
+// Writers writers each.
+type ProcessShape struct {
+	Procs, Writers int
 }
 
 // Docs measures committed updates per second on one counter document, for
@@ -55,10 +63,6 @@ func Docs(ctx context.Context, opts DocsOptions) ([]Result, error) {
 	duration := opts.Duration
 	if duration <= 0 {
 		duration = 3 * time.Second
-	}
-	procWriters := opts.ProcWriters
-	if procWriters <= 0 {
-		procWriters = 16
 	}
 	log := opts.Log
 	if log == nil {
@@ -78,7 +82,10 @@ func Docs(ctx context.Context, opts DocsOptions) ([]Result, error) {
 		results = append(results, docsResult(fmt.Sprintf("docs/%d-writers", w), naive, cairn, s, duration))
 		log.Info("bench docs", "writers", w, "naive", naive.perSec(duration), "cairn", cairn.perSec(duration))
 	}
-	if opts.Procs > 0 {
+	for _, shape := range opts.Processes {
+		if shape.Procs <= 0 || shape.Writers <= 0 {
+			return nil, fmt.Errorf("bench docs: %d processes × %d writers: both must be positive", shape.Procs, shape.Writers)
+		}
 		argv := opts.WorkerCommand
 		if len(argv) == 0 {
 			self, err := os.Executable()
@@ -87,21 +94,23 @@ func Docs(ctx context.Context, opts DocsOptions) ([]Result, error) {
 			}
 			argv = []string{self, "bench", "docs-worker"}
 		}
-		naive, err := runDocsProcs(ctx, argv, opts.StoreURL, "naive", prefix+"procs-naive", opts.Procs, procWriters, duration)
+		name := fmt.Sprintf("%d-processes-x-%d-writers", shape.Procs, shape.Writers)
+		naive, err := runDocsProcs(ctx, argv, opts.StoreURL, "naive", prefix+"naive-"+name, shape.Procs, shape.Writers, duration)
 		if err != nil {
 			return nil, err
 		}
-		cairn, err := runDocsProcs(ctx, argv, opts.StoreURL, "cairn", prefix+"procs-cairn", opts.Procs, procWriters, duration)
+		cairn, err := runDocsProcs(ctx, argv, opts.StoreURL, "cairn", prefix+"cairn-"+name, shape.Procs, shape.Writers, duration)
 		if err != nil {
 			return nil, err
 		}
-		if err := verifyCounter(ctx, s, "naive", prefix+"procs-naive", naive.count); err != nil {
+		if err := verifyCounter(ctx, s, "naive", prefix+"naive-"+name, naive.count); err != nil {
 			return nil, err
 		}
-		if err := verifyCounter(ctx, s, "cairn", prefix+"procs-cairn", cairn.count); err != nil {
+		if err := verifyCounter(ctx, s, "cairn", prefix+"cairn-"+name, cairn.count); err != nil {
 			return nil, err
 		}
-		results = append(results, docsResult(fmt.Sprintf("docs/%d-processes-x-%d-writers", opts.Procs, procWriters), naive, cairn, s, duration))
+		results = append(results, docsResult("docs/"+name, naive, cairn, s, duration))
+		log.Info("bench docs", "processes", shape.Procs, "writers", shape.Writers, "naive", naive.perSec(duration), "cairn", cairn.perSec(duration))
 	}
 	cleanupPrefix(ctx, s, prefix)
 	return results, nil
@@ -109,8 +118,11 @@ func Docs(ctx context.Context, opts DocsOptions) ([]Result, error) {
 
 type phase struct {
 	count int
-	lat   Latencies
-	p99   time.Duration // for process phases: the worst process's p99
+	// writes and redrives: cairn's conditional writes sent and 412s taken
+	// (docstore.Stats; the naive loop's are not counted)
+	writes, redrives int
+	lat              Latencies
+	p99              time.Duration // for process phases: the worst process's p99
 }
 
 func (p phase) perSec(d time.Duration) float64 { return float64(p.count) / d.Seconds() }
@@ -123,6 +135,10 @@ func docsResult(name string, naive, cairn phase, s *objstore.Store, d time.Durat
 		r.BaselineP99, r.CairnP99 = naive.lat.Percentile(99), cairn.lat.Percentile(99)
 	}
 	r.Note = fmt.Sprintf("%s, %s per phase, counters verified", s, d)
+	if cairn.writes > 0 {
+		r.Note += fmt.Sprintf("; cairn: %.1f updates per conditional write, %.2f 412s per write",
+			float64(cairn.count)/float64(cairn.writes), float64(cairn.redrives)/float64(cairn.writes))
+	}
 	return r
 }
 
@@ -163,7 +179,8 @@ func runDocsPhase(ctx context.Context, s *objstore.Store, mode, key string, w in
 }
 
 func docsWorkers(ctx context.Context, s *objstore.Store, mode, key string, w int, d time.Duration) (phase, error) {
-	ds := docstore.Typed[int](docstore.New(s, nil))
+	store := docstore.New(s, nil)
+	ds := docstore.Typed[int](store)
 	deadline := time.Now().Add(d)
 	var mu sync.Mutex
 	var p phase
@@ -195,6 +212,8 @@ func docsWorkers(ctx context.Context, s *objstore.Store, mode, key string, w int
 		})
 	}
 	wg.Wait()
+	st := store.Stats()
+	p.writes, p.redrives = st.Writes, st.Redrives
 	return p, first
 }
 
@@ -223,7 +242,11 @@ func verifyCounter(ctx context.Context, s *objstore.Store, mode, key string, wan
 type WorkerReport struct {
 	Count int           `json:"count"`
 	P99   time.Duration `json:"p99_ns"`
-	Error string        `json:"error,omitempty"`
+	// Writes and Redrives: the conditional writes cairn sent and the 412s
+	// it took (zero for the naive loop).
+	Writes   int    `json:"writes,omitempty"`
+	Redrives int    `json:"redrives,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 // DocsWorkerOptions configures DocsWorker: what a worker process was given
@@ -241,12 +264,17 @@ type DocsWorkerOptions struct {
 	Start time.Time
 }
 
-// DocsWorker is one worker process of the Docs multi-process phase: it waits
-// for Start, runs Writers writers on Key for Duration, and reports.
+// DocsWorker is one worker process of the Docs multi-process phase: it
+// learns the store's capabilities (the saved probe verdict: a process's
+// one-time cost, not an update's), waits for Start, runs Writers writers on
+// Key for Duration, and reports.
 func DocsWorker(ctx context.Context, s *objstore.Store, opts DocsWorkerOptions) WorkerReport {
+	if _, err := s.Capabilities(ctx); err != nil {
+		return WorkerReport{Error: err.Error()}
+	}
 	time.Sleep(time.Until(opts.Start))
 	p, err := docsWorkers(ctx, s, opts.Mode, opts.Key, opts.Writers, opts.Duration)
-	rep := WorkerReport{Count: p.count, P99: p.lat.Percentile(99)}
+	rep := WorkerReport{Count: p.count, P99: p.lat.Percentile(99), Writes: p.writes, Redrives: p.redrives}
 	if err != nil {
 		rep.Error = err.Error()
 	}
@@ -290,6 +318,8 @@ func runDocsProcs(ctx context.Context, argv []string, storeURL, mode, key string
 		}
 		p.count += rep.Count
 		p.p99 = max(p.p99, rep.P99)
+		p.writes += rep.Writes
+		p.redrives += rep.Redrives
 	}
 	return p, nil
 }

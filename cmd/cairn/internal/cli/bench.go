@@ -65,7 +65,8 @@ the fs store's target is >= 0.5 (conditional within 2x of plain).`,
 }
 
 func benchDocsCmd(e *env) *cobra.Command {
-	var storeURL, writersList string
+	var storeURL, writersList, procsList string
+	var procWriters int
 	var opts bench.DocsOptions
 	cmd := &cobra.Command{
 		Use:   "docs",
@@ -73,9 +74,12 @@ func benchDocsCmd(e *env) *cobra.Command {
 		Long: `For each writer count, W goroutines increment one counter document for
 --duration with the textbook loop (GET, modify, PUT If-Match, retry on 412) and
 then with cairn (docstore.Update with group commit), each on a fresh key. Reports
-committed updates per second, p99 update latency and the ratio. With --procs,
-also runs that many OS processes of --proc-writers each, both ways. Every phase
-checks that the counter equals the number of updates reported committed.`,
+committed updates per second, p99 update latency and the ratio. Then, for each
+shape in --procs, runs that many OS processes on one document, both ways: "4x16"
+is 4 processes of 16 writers, a bare "4" is 4 processes of --proc-writers each;
+the default rows are 4x16 and 64x1 (the shape Lambda invocations give); "0"
+skips them. Every phase checks that the counter equals the number of updates
+reported committed.`,
 		Example: `  cairn bench docs --store 's3://bench?endpoint=http://127.0.0.1:9000&path_style=true' --json`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -86,6 +90,11 @@ checks that the counter equals the number of updates reported committed.`,
 				}
 				opts.Writers = append(opts.Writers, n)
 			}
+			shapes, err := parseProcShapes(procsList, procWriters)
+			if err != nil {
+				return err
+			}
+			opts.Processes = shapes
 			ctx := cmd.Context()
 			s, err := openStore(ctx, storeURL)
 			if err != nil {
@@ -99,9 +108,37 @@ checks that the counter equals the number of updates reported committed.`,
 	cmd.Flags().StringVar(&storeURL, "store", "./cairn-data/bench", "store URL")
 	cmd.Flags().StringVar(&writersList, "writers", "1,4,16,64", "writer counts to measure")
 	durflag.Var(cmd.Flags(), &opts.Duration, "duration", 3*time.Second, "how long each phase runs")
-	cmd.Flags().IntVar(&opts.Procs, "procs", 4, "OS processes for the multi-process phase (0 skips it)")
-	cmd.Flags().IntVar(&opts.ProcWriters, "proc-writers", 16, "writers in each process")
+	cmd.Flags().StringVar(&procsList, "procs", "4x16,64x1", `multi-process rows: PROCSxWRITERS, or PROCS (of --proc-writers each), comma-separated; "0" skips them`)
+	cmd.Flags().IntVar(&procWriters, "proc-writers", 16, "writers in each process of a --procs row that names none")
 	return cmd
+}
+
+// parseProcShapes reads --procs: comma-separated PxW or P (P processes of
+// writers each); "0" alone is none.
+func parseProcShapes(list string, writers int) ([]bench.ProcessShape, error) {
+	if strings.TrimSpace(list) == "0" {
+		return nil, nil
+	}
+	bad := usagef("--procs %q: comma-separated rows of PROCSxWRITERS (4x16) or PROCS (4, of --proc-writers each), or 0 for none", list)
+	if writers < 1 {
+		return nil, usagef("--proc-writers %d: must be at least 1", writers)
+	}
+	var shapes []bench.ProcessShape
+	for _, f := range strings.Split(list, ",") {
+		p, w, found := strings.Cut(strings.TrimSpace(f), "x")
+		sh := bench.ProcessShape{Writers: writers}
+		var err error
+		if sh.Procs, err = strconv.Atoi(p); err != nil || sh.Procs < 1 {
+			return nil, bad
+		}
+		if found {
+			if sh.Writers, err = strconv.Atoi(w); err != nil || sh.Writers < 1 {
+				return nil, bad
+			}
+		}
+		shapes = append(shapes, sh)
+	}
+	return shapes, nil
 }
 
 // benchDocsWorkerCmd is one worker process of bench docs (bench.DocsOptions.WorkerCommand).
