@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"net/url"
-	"slices"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -29,7 +29,9 @@ var bigErrors = []func(i int) string{
 	func(i int) string {
 		return fmt.Sprintf("POST http://10.0.%d.%d:8080/v1/ingest: request id %08x-4b1c-9a2e-%012x: 503 Service Unavailable", i%250, i%200, i, i*7)
 	},
-	func(i int) string { return fmt.Sprintf("database: deadlock detected (txn %d) at 2026-11-27T14:%02d:%02dZ", i, i%60, i%60) },
+	func(i int) string {
+		return fmt.Sprintf("database: deadlock detected (txn %d) at 2026-11-27T14:%02d:%02dZ", i, i%60, i%60)
+	},
 }
 
 // bigLedger is a SQLite ledger of total records of which dead are dead
