@@ -316,6 +316,7 @@ var sentinelExits = []struct {
 	{fence.ErrStale, ExitPrecondition},
 	{fence.ErrFenced, ExitPrecondition},
 	{lease.ErrNotAcquired, ExitPrecondition},
+	{lease.ErrNotHeld, ExitPrecondition},
 	{treelock.ErrNotAcquired, ExitPrecondition},
 	{folder.ErrNotEmpty, ExitPrecondition},
 	{policy.ErrDenied, ExitUsage},

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-s3/cairn/cmd/cairn/internal/durflag"
+	"github.com/cairn-s3/cairn/fence"
 	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/lock/lease"
 	"github.com/cairn-s3/cairn/lock/treelock"
@@ -44,7 +46,7 @@ fencing token one higher than the last. Expiry never compares two machines'
 clocks. These are cooperative locks: pass the token on to whatever the command
 writes and have it refuse tokens lower than the highest it has seen.`,
 	}
-	cmd.AddCommand(lockRunCmd(e), lockStatusCmd(e), lockTreeCmd(e), lockKeepCmd())
+	cmd.AddCommand(lockRunCmd(e), lockStatusCmd(e), lockForceUnlockCmd(e), lockTreeCmd(e), lockKeepCmd())
 	return cmd
 }
 
@@ -306,6 +308,82 @@ func lockStatusCmd(e *env) *cobra.Command {
 		},
 	}
 	obj.register(cmd)
+	return cmd
+}
+
+func lockForceUnlockCmd(e *env) *cobra.Command {
+	var obj objectFlags
+	var holder string
+	var marks []string
+	cmd := &cobra.Command{
+		Use:   "force-unlock (URL | --store URL --key KEY) [--holder NAME] [--fence-object KEY]…",
+		Short: "Release a lease held by a dead holder, bumping its fencing token",
+		Long: `force-unlock releases a lease now, on purpose, instead of waiting out its TTL:
+for a holder you know is dead (a killed job, a lost machine). It says whom it
+released (holder, host, pid, since when, fencing token). Give --holder (as
+cairn lock status names it) so that a lease taken over meanwhile by a live
+holder is left alone (exit 3).
+
+The lease's fencing token is bumped: the next holder's token is two higher
+than the released one's, and the released holder, if alive after all, loses
+the lease at its next renewal. Its writes still carry its old token: a sink
+refuses them once it has seen a higher one. --fence-object KEY (repeatable,
+keys in the lease's store) rewrites those objects, unchanged, with the bumped
+token (fenced), so that from now on they refuse the old holder's fenced
+writes.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := obj.display(args)
+			s, key, err := obj.open(cmd.Context(), args)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			for _, k := range marks {
+				if err := objstore.ValidateKey(k); err != nil {
+					return usagef("--fence-object %s: %v", safetext.Escape(k), err)
+				}
+			}
+			released, err := lease.New(s, nil).ForceRelease(cmd.Context(), key, holder)
+			if errors.Is(err, lease.ErrNotHeld) {
+				st, _, _ := lease.New(s, nil).Status(cmd.Context(), key)
+				now := "free"
+				if st.Holder != "" {
+					now = "held by " + safetext.Escape(st.Holder) + " (pid " + fmt.Sprint(st.PID) + " on " + safetext.Escape(st.Host) + ")"
+				}
+				return fmt.Errorf("%s: nothing released: it is %s, not held by %s; see cairn lock status %s: %w", name, now,
+					cmp.Or(safetext.Escape(holder), "anyone"), name, lease.ErrNotHeld)
+			}
+			if err != nil {
+				return err
+			}
+			next := released.Token + 1
+			var marked []string
+			for _, k := range marks {
+				body, _, err := fence.Get(cmd.Context(), s, k)
+				if err == nil {
+					_, err = fence.PutBytes(cmd.Context(), s, k, body, next, nil)
+				}
+				if err != nil {
+					return fmt.Errorf("%s released (holder %s, token %d), but raising the fence mark of %s to %d failed: %w; run cairn put with --fence-token %d to that object to raise it",
+						name, safetext.Escape(released.Holder), released.Token, safetext.Escape(k), next, err, next)
+				}
+				marked = append(marked, k)
+			}
+			if e.json {
+				return e.writeJSON(map[string]any{"lease": obj.name(args), "released": released, "token": next, "fence_marked": marked})
+			}
+			fmt.Fprintf(e.stdout, "%s: released; it was held by %s (pid %d on %s) since %s with fencing token %d\nthe lease is free; its token is now %d, the next holder's will be %d\n",
+				name, safetext.Escape(released.Holder), released.PID, safetext.Escape(released.Host), cmp.Or(released.Acquired, "-"), released.Token, next, next+1)
+			for _, k := range marked {
+				fmt.Fprintf(e.stdout, "%s: fence mark raised to %d: writes with token %d are refused\n", safetext.Escape(k), next, released.Token)
+			}
+			return nil
+		},
+	}
+	obj.register(cmd)
+	nonEmptyVar(cmd.Flags(), &holder, "holder", "", "release only if this holder (as lock status names it) holds the lease", "drop --holder to release whoever holds it")
+	cmd.Flags().StringArrayVar(&marks, "fence-object", nil, "an object in the lease's store to rewrite with the bumped fencing token (repeatable)")
 	return cmd
 }
 

@@ -1,0 +1,62 @@
+package cli_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/cairn-s3/cairn/cmd/cairn/internal/cli"
+	"github.com/cairn-s3/cairn/fence"
+	"github.com/cairn-s3/cairn/lock/lease"
+	"github.com/cairn-s3/cairn/objstore"
+)
+
+// TestLockForceUnlock: cairn lock force-unlock releases a lease its holder
+// still holds, says whom it released, refuses when another holder holds it,
+// bumps the fencing token, and with --fence-object makes the named objects
+// refuse the old holder's fenced writes.
+func TestLockForceUnlock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	store := "file://" + dir
+	s, err := objstore.Open(ctx, store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	old, err := lease.New(s, &lease.Options{Holder: "batch-7"}).TryAcquire(ctx, "locks/job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fence.PutBytes(ctx, s, "out/report", []byte("v1"), old.Token(), nil); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := run(t, "lock", "force-unlock", "--store", store, "--key", "locks/job", "--holder", "batch-8")
+	if code != cli.ExitPrecondition || !strings.Contains(stderr, "nothing released") || !strings.Contains(stderr, "held by batch-7") {
+		t.Fatalf("force-unlock of another holder: exit %d %q", code, stderr)
+	}
+	code, out, stderr := run(t, "lock", "force-unlock", "--store", store, "--key", "locks/job", "--holder", "batch-7", "--fence-object", "out/report")
+	if code != 0 || !strings.Contains(out, "held by batch-7") || !strings.Contains(out, "fencing token 1") || !strings.Contains(out, "next holder's will be 3") ||
+		!strings.Contains(out, "out/report: fence mark raised to 2") {
+		t.Fatalf("force-unlock: exit %d\n%s%s", code, out, stderr)
+	}
+	if _, err := fence.PutBytes(ctx, s, "out/report", []byte("v2"), old.Token(), nil); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("the old holder's fenced write after force-unlock: %v, want ErrStale", err)
+	}
+	if b, _, err := fence.Get(ctx, s, "out/report"); err != nil || string(b) != "v1" {
+		t.Fatalf("the marked object: %q %v, want it unchanged", b, err)
+	}
+	code, out, _ = run(t, "lock", "status", "--store", store, "--key", "locks/job")
+	if code != 0 || !strings.Contains(out, "free (last fencing token 2)") {
+		t.Fatalf("status after force-unlock: %d %s", code, out)
+	}
+	if err := old.Release(ctx); !errors.Is(err, lease.ErrLeaseLost) {
+		t.Fatalf("the old holder's release: %v, want ErrLeaseLost", err)
+	}
+	code, _, stderr = run(t, "lock", "force-unlock", "--store", store, "--key", "locks/job")
+	if code != cli.ExitPrecondition || !strings.Contains(stderr, "it is free") {
+		t.Fatalf("force-unlock of a free lease: exit %d %q", code, stderr)
+	}
+}
