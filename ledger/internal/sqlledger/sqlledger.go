@@ -1014,10 +1014,20 @@ func (l *Backend) Replay(ctx context.Context, sel ledger.Selection) (int, error)
 			return 0, l.wrap("replay", err)
 		}
 		var n int
-		err := l.db.QueryRowContext(ctx, l.q(`SELECT COUNT(*) FROM cairn_ledger`+where), a...).Scan(&n)
+		table := `cairn_ledger`
+		if sel.Bucket != "" && sel.Key != "" {
+			table += ` ` + l.d.KeyIndexHint
+		}
+		err := l.db.QueryRowContext(ctx, l.q(`SELECT COUNT(*) FROM `+table+where), a...).Scan(&n)
 		return n, l.wrap("replay", err)
 	}
-	set := `UPDATE cairn_ledger SET status = 'pending', attempts = 0, next_at = ?, updated = ?,
+	table := `cairn_ledger`
+	if sel.Bucket != "" && sel.Key != "" {
+		// One key: its index (SQLite's planner otherwise scans the whole
+		// bucket on the primary key, for every key replayed).
+		table += ` ` + l.d.KeyIndexHint
+	}
+	set := `UPDATE ` + table + ` SET status = 'pending', attempts = 0, next_at = ?, updated = ?,
 last_error = '', lease_until = 0, replays = replays + 1, gen = gen + 1, rev = rev + 1`
 	q, lockFirst := set+where, false
 	if l.d.LockRows != "" {
