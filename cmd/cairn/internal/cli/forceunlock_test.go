@@ -33,7 +33,12 @@ func TestLockForceUnlock(t *testing.T) {
 	if _, err := fence.PutBytes(ctx, s, "out/report", []byte("v1"), old.Token(), nil); err != nil {
 		t.Fatal(err)
 	}
-	code, _, stderr := run(t, "lock", "force-unlock", "--store", store, "--key", "locks/job", "--holder", "batch-8")
+	// A conflict names the holder and the way out.
+	code, _, stderr := run(t, "lock", "run", "--store", store, "--key", "locks/job", "--", "true")
+	if code != cli.ExitPrecondition || !strings.Contains(stderr, "held by batch-7 (pid ") || !strings.Contains(stderr, "force-unlock") {
+		t.Fatalf("lock run on a held lease: exit %d %q", code, stderr)
+	}
+	code, _, stderr = run(t, "lock", "force-unlock", "--store", store, "--key", "locks/job", "--holder", "batch-8")
 	if code != cli.ExitPrecondition || !strings.Contains(stderr, "nothing released") || !strings.Contains(stderr, "held by batch-7") {
 		t.Fatalf("force-unlock of another holder: exit %d %q", code, stderr)
 	}

@@ -98,7 +98,16 @@ pause), and when cairn dies.`,
 			m := lease.New(s, &lease.Options{TTL: ttl})
 			l, err := acquireWithin(ctx, wait, key, m.TryAcquire, m.Acquire)
 			if errors.Is(err, lease.ErrNotAcquired) {
-				return fmt.Errorf("lease %s is held by another holder (see 'cairn lock status'): %w", name, err)
+				// Name the holder, so that the person at the terminal can tell
+				// a live job from a dead one.
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				st, _, serr := m.Status(rctx, key)
+				cancel()
+				if serr != nil || st.Holder == "" {
+					return fmt.Errorf("lease %s is held by another holder (see 'cairn lock status'): %w", name, err)
+				}
+				return fmt.Errorf("lease %s is held by %s (pid %d on %s) since %s, fencing token %d: wait for it (--wait DUR), or if that holder is dead, cairn lock force-unlock %s --holder %s: %w",
+					name, safetext.Escape(st.Holder), st.PID, safetext.Escape(st.Host), cmp.Or(st.Acquired, "-"), st.Token, name, safetext.Escape(st.Holder), err)
 			}
 			if err != nil {
 				return err
