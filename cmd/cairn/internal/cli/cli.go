@@ -317,6 +317,7 @@ var sentinelExits = []struct {
 	{fence.ErrFenced, ExitPrecondition},
 	{lease.ErrNotAcquired, ExitPrecondition},
 	{lease.ErrNotHeld, ExitPrecondition},
+	{treelock.ErrNoSession, ExitPrecondition},
 	{treelock.ErrNotAcquired, ExitPrecondition},
 	{folder.ErrNotEmpty, ExitPrecondition},
 	{policy.ErrDenied, ExitUsage},

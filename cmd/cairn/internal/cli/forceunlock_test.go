@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/cairn-s3/cairn/cmd/cairn/internal/cli"
 	"github.com/cairn-s3/cairn/fence"
 	"github.com/cairn-s3/cairn/lock/lease"
+	"github.com/cairn-s3/cairn/lock/treelock"
 	"github.com/cairn-s3/cairn/objstore"
 )
 
@@ -63,5 +65,51 @@ func TestLockForceUnlock(t *testing.T) {
 	code, _, stderr = run(t, "lock", "force-unlock", "--store", store, "--key", "locks/job")
 	if code != cli.ExitPrecondition || !strings.Contains(stderr, "it is free") {
 		t.Fatalf("force-unlock of a free lease: exit %d %q", code, stderr)
+	}
+}
+
+// TestLockForceUnlockTreeSession: lock status --tree names the sessions of
+// tree locks, and force-unlock --tree-session frees a session's locks at
+// once.
+func TestLockForceUnlockTreeSession(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := "file://" + t.TempDir()
+	s, err := objstore.Open(ctx, store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := treelock.New(s, nil)
+	defer a.Close()
+	ha, err := a.Acquire(ctx, treelock.Request{Write: []string{"/jobs/x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := run(t, "lock", "status", "--store", store, "--tree", "--json")
+	var st struct{ Sessions []treelock.SessionInfo }
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Sessions) != 1 || !strings.Contains(st.Sessions[0].Holder, "/") {
+		t.Fatalf("status --tree: exit %d %s %s", code, out, stderr)
+	}
+	id := st.Sessions[0].ID
+	if code, out, _ := run(t, "lock", "status", "--store", store, "--tree"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, st.Sessions[0].Holder) {
+		t.Fatalf("status --tree: exit %d\n%s", code, out)
+	}
+	b := treelock.New(s, nil)
+	defer b.Close()
+	if _, err := b.TryAcquire(ctx, treelock.Request{Write: []string{"/jobs/x"}}); !errors.Is(err, treelock.ErrNotAcquired) {
+		t.Fatalf("before: %v", err)
+	}
+	code, out, stderr = run(t, "lock", "force-unlock", "--store", store, "--tree-session", id)
+	if code != 0 || !strings.Contains(out, "tree-lock session "+id+" released: it was "+st.Sessions[0].Holder) {
+		t.Fatalf("force-unlock --tree-session: exit %d %s %s", code, out, stderr)
+	}
+	hb, err := b.TryAcquire(ctx, treelock.Request{Write: []string{"/jobs/x"}})
+	if err != nil || hb.Token("/jobs/x") <= ha.Token("/jobs/x") {
+		t.Fatalf("right after force-unlock: %v", err)
+	}
+	_ = hb.Release(ctx)
+	if code, _, stderr := run(t, "lock", "force-unlock", "--store", store, "--tree-session", id); code != cli.ExitPrecondition || !strings.Contains(stderr, "no such session") {
+		t.Fatalf("again: exit %d %q", code, stderr)
 	}
 }
