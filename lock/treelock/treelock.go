@@ -253,7 +253,7 @@ type nodeDoc struct {
 type sessionDoc struct {
 	Holder   string `json:"holder"`
 	Since    string `json:"since,omitempty"` // the holder's wall clock at its start, for people only
-	TTLms    int64  `json:"ttl_ms"` // judged by the session's own TTL, not the observer's
+	TTLms    int64  `json:"ttl_ms"`          // judged by the session's own TTL, not the observer's
 	Renewals int64  `json:"renewals"`
 }
 
