@@ -39,11 +39,17 @@ var bigErrors = []func(i int) string{
 // k/0000000-… in order; the dead letters' errors cycle through bigErrors.
 func bigLedger(tb testing.TB, total, dead int) *ledger.Ledger {
 	tb.Helper()
-	ctx := context.Background()
-	start := time.Now()
 	// synchronous=normal: a test's ledger need not survive a power cut, and
 	// 50,000 Fails each wait for the disk otherwise.
-	l, err := ledger.Open(ctx, "sqlite://"+filepath.ToSlash(filepath.Join(tb.TempDir(), "ledger.db"))+"?synchronous=normal", &ledger.Options{MaxAttempts: 1})
+	return bigLedgerAt(tb, "sqlite://"+filepath.ToSlash(filepath.Join(tb.TempDir(), "ledger.db"))+"?synchronous=normal", total, dead)
+}
+
+// bigLedgerAt is bigLedger at a ledger URL.
+func bigLedgerAt(tb testing.TB, url string, total, dead int) *ledger.Ledger {
+	tb.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	l, err := ledger.Open(ctx, url, &ledger.Options{MaxAttempts: 1})
 	if err != nil {
 		tb.Fatal(err)
 	}
