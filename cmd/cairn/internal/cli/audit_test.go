@@ -192,10 +192,10 @@ func TestAuditSkipsOwnObjects(t *testing.T) {
 		args := append([]string{"audit", "--store", bucket, "--bucket", "b", "--ledger", ledgerPath, "--grace", "0", "--dry-run", "--json"}, tc.args...)
 		code, out, stderr := run(t, args...)
 		var rep struct {
-			Resubmitted int `json:"resubmitted"`
+			WouldResubmit int `json:"would_resubmit"` // a dry run
 		}
-		if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Resubmitted != tc.want {
-			t.Fatalf("audit %v: exit %d, %s %s; want %d resubmitted", tc.args, code, out, stderr, tc.want)
+		if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.WouldResubmit != tc.want {
+			t.Fatalf("audit %v: exit %d, %s %s; want %d to resubmit", tc.args, code, out, stderr, tc.want)
 		}
 	}
 }
