@@ -9,19 +9,31 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 
+	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/ledger"
 )
 
 // ReplayRequest is the body of POST /api/v1/replay, and what the page's forms
-// post (as form fields of the same names, all=1): one record, Bucket and Key,
-// or every record of the status, All.
+// post (as form fields of the same names, all=1, filter=1): one record,
+// Bucket and Key; every record of the status, All; or the records of the
+// status a filter selects, Filter.
 type ReplayRequest struct {
 	Bucket string `json:"bucket,omitempty"`
 	Key    string `json:"key,omitempty"`
-	// All replays every record of Status; it cannot be combined with Bucket
-	// or Key.
+	// All replays every record of Status; it cannot be combined with Bucket,
+	// Key, Prefix or Error.
 	All bool `json:"all,omitempty"`
+	// Filter replays every record of Status that Bucket, Prefix, Key (one
+	// key, in any bucket unless Bucket is set) and Error (an error class, as
+	// ErrorClass makes it and GET /api/v1/status lists in dead_groups) select
+	// together; at least one of them must be set. A replay by error class
+	// replays each selected record's key (with Options.EveryVersion, every
+	// version of the key of Status).
+	Filter bool   `json:"filter,omitempty"`
+	Prefix string `json:"prefix,omitempty"`
+	Error  string `json:"error,omitempty"`
 	// Status of the records to replay: pending, claimed, processed, failed or
 	// dead (the default).
 	Status string `json:"status,omitempty"`
@@ -31,7 +43,12 @@ type ReplayRequest struct {
 	Expect *int `json:"expect,omitempty"`
 }
 
-// selection checks the request: one record or, explicitly, all.
+// filter is the request's filter fields.
+func (q ReplayRequest) filter() DeadFilter {
+	return DeadFilter{Bucket: q.Bucket, Prefix: q.Prefix, Key: q.Key, Error: q.Error}
+}
+
+// selection checks the request: one record, a filter or, explicitly, all.
 func (q ReplayRequest) selection() (ledger.Selection, error) {
 	st := ledger.Dead
 	if q.Status != "" {
@@ -40,14 +57,65 @@ func (q ReplayRequest) selection() (ledger.Selection, error) {
 	switch {
 	case !slices.Contains(statuses, st):
 		return ledger.Selection{}, refusal(http.StatusBadRequest, "unknown status "+quote(q.Status)+": want pending, claimed, processed, failed or dead (the default)")
-	case q.All && (q.Bucket != "" || q.Key != ""):
-		return ledger.Selection{}, refusal(http.StatusBadRequest, "a replay of all records names no bucket or key: send either all, or a bucket and a key")
+	case q.All && q.Filter:
+		return ledger.Selection{}, refusal(http.StatusBadRequest, "a replay is of all records or of a filter, not both: send either all or filter")
+	case q.All && q.filter().active():
+		return ledger.Selection{}, refusal(http.StatusBadRequest, "a replay of all records names no bucket, key, prefix or error: send either all, or a bucket and a key, or filter with them")
+	case q.Filter && !q.filter().active():
+		return ledger.Selection{}, refusal(http.StatusBadRequest, "a replay of a filter needs at least one of bucket, prefix, key and error; to replay every "+string(st)+" record, ask for all explicitly (API: {\"all\": true}; page: the Replay all button)")
+	case q.Filter:
+	case !q.All && (q.Prefix != "" || q.Error != ""):
+		return ledger.Selection{}, refusal(http.StatusBadRequest, "prefix and error select records only in a replay of a filter: add filter (API: {\"filter\": true, …}; form: filter=1)")
 	case !q.All && (q.Bucket == "" || q.Key == ""):
 		return ledger.Selection{}, refusal(http.StatusBadRequest, "a replay needs the bucket and the key of the record to replay; to replay every "+string(st)+" record, ask for all explicitly (API: {\"all\": true}; page: the Replay all button)")
 	case q.Expect != nil && *q.Expect < 0:
 		return ledger.Selection{}, refusal(http.StatusBadRequest, "expect is a number of records, not "+strconv.Itoa(*q.Expect))
 	}
-	return ledger.Selection{Statuses: []ledger.Status{st}, Bucket: q.Bucket, Key: q.Key}, nil
+	return ledger.Selection{Statuses: []ledger.Status{st}, Bucket: q.Bucket, Prefix: q.Prefix, Key: q.Key}, nil
+}
+
+// byKeys reports whether the request's records must be found by reading
+// them (an error class, which no backend knows, or a key in any bucket)
+// and replayed key by key, rather than selected by the ledger itself.
+func (q ReplayRequest) byKeys() bool {
+	return q.Filter && (q.Error != "" || (q.Key != "" && q.Bucket == "") || q.filter().none())
+}
+
+// matching reads the records of status st that f selects: each key once,
+// and how many records they are.
+func matching(ctx context.Context, l *ledger.Ledger, st ledger.Status, f DeadFilter) ([]ExampleKey, int, error) {
+	if f.none() {
+		return nil, 0, nil
+	}
+	var keys []ExampleKey
+	seen := map[ExampleKey]bool{}
+	n := 0
+	err := scan(ctx, l, f.ledgerFilter(st), func(c ledger.Claim) bool {
+		if f.matches(c) {
+			n++
+			if k := (ExampleKey{c.Bucket, c.Key}); !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+		return true
+	})
+	return keys, n, err
+}
+
+// countMatching is how many records of status st f selects.
+func countMatching(ctx context.Context, l *ledger.Ledger, st ledger.Status, f DeadFilter) (int, error) {
+	n := 0
+	if f.none() {
+		return 0, nil
+	}
+	err := scan(ctx, l, f.ledgerFilter(st), func(c ledger.Claim) bool {
+		if f.matches(c) {
+			n++
+		}
+		return true
+	})
+	return n, err
 }
 
 // refused is an error with the HTTP status to answer it with.
@@ -75,6 +143,9 @@ func (h *handler) replay(ctx context.Context, q ReplayRequest) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if q.byKeys() {
+		return h.replayKeys(ctx, q, sel.Statuses[0])
+	}
 	if q.Expect != nil {
 		dry := sel
 		dry.DryRun = true
@@ -93,6 +164,28 @@ func (h *handler) replay(ctx context.Context, q ReplayRequest) (int, error) {
 	return n, nil
 }
 
+// replayKeys replays, key by key, the records a filter selects that the
+// ledger cannot select itself (see byKeys), after checking Expect against
+// how many records the filter selects now.
+func (h *handler) replayKeys(ctx context.Context, q ReplayRequest, st ledger.Status) (int, error) {
+	keys, n, err := matching(ctx, h.l, st, q.filter())
+	if err != nil {
+		return 0, errors.New("the ledger did not answer: " + err.Error())
+	}
+	if q.Expect != nil && n != *q.Expect {
+		return 0, refusal(http.StatusConflict, strconv.Itoa(n)+" records would be replayed now, not the "+strconv.Itoa(*q.Expect)+" expected: nothing was replayed; look again (reload the page) and replay again if that is still what you want")
+	}
+	total := 0
+	for _, k := range keys {
+		m, err := h.l.Replay(ctx, ledger.Selection{Statuses: []ledger.Status{st}, Bucket: k.Bucket, Key: k.Key})
+		total += m
+		if err != nil {
+			return total, errors.New("the ledger did not answer after " + strconv.Itoa(total) + " records were replayed (replay again to replay the rest): " + err.Error())
+		}
+	}
+	return total, nil
+}
+
 // apiReplay is POST /api/v1/replay: the operator token as a bearer token.
 func (h *handler) apiReplay(w http.ResponseWriter, r *http.Request) {
 	if !h.operator.set {
@@ -107,7 +200,7 @@ func (h *handler) apiReplay(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&q); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"bucket":…,"key":…} or {"all":true}, optionally with "status" and "expect": ` + err.Error()})
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"bucket":…,"key":…}, {"all":true} or {"filter":true, "bucket":…, "prefix":…, "key":…, "error":…}, optionally with "status" and "expect": ` + err.Error()})
 		return
 	}
 	n, err := h.replay(r.Context(), q)
@@ -157,13 +250,18 @@ func (h *handler) formReplay(w http.ResponseWriter, r *http.Request) {
 // formRequest reads a ReplayRequest from the form's fields.
 func formRequest(r *http.Request) (ReplayRequest, error) {
 	f := r.PostForm
-	q := ReplayRequest{Bucket: f.Get("bucket"), Key: f.Get("key"), Status: f.Get("status")}
-	if s := f.Get("all"); s != "" {
-		all, err := strconv.ParseBool(s)
-		if err != nil {
-			return q, refusal(http.StatusBadRequest, "all is 1 or 0, not "+quote(s))
+	q := ReplayRequest{Bucket: f.Get("bucket"), Key: f.Get("key"), Prefix: f.Get("prefix"), Error: f.Get("error"), Status: f.Get("status")}
+	for _, b := range []struct {
+		name string
+		to   *bool
+	}{{"all", &q.All}, {"filter", &q.Filter}} {
+		if s := f.Get(b.name); s != "" {
+			v, err := strconv.ParseBool(s)
+			if err != nil {
+				return q, refusal(http.StatusBadRequest, b.name+" is 1 or 0, not "+quote(s))
+			}
+			*b.to = v
 		}
-		q.All = all
 	}
 	if s := f.Get("expect"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -180,7 +278,16 @@ func replayedMessage(q ReplayRequest, n int) string {
 	if q.All {
 		return "replayed " + strconv.Itoa(n) + " " + plural(n, st+" record") + " (all)"
 	}
-	return "replayed " + strconv.Itoa(n) + " " + plural(n, "record") + ": " + q.Bucket + "/" + q.Key
+	if q.Filter {
+		var by []string
+		for _, p := range [][2]string{{"bucket", q.Bucket}, {"prefix", q.Prefix}, {"key", q.Key}, {"error", q.Error}} {
+			if p[1] != "" {
+				by = append(by, p[0]+" "+quote(p[1]))
+			}
+		}
+		return "replayed " + strconv.Itoa(n) + " " + plural(n, st+" record") + " of " + strings.Join(by, ", ")
+	}
+	return "replayed " + strconv.Itoa(n) + " " + plural(n, "record") + ": " + safetext.Escape(q.Bucket) + "/" + safetext.Escape(q.Key)
 }
 
 func plural(n int, s string) string {

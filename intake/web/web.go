@@ -49,6 +49,7 @@ import (
 	"errors"
 	"html/template"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/cairn-s3/cairn/ledger"
@@ -76,6 +77,11 @@ var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 			out[i] = string(s)
 		}
 		return out
+	},
+	"show": show,
+	"groupURL": func(f DeadFilter, class string) string {
+		f.Error = class
+		return "/?" + f.query().Encode() + "#dead"
 	},
 	"pct": func(n, max int) int {
 		if max == 0 {
@@ -186,10 +192,29 @@ type Status struct {
 	LastHour      int             `json:"processed_last_hour"`
 	Claims        []ledger.Record `json:"claims"`
 	Failures      []ledger.Record `json:"failures"`
-	Dead          []ledger.Record `json:"dead"`
-	Refusals      []Refusal       `json:"refusals"`
-	Audit         *Audit          `json:"last_audit,omitempty"`
-	Actions       bool            `json:"actions_enabled"`
+	// Dead is a page of the dead letters DeadFilter selects (the query
+	// parameters bucket, prefix, key and error), DeadLimit at most, in
+	// (bucket, key) order; DeadNext is the after parameter of the next page
+	// ("" on the last). DeadMatched is how many dead letters DeadFilter
+	// selects in all.
+	Dead        []ledger.Record `json:"dead"`
+	DeadFilter  DeadFilter      `json:"dead_filter"`
+	DeadLimit   int             `json:"dead_limit"`
+	DeadNext    string          `json:"dead_next,omitempty"`
+	DeadMatched int             `json:"dead_matched"`
+	// DeadGroups are the dead letters DeadFilter selects (its error class
+	// aside) grouped by ErrorClass, the largest first, at most 100;
+	// DeadGroupsMore is how many classes are not listed, and DeadGroupsOther
+	// how many dead letters are of classes past the first 1,000 counted
+	// (their classes are not kept). Grouping reads every dead letter the
+	// filter selects; a grouping is reused for up to 5 seconds while the
+	// number of dead letters stays the same.
+	DeadGroups      []ErrorGroup `json:"dead_groups"`
+	DeadGroupsMore  int          `json:"dead_groups_more,omitempty"`
+	DeadGroupsOther int          `json:"dead_groups_other,omitempty"`
+	Refusals        []Refusal    `json:"refusals"`
+	Audit           *Audit       `json:"last_audit,omitempty"`
+	Actions         bool         `json:"actions_enabled"`
 }
 
 type handler struct {
@@ -199,6 +224,7 @@ type handler struct {
 	operator, read secret
 	origins        []string // AllowedOrigins, normalised
 	flashes        *flashes
+	groups         groupCache
 }
 
 // Handler returns the page (GET /), the API (GET /api/v1/status, POST
@@ -238,7 +264,7 @@ func Mount(mux *http.ServeMux, l *ledger.Ledger, opts *Options) {
 	}
 }
 
-func (h *handler) status(ctx context.Context) (*Status, error) {
+func (h *handler) status(ctx context.Context, q deadQuery) (*Status, error) {
 	l := h.l
 	st := &Status{Now: time.Now(), Counts: map[string]int{}, Actions: h.operator.set}
 	counts, err := l.Counts(ctx)
@@ -266,8 +292,28 @@ func (h *handler) status(ctx context.Context) (*Status, error) {
 	if st.Failures, err = list(ledger.Failed); err != nil {
 		return nil, err
 	}
-	if st.Dead, err = list(ledger.Dead); err != nil {
+	st.DeadFilter, st.DeadLimit = q.DeadFilter, q.Limit
+	if st.Dead, st.DeadNext, err = deadPage(ctx, l, q.DeadFilter, q.after, q.Limit); err != nil {
 		return nil, err
+	}
+	g, err := h.groups.get(ctx, l, q.DeadFilter, counts[ledger.Dead])
+	if err != nil {
+		return nil, err
+	}
+	st.DeadGroups = g.sorted[:min(len(g.sorted), shownGroups)]
+	st.DeadGroupsMore, st.DeadGroupsOther = len(g.sorted)-len(st.DeadGroups), g.other
+	switch e := g.counts[q.Error]; {
+	case q.Error == "":
+		st.DeadMatched = g.total
+	case e != nil:
+		st.DeadMatched = e.Count
+	case g.other > 0: // a class past those counted: count it
+		if st.DeadMatched, err = countMatching(ctx, l, ledger.Dead, q.DeadFilter); err != nil {
+			return nil, err
+		}
+	}
+	if st.DeadGroups == nil {
+		st.DeadGroups = []ErrorGroup{}
 	}
 	if h.o.Activity != nil {
 		st.Throughput = h.o.Activity()
@@ -291,7 +337,12 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 		refuseRead(w, "this page needs the read token: sign in with any user name and the read token (or the operator token) as the password")
 		return
 	}
-	st, err := h.status(r.Context())
+	q, err := parseDeadQuery(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), codeOf(err))
+		return
+	}
+	st, err := h.status(r.Context(), q)
 	if err != nil {
 		http.Error(w, "the ledger did not answer: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -300,7 +351,21 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 		*Status
 		Title, CSRF, Flash string
 		DeadTotal          int
-	}{st, h.o.Title, h.csrf, h.flashes.get(r.URL.Query().Get("flash")), st.Counts[string(ledger.Dead)]}
+		Filtered           bool
+		NextURL, FirstURL  string
+	}{Status: st, Title: h.o.Title, CSRF: h.csrf, Flash: h.flashes.get(r.URL.Query().Get("flash")), DeadTotal: st.Counts[string(ledger.Dead)],
+		Filtered: q.active()}
+	if st.DeadNext != "" {
+		v := q.query()
+		v.Set("after", st.DeadNext)
+		if q.Limit != defaultPage {
+			v.Set("limit", strconv.Itoa(q.Limit))
+		}
+		data.NextURL = "/?" + v.Encode() + "#dead"
+	}
+	if q.after != (cursor{}) {
+		data.FirstURL = "/?" + q.query().Encode() + "#dead"
+	}
 	var buf bytes.Buffer
 	if err := page.Execute(&buf, data); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -318,7 +383,12 @@ func (h *handler) apiStatus(w http.ResponseWriter, r *http.Request) {
 		refuseReadJSON(w, "this API needs the read token (or the operator token): Authorization: Bearer TOKEN")
 		return
 	}
-	st, err := h.status(r.Context())
+	q, err := parseDeadQuery(r.URL.Query())
+	if err != nil {
+		writeJSON(w, codeOf(err), map[string]string{"error": err.Error()})
+		return
+	}
+	st, err := h.status(r.Context(), q)
 	if err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "the ledger did not answer: " + err.Error()})
 		return

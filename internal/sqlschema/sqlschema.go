@@ -34,6 +34,12 @@ var SQLiteMigrations = []string{`CREATE TABLE cairn_ledger (
 	`ALTER TABLE cairn_ledger ADD COLUMN host_id TEXT NOT NULL DEFAULT ''`,
 }
 
+// StatusIndex orders each status's records as List pages through them, so
+// that a page of one status (the status page's dead letters, cairn ledger ls
+// --status dead) seeks to its cursor instead of sorting every record of the
+// status on each page. Both SQL backends add it as their latest migration.
+const StatusIndex = `CREATE INDEX cairn_ledger_status ON cairn_ledger (status, bucket, ident)`
+
 // Cols are the ledger's columns in the order rows are written and read; rev
 // follows them.
 const Cols = `bucket, ident, key, version_id, etag, size, kind, name, event_time, seq, seq_sort, status, attempts, token,

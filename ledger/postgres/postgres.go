@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // the driver
 
+	"github.com/cairn-s3/cairn/internal/sqlschema"
 	"github.com/cairn-s3/cairn/ledger"
 	"github.com/cairn-s3/cairn/ledger/internal/sqlledger"
 )
@@ -65,6 +66,9 @@ var migrations = []string{`CREATE TABLE cairn_ledger (
 	// tuple, for lease_until) on every claim, so a claim cost O(live claims).
 	// Partial: only claimed rows are in it (a few per handler slot).
 	`CREATE INDEX cairn_ledger_lease ON cairn_ledger (lease_until) WHERE status = 'claimed'`,
+	// List by status (the status page's dead letters, ledger ls --status):
+	// seek to the cursor in the status's own order.
+	sqlschema.StatusIndex,
 }
 
 func rebind(q string) string {

@@ -313,6 +313,38 @@ func (l *Lease) Release(ctx context.Context) error {
 	return err
 }
 
+// ErrNotHeld is ForceRelease's answer for a lease nobody holds (or no longer
+// the holder named): nothing was released.
+var ErrNotHeld = errors.New("lease: not held (by the holder named)")
+
+// ForceRelease releases a lease that someone else holds, on purpose: for a
+// holder known to be dead whose lease should not wait out its TTL (Terraform's
+// force-unlock). If holder is not "", only that holder's lease is released,
+// so that a lease taken over meanwhile by a live holder is left alone
+// (ErrNotHeld). It returns the state it released.
+//
+// The released state carries the next fencing token (the released holder's
+// plus one), so the next acquisition gets a token two higher, and the
+// released holder's renewals fail: if it was alive after all, it loses the
+// lease within one renewal. Its writes carry the old token; a sink refuses
+// them once it has seen a higher one (fence.Put of the new token: cairn lock
+// force-unlock --fence-object raises the named objects' marks for that).
+func (m *Manager) ForceRelease(ctx context.Context, key, holder string) (State, error) {
+	var released State
+	_, _, err := m.d.Update(ctx, key, func(st *State, meta docstore.Meta) error {
+		if !meta.Exists || st.Holder == "" || (holder != "" && st.Holder != holder) {
+			return ErrNotHeld
+		}
+		released = *st
+		*st = State{Token: st.Token + 1, TTLms: st.TTLms}
+		return nil
+	})
+	if err != nil {
+		return State{}, err
+	}
+	return released, nil
+}
+
 // Status reads a lease without taking it.
 func (m *Manager) Status(ctx context.Context, key string) (State, docstore.Meta, error) {
 	return m.d.Load(ctx, key)

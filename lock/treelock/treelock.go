@@ -252,7 +252,8 @@ type nodeDoc struct {
 
 type sessionDoc struct {
 	Holder   string `json:"holder"`
-	TTLms    int64  `json:"ttl_ms"` // judged by the session's own TTL, not the observer's
+	Since    string `json:"since,omitempty"` // the holder's wall clock at its start, for people only
+	TTLms    int64  `json:"ttl_ms"`          // judged by the session's own TTL, not the observer's
 	Renewals int64  `json:"renewals"`
 }
 
@@ -355,7 +356,8 @@ func (m *Manager) ensureSession(ctx context.Context) (*tsession, error) {
 	id := randomID()
 	start := m.opts.Clock.Now()
 	host, _ := os.Hostname()
-	if _, err := m.sess.Create(ctx, m.sessionKey(id), sessionDoc{Holder: fmt.Sprintf("%s/%d", host, os.Getpid()), TTLms: m.opts.TTL.Milliseconds()}); err != nil {
+	if _, err := m.sess.Create(ctx, m.sessionKey(id), sessionDoc{Holder: fmt.Sprintf("%s/%d", host, os.Getpid()), TTLms: m.opts.TTL.Milliseconds(),
+		Since: time.Now().UTC().Format(time.RFC3339Nano)}); err != nil {
 		return nil, err
 	}
 	key := m.sessionKey(id)
@@ -519,6 +521,73 @@ func (m *Manager) judge(ctx context.Context, sessions []string, self string, sto
 		}
 	}
 	return out
+}
+
+// SessionInfo describes a session: one process that holds or waits for tree
+// locks under the Manager's prefix.
+type SessionInfo struct {
+	ID       string        `json:"id"`
+	Holder   string        `json:"holder"` // host/pid
+	Since    string        `json:"since,omitempty"`
+	TTL      time.Duration `json:"ttl"`
+	Renewals int64         `json:"renewals"`
+	// LastWrite is the store's Last-Modified of the session's document: a
+	// live session rewrites it every TTL/3.
+	LastWrite time.Time `json:"last_write"`
+}
+
+// ErrNoSession is ForceRelease's answer for a session that does not exist
+// (released, or already judged dead and deleted): nothing was released.
+var ErrNoSession = errors.New("treelock: no such session")
+
+// Sessions lists the sessions under the Manager's prefix (this process's
+// own among them, once it has taken a lock), alive or not yet judged dead.
+func (m *Manager) Sessions(ctx context.Context) ([]SessionInfo, error) {
+	var out []SessionInfo
+	for info, err := range m.s.List(ctx, m.sessionsPrefix(), nil) {
+		if err != nil {
+			return nil, err
+		}
+		id := strings.TrimPrefix(info.Key, m.sessionsPrefix())
+		d, meta, err := m.sess.Load(ctx, info.Key)
+		if errors.Is(err, objstore.ErrNotFound) {
+			continue // gone since the listing
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, SessionInfo{ID: id, Holder: d.Holder, Since: d.Since, TTL: time.Duration(d.TTLms) * time.Millisecond,
+			Renewals: d.Renewals, LastWrite: meta.LastModified})
+	}
+	return out, nil
+}
+
+// ForceRelease ends another process's session on purpose, for a holder known
+// to be dead, instead of waiting a TTL for it to be judged dead: it deletes
+// the session's document, which is what the session's death means (see the
+// package doc). Every lock the session held or waited for is free for the
+// next request that reaches its node (its entries are pruned then), and the
+// next grant on each path takes a fencing token above the session's; the
+// session, if alive after all, loses its locks at its next renewal (Done,
+// ErrSessionLost). It returns what it released; ErrNoSession if there is no
+// such session.
+func (m *Manager) ForceRelease(ctx context.Context, id string) (SessionInfo, error) {
+	if id == "" || strings.Contains(id, "/") {
+		return SessionInfo{}, fmt.Errorf("%w: %q is not a session id (cairn lock status --tree lists them)", ErrNoSession, id)
+	}
+	d, meta, err := m.sess.Load(ctx, m.sessionKey(id))
+	if errors.Is(err, objstore.ErrNotFound) {
+		return SessionInfo{}, fmt.Errorf("%w: %s (released, or already judged dead)", ErrNoSession, id)
+	}
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	if err := m.s.Delete(ctx, m.sessionKey(id), objstore.Condition{}); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		return SessionInfo{}, err
+	}
+	m.watch.Forget(id)
+	return SessionInfo{ID: id, Holder: d.Holder, Since: d.Since, TTL: time.Duration(d.TTLms) * time.Millisecond,
+		Renewals: d.Renewals, LastWrite: meta.LastModified}, nil
 }
 
 // Held is an acquired request.

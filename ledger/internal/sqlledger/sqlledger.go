@@ -1014,10 +1014,20 @@ func (l *Backend) Replay(ctx context.Context, sel ledger.Selection) (int, error)
 			return 0, l.wrap("replay", err)
 		}
 		var n int
-		err := l.db.QueryRowContext(ctx, l.q(`SELECT COUNT(*) FROM cairn_ledger`+where), a...).Scan(&n)
+		table := `cairn_ledger`
+		if sel.Bucket != "" && sel.Key != "" {
+			table += ` ` + l.d.KeyIndexHint
+		}
+		err := l.db.QueryRowContext(ctx, l.q(`SELECT COUNT(*) FROM `+table+where), a...).Scan(&n)
 		return n, l.wrap("replay", err)
 	}
-	set := `UPDATE cairn_ledger SET status = 'pending', attempts = 0, next_at = ?, updated = ?,
+	table := `cairn_ledger`
+	if sel.Bucket != "" && sel.Key != "" {
+		// One key: its index (SQLite's planner otherwise scans the whole
+		// bucket on the primary key, for every key replayed).
+		table += ` ` + l.d.KeyIndexHint
+	}
+	set := `UPDATE ` + table + ` SET status = 'pending', attempts = 0, next_at = ?, updated = ?,
 last_error = '', lease_until = 0, replays = replays + 1, gen = gen + 1, rev = rev + 1`
 	q, lockFirst := set+where, false
 	if l.d.LockRows != "" {
@@ -1237,13 +1247,17 @@ func (l *Backend) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, er
 	case f.Bucket != "" && f.AfterBucket > f.Bucket:
 		return nil, nil // the cursor is past the bucket
 	case f.Bucket != "" && f.AfterBucket == f.Bucket:
-		// One bucket: a plain range on the primary key.
+		// One bucket: a plain range on the primary key (or on the status
+		// index: status first, below).
 		q, a = `SELECT `+cols+` FROM cairn_ledger WHERE bucket = ? AND ident > ?`, []any{f.Bucket, f.AfterIdent}
 	case f.Bucket != "":
 		q, a = `SELECT `+cols+` FROM cairn_ledger WHERE bucket = ?`, []any{f.Bucket}
 	default:
-		q = `SELECT ` + cols + ` FROM cairn_ledger WHERE (bucket > ? OR (bucket = ? AND ident > ?))`
-		a = []any{f.AfterBucket, f.AfterBucket, f.AfterIdent}
+		// A row value, so that the database seeks to the cursor on the
+		// primary key (an OR of the two reads every row before it again
+		// on each page: a scan through the ledger was quadratic).
+		q = `SELECT ` + cols + ` FROM cairn_ledger WHERE (bucket, ident) > (?, ?)`
+		a = []any{f.AfterBucket, f.AfterIdent}
 	}
 	if f.Status != "" {
 		q += ` AND status = ?`

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"sync"
@@ -124,6 +125,9 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 				return err
 			}
 			if e.json {
+				if o.DryRun {
+					return e.writeJSON(dryRunReport(rep))
+				}
 				return e.writeJSON(rep)
 			}
 			verb := "resubmitted"
@@ -139,12 +143,24 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 			for _, c := range classes {
 				fmt.Fprintf(e.stdout, "  %-10s %d\n", c, rep.Counts[c])
 			}
-			if len(rep.Findings) > 0 {
+			// Too young objects are many after a busy quarter of an hour and
+			// nothing to act on: a count, not rows.
+			var findings []audit.Finding
+			for _, f := range rep.Findings {
+				if f.Class != audit.TooYoung {
+					findings = append(findings, f)
+				}
+			}
+			if n := rep.Counts[audit.TooYoung]; n > 0 {
+				fmt.Fprintf(e.stdout, "%d %s modified within the last %s not judged yet (their events may still be on the way): not listed; the next audit judges them, --json lists them\n",
+					n, map[bool]string{true: "object", false: "objects"}[n == 1], o.Grace)
+			}
+			if len(findings) > 0 {
 				tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "\nCLASS\tKEY\tOBJECT ETAG\tLEDGER ETAG\tSTATUS")
-				for i, f := range rep.Findings {
+				for i, f := range findings {
 					if i == 50 {
-						fmt.Fprintf(tw, "…\t%d more (--json lists up to 1,000)\t\t\t\n", len(rep.Findings)-50)
+						fmt.Fprintf(tw, "…\t%d more (--json lists up to 1,000)\t\t\t\n", len(findings)-50)
 						break
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", safetext.Escape(f.Class), safetext.Escape(f.Key), safetext.Escape(f.ETag),
@@ -168,4 +184,21 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 	fs.BoolVar(&o.ResubmitFailed, "resubmit-failed", false, "also resubmit failed and dead records")
 	fs.IntVar(&o.Parallel, "parallel-prefixes", 1, "list this many top-level folders at once")
 	return cmd
+}
+
+// dryRunReport is a dry run's report as JSON: what a real run would have
+// resubmitted is "would_resubmit", never "resubmitted" (nothing was).
+func dryRunReport(rep *audit.Report) any {
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return rep
+	}
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil {
+		return rep
+	}
+	m["would_resubmit"] = m["resubmitted"]
+	delete(m, "resubmitted")
+	delete(m, "decisions")
+	return m
 }

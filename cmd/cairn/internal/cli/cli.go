@@ -316,6 +316,8 @@ var sentinelExits = []struct {
 	{fence.ErrStale, ExitPrecondition},
 	{fence.ErrFenced, ExitPrecondition},
 	{lease.ErrNotAcquired, ExitPrecondition},
+	{lease.ErrNotHeld, ExitPrecondition},
+	{treelock.ErrNoSession, ExitPrecondition},
 	{treelock.ErrNotAcquired, ExitPrecondition},
 	{folder.ErrNotEmpty, ExitPrecondition},
 	{policy.ErrDenied, ExitUsage},

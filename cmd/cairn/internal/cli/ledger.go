@@ -66,11 +66,15 @@ default ./cairn-data/ledger.db.`,
 	nonEmptyVar(cmd.PersistentFlags(), &url, "ledger", ledger.DefaultURL, "ledger URL", "drop --ledger for the default ("+ledger.DefaultURL+")")
 	var status, prefix, bucket string
 	var limit int
+	var all bool
 	ls := &cobra.Command{
-		Use:   "ls [--status S] [--prefix P] [--bucket B]",
+		Use:   "ls [--status S] [--prefix P] [--bucket B] [--limit N | --all] [--json]",
 		Short: "List records",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 0 {
+				return usagef("--limit %d: give a number of records, or 0 (or --all) for every record", limit)
+			}
 			switch ledger.Status(status) {
 			case "", ledger.Pending, ledger.Claimed, ledger.Processed, ledger.Failed, ledger.Dead:
 			default:
@@ -81,17 +85,29 @@ default ./cairn-data/ledger.db.`,
 				return err
 			}
 			defer l.Close()
-			f := ledger.Filter{Status: ledger.Status(status), Prefix: prefix, Bucket: bucket, Limit: min(limit, 1000)}
+			if all {
+				limit = 0
+			}
+			f := ledger.Filter{Status: ledger.Status(status), Prefix: prefix, Bucket: bucket}
 			var tab *textTable
 			if !e.json {
 				tab = &textTable{}
 				tab.add("BUCKET", "KEY", "STATUS", "SEQUENCER", "ATTEMPTS", "SEEN", "UPDATED", "LAST ERROR")
 			}
+			// Pages of at most 1,000, each written as it comes: with
+			// --limit 0 the whole ledger streams through in bounded memory.
 			shown := 0
-			for shown < limit {
+			for limit == 0 || shown < limit {
+				f.Limit = lsPage
+				if limit > 0 {
+					f.Limit = min(limit-shown, lsPage)
+				}
 				page, err := l.List(cmd.Context(), f)
 				if err != nil {
 					return err
+				}
+				if len(page) == 0 {
+					break
 				}
 				for _, r := range page {
 					if e.json {
@@ -99,18 +115,29 @@ default ./cairn-data/ledger.db.`,
 							return err
 						}
 					} else {
-						tab.add(safetext.Escape(r.Bucket), safetext.Escape(r.Key), safetext.Escape(string(r.Status)), safetext.Escape(r.Seq),
-							fmt.Sprint(r.Attempts), fmt.Sprint(r.Seen), r.Updated.Format(time.RFC3339), safetext.Escape(oneLine(r.LastError, 60)))
+						tab.add(capCell(safetext.Escape(r.Bucket), 40), capCell(safetext.Escape(r.Key), 80), safetext.Escape(string(r.Status)),
+							capCell(safetext.Escape(r.Seq), 24), fmt.Sprint(r.Attempts), fmt.Sprint(r.Seen), r.Updated.Format(time.RFC3339),
+							capCell(safetext.Escape(oneLine(r.LastError, 60)), 60))
 					}
 					shown++
 				}
-				if len(page) < f.Limit {
-					break
+				if tab != nil {
+					if err := tab.write(e.stdout); err != nil {
+						return err
+					}
 				}
 				f.AfterBucket, f.AfterIdent = page[len(page)-1].Bucket, page[len(page)-1].Ident
 			}
-			if tab != nil {
-				return tab.write(e.stdout)
+			if limit > 0 && shown == limit {
+				// Cut: say so, and how to see the rest, if anything is left.
+				f.Limit = 1
+				more, err := l.List(cmd.Context(), f)
+				if err != nil {
+					return err
+				}
+				if len(more) > 0 {
+					fmt.Fprintf(e.stderr, "cairn: listed the first %d records; more match: --all (or --limit 0) lists every one, --json as JSON lines\n", shown)
+				}
 			}
 			return nil
 		},
@@ -118,7 +145,8 @@ default ./cairn-data/ledger.db.`,
 	nonEmptyVar(ls.Flags(), &status, "status", "", "only records with this status", "an empty filter would list every status; drop --status to mean that")
 	nonEmptyVar(ls.Flags(), &prefix, "prefix", "", "only keys with this prefix", "an empty filter would list every key; drop --prefix to mean that")
 	nonEmptyVar(ls.Flags(), &bucket, "bucket", "", "only this bucket", "an empty filter would list every bucket; drop --bucket to mean that")
-	ls.Flags().IntVar(&limit, "limit", 1000, "at most this many records")
+	ls.Flags().IntVar(&limit, "limit", 1000, "at most this many records (0: all); when records are left out, a line on stderr says so")
+	ls.Flags().BoolVar(&all, "all", false, "list every record (as --limit 0), streamed; text columns are cut, --json has every value whole")
 	show := &cobra.Command{
 		Use:   "show BUCKET/KEY",
 		Short: "Show everything the ledger knows about one key",
@@ -134,6 +162,10 @@ default ./cairn-data/ledger.db.`,
 			}
 			defer l.Close()
 			rs, err := l.Get(cmd.Context(), bucket, key)
+			if errors.Is(err, ledger.ErrNotFound) {
+				return fmt.Errorf("the ledger holds no record of %s/%s: check the bucket and the key (cairn ledger ls --bucket %s --prefix KEY_PREFIX lists the keys it holds; a purged record is gone): %w",
+					safetext.Escape(bucket), safetext.Escape(key), safetext.Escape(bucket), err)
+			}
 			if err != nil {
 				return err
 			}
@@ -179,6 +211,26 @@ func fmtTime(t time.Time) string {
 		return "-"
 	}
 	return t.Format(time.RFC3339Nano)
+}
+
+// lsPage is how many records ledger ls reads at a time.
+const lsPage = 1000
+
+// capCell cuts an escaped cell to at most n display cells, ending with … when
+// cut, so that one long key does not widen every row (--json has the whole).
+func capCell(s string, n int) string {
+	if displayWidth(s) <= n {
+		return s
+	}
+	w := 0
+	for i, r := range s {
+		rw := displayWidth(string(r))
+		if w+rw > n-1 {
+			return s[:i] + "…"
+		}
+		w += rw
+	}
+	return s
 }
 
 // oneLine is s on one line, cut to at most n runes.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-s3/cairn/cmd/cairn/internal/durflag"
+	"github.com/cairn-s3/cairn/fence"
 	"github.com/cairn-s3/cairn/internal/safetext"
 	"github.com/cairn-s3/cairn/lock/lease"
 	"github.com/cairn-s3/cairn/lock/treelock"
@@ -44,7 +46,7 @@ fencing token one higher than the last. Expiry never compares two machines'
 clocks. These are cooperative locks: pass the token on to whatever the command
 writes and have it refuse tokens lower than the highest it has seen.`,
 	}
-	cmd.AddCommand(lockRunCmd(e), lockStatusCmd(e), lockTreeCmd(e), lockKeepCmd())
+	cmd.AddCommand(lockRunCmd(e), lockStatusCmd(e), lockForceUnlockCmd(e), lockTreeCmd(e), lockKeepCmd())
 	return cmd
 }
 
@@ -96,7 +98,16 @@ pause), and when cairn dies.`,
 			m := lease.New(s, &lease.Options{TTL: ttl})
 			l, err := acquireWithin(ctx, wait, key, m.TryAcquire, m.Acquire)
 			if errors.Is(err, lease.ErrNotAcquired) {
-				return fmt.Errorf("lease %s is held by another holder (see 'cairn lock status'): %w", name, err)
+				// Name the holder, so that the person at the terminal can tell
+				// a live job from a dead one.
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				st, _, serr := m.Status(rctx, key)
+				cancel()
+				if serr != nil || st.Holder == "" {
+					return fmt.Errorf("lease %s is held by another holder (see 'cairn lock status'): %w", name, err)
+				}
+				return fmt.Errorf("lease %s is held by %s (pid %d on %s) since %s, fencing token %d: wait for it (--wait DUR), or if that holder is dead, cairn lock force-unlock %s --holder %s: %w",
+					name, safetext.Escape(st.Holder), st.PID, safetext.Escape(st.Host), cmp.Or(st.Acquired, "-"), st.Token, name, safetext.Escape(st.Holder), err)
 			}
 			if err != nil {
 				return err
@@ -272,11 +283,15 @@ func runHeld(e *env, argv, extraEnv []string, done <-chan struct{}, why func() e
 
 func lockStatusCmd(e *env) *cobra.Command {
 	var obj objectFlags
+	var tree bool
 	cmd := &cobra.Command{
-		Use:   "status (URL | --store URL --key KEY)",
-		Short: "Show a lease's holder, fencing token and renewals",
+		Use:   "status (URL | --store URL --key KEY | --store URL --tree)",
+		Short: "Show a lease's holder, fencing token and renewals, or the tree locks' sessions",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if tree {
+				return treeStatus(cmd.Context(), e, obj, args)
+			}
 			name := obj.name(args)
 			s, key, err := obj.open(cmd.Context(), args)
 			if err != nil {
@@ -306,7 +321,154 @@ func lockStatusCmd(e *env) *cobra.Command {
 		},
 	}
 	obj.register(cmd)
+	cmd.Flags().BoolVar(&tree, "tree", false, "list the sessions of cairn lock tree in --store (each a process holding or waiting for tree locks): id, holder, since, last write")
 	return cmd
+}
+
+// treeStore opens --store for the tree-lock commands, which name no key.
+func treeStore(ctx context.Context, obj objectFlags, args []string) (*objstore.Store, error) {
+	if len(args) > 0 || obj.key != "" || obj.store == "" {
+		return nil, usagef("tree locks live in a store: give --store URL alone (no key, no URL argument)")
+	}
+	return objstore.Open(ctx, obj.store, nil)
+}
+
+func treeStatus(ctx context.Context, e *env, obj objectFlags, args []string) error {
+	s, err := treeStore(ctx, obj, args)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	m := treelock.New(s, nil)
+	defer m.Close()
+	sessions, err := m.Sessions(ctx)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return e.writeJSON(map[string]any{"sessions": sessions})
+	}
+	if len(sessions) == 0 {
+		fmt.Fprintf(e.stdout, "%s: no tree-lock sessions\n", safetext.URL(obj.store))
+		return nil
+	}
+	tab := &textTable{}
+	tab.add("SESSION", "HOLDER (HOST/PID)", "SINCE", "TTL", "RENEWALS", "LAST WRITE (STORE'S CLOCK)")
+	for _, si := range sessions {
+		tab.add(safetext.Escape(si.ID), safetext.Escape(si.Holder), cmp.Or(safetext.Escape(si.Since), "-"), si.TTL.String(), fmt.Sprint(si.Renewals),
+			si.LastWrite.Format(time.RFC3339))
+	}
+	if err := tab.write(e.stdout); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, "a live session rewrites its document every third of its TTL; one that stopped is judged dead after one TTL, or release it now: cairn lock force-unlock --store URL --tree-session SESSION")
+	return nil
+}
+
+func lockForceUnlockCmd(e *env) *cobra.Command {
+	var obj objectFlags
+	var holder, treeSession string
+	var marks []string
+	cmd := &cobra.Command{
+		Use:   "force-unlock (URL | --store URL --key KEY) [--holder NAME] [--fence-object KEY]… | --store URL --tree-session ID",
+		Short: "Release a lease (or a tree-lock session) held by a dead holder, bumping its fencing token",
+		Long: `force-unlock releases a lease now, on purpose, instead of waiting out its TTL:
+for a holder you know is dead (a killed job, a lost machine). It says whom it
+released (holder, host, pid, since when, fencing token). Give --holder (as
+cairn lock status names it) so that a lease taken over meanwhile by a live
+holder is left alone (exit 3).
+
+The lease's fencing token is bumped: the next holder's token is two higher
+than the released one's, and the released holder, if alive after all, loses
+the lease at its next renewal. Its writes still carry its old token: a sink
+refuses them once it has seen a higher one. --fence-object KEY (repeatable,
+keys in the lease's store) rewrites those objects, unchanged, with the bumped
+token (fenced), so that from now on they refuse the old holder's fenced
+writes.
+
+--store URL --tree-session ID ends a cairn lock tree session instead (cairn
+lock status --store URL --tree lists them: holder host/pid, since when, last
+write): every tree lock it holds is free at once, the next grant of each path
+takes a fencing token above the session's, and the session's process, if
+alive after all, loses its locks at its next renewal (exit 4).`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if treeSession != "" {
+				return treeForceUnlock(cmd.Context(), e, obj, args, treeSession)
+			}
+			name := obj.display(args)
+			s, key, err := obj.open(cmd.Context(), args)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			for _, k := range marks {
+				if err := objstore.ValidateKey(k); err != nil {
+					return usagef("--fence-object %s: %v", safetext.Escape(k), err)
+				}
+			}
+			released, err := lease.New(s, nil).ForceRelease(cmd.Context(), key, holder)
+			if errors.Is(err, lease.ErrNotHeld) {
+				st, _, _ := lease.New(s, nil).Status(cmd.Context(), key)
+				now := "free"
+				if st.Holder != "" {
+					now = "held by " + safetext.Escape(st.Holder) + " (pid " + fmt.Sprint(st.PID) + " on " + safetext.Escape(st.Host) + ")"
+				}
+				return fmt.Errorf("%s: nothing released: it is %s, not held by %s; see cairn lock status %s: %w", name, now,
+					cmp.Or(safetext.Escape(holder), "anyone"), name, lease.ErrNotHeld)
+			}
+			if err != nil {
+				return err
+			}
+			next := released.Token + 1
+			var marked []string
+			for _, k := range marks {
+				body, _, err := fence.Get(cmd.Context(), s, k)
+				if err == nil {
+					_, err = fence.PutBytes(cmd.Context(), s, k, body, next, nil)
+				}
+				if err != nil {
+					return fmt.Errorf("%s released (holder %s, token %d), but raising the fence mark of %s to %d failed: %w; run cairn put with --fence-token %d to that object to raise it",
+						name, safetext.Escape(released.Holder), released.Token, safetext.Escape(k), next, err, next)
+				}
+				marked = append(marked, k)
+			}
+			if e.json {
+				return e.writeJSON(map[string]any{"lease": obj.name(args), "released": released, "token": next, "fence_marked": marked})
+			}
+			fmt.Fprintf(e.stdout, "%s: released; it was held by %s (pid %d on %s) since %s with fencing token %d\nthe lease is free; its token is now %d, the next holder's will be %d\n",
+				name, safetext.Escape(released.Holder), released.PID, safetext.Escape(released.Host), cmp.Or(released.Acquired, "-"), released.Token, next, next+1)
+			for _, k := range marked {
+				fmt.Fprintf(e.stdout, "%s: fence mark raised to %d: writes with token %d are refused\n", safetext.Escape(k), next, released.Token)
+			}
+			return nil
+		},
+	}
+	obj.register(cmd)
+	nonEmptyVar(cmd.Flags(), &holder, "holder", "", "release only if this holder (as lock status names it) holds the lease", "drop --holder to release whoever holds it")
+	cmd.Flags().StringArrayVar(&marks, "fence-object", nil, "an object in the lease's store to rewrite with the bumped fencing token (repeatable)")
+	nonEmptyVar(cmd.Flags(), &treeSession, "tree-session", "", "with --store alone: end this cairn lock tree session (cairn lock status --store URL --tree lists them), freeing every tree lock it holds", "name the session (cairn lock status --store URL --tree)")
+	return cmd
+}
+
+func treeForceUnlock(ctx context.Context, e *env, obj objectFlags, args []string, id string) error {
+	s, err := treeStore(ctx, obj, args)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	m := treelock.New(s, nil)
+	defer m.Close()
+	si, err := m.ForceRelease(ctx, id)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return e.writeJSON(map[string]any{"released": si})
+	}
+	fmt.Fprintf(e.stdout, "tree-lock session %s released: it was %s, since %s, last written %s; every lock it held or waited for is free, and the next grant of each path takes a higher fencing token\n",
+		safetext.Escape(si.ID), safetext.Escape(si.Holder), cmp.Or(safetext.Escape(si.Since), "-"), si.LastWrite.Format(time.RFC3339))
+	return nil
 }
 
 func lockTreeCmd(e *env) *cobra.Command {

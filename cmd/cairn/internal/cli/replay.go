@@ -84,12 +84,12 @@ func purgeCmd(e *env, url *string) *cobra.Command {
 	var olderThan time.Duration
 	var includeDead bool
 	cmd := &cobra.Command{
-		Use:   "purge [--older-than 720h] [--include-dead]",
+		Use:   "purge [--older-than 30d] [--include-dead]",
 		Short: "Delete finished records older than the retention period (never pending or claimed work)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if olderThan <= 0 {
-				return usagef("--older-than must be positive")
+				return usagef("--older-than %s: give a positive retention such as 30d (0 would purge records finished a moment ago)", olderThan)
 			}
 			l, err := openExistingLedger(cmd.Context(), *url)
 			if err != nil {

@@ -256,7 +256,13 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 			onListen(ln.Addr().String())
 		}
 	}
-	log.Info("cairn serve started", "ledger", safetext.Redact(f.ledgerURL), "sources", len(sources), "concurrency", f.concurrency, "lease", f.lease)
+	startAttrs := []any{"ledger", safetext.Redact(f.ledgerURL)}
+	if p, ok := localLedgerFile(f.ledgerURL); ok {
+		// A relative path (the default ledger is one) is relative to the
+		// directory serve was started in: say which file that is.
+		startAttrs = append(startAttrs, "ledger_file", p)
+	}
+	log.Info("cairn serve started", append(startAttrs, "sources", len(sources), "concurrency", f.concurrency, "lease", f.lease)...)
 	var lastAudit atomic.Pointer[audit.Report]
 	if auditStore != nil {
 		horizon := f.retention
@@ -417,4 +423,21 @@ func ownPrefixesFor(ledgerURL, storeURL string) map[string][]string {
 		}
 	}
 	return m
+}
+
+// localLedgerFile is the absolute path of a SQLite ledger's file (a plain
+// path or sqlite://PATH), resolved against the current directory; ok is
+// false for other ledgers.
+func localLedgerFile(ledgerURL string) (string, bool) {
+	p := ledgerURL
+	if rest, ok := strings.CutPrefix(ledgerURL, "sqlite://"); ok {
+		p, _, _ = strings.Cut(rest, "?")
+	} else if strings.Contains(ledgerURL, "://") {
+		return "", false
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", false
+	}
+	return abs, true
 }

@@ -13,13 +13,20 @@ import (
 // none, where text/tabwriter counts every rune as one cell and misaligns every
 // row holding such a key. Cells are shown as given: escape them first
 // (safetext.Escape), which leaves only printable runes.
-type textTable struct{ rows [][]string }
+//
+// write may be called again with more rows (a listing written page by page):
+// the columns keep the widths they had, widened if a new row needs it.
+type textTable struct {
+	rows   [][]string
+	widths []int
+}
 
 func (t *textTable) add(cells ...string) { t.rows = append(t.rows, cells) }
 
-// write writes the table; the last cell of a row is not padded.
+// write writes the rows added since the last write; the last cell of a row
+// is not padded.
 func (t *textTable) write(w io.Writer) error {
-	var widths []int
+	widths := t.widths
 	for _, r := range t.rows {
 		for i, c := range r {
 			if i == len(widths) {
@@ -38,6 +45,7 @@ func (t *textTable) write(w io.Writer) error {
 		}
 		sb.WriteByte('\n')
 	}
+	t.rows, t.widths = t.rows[:0], widths
 	_, err := io.WriteString(w, sb.String())
 	return err
 }

@@ -1,0 +1,132 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cairn-s3/cairn/event"
+	"github.com/cairn-s3/cairn/intake/web"
+	"github.com/cairn-s3/cairn/ledger"
+	_ "github.com/cairn-s3/cairn/ledger/sqlite"
+)
+
+// bigErrors are the dead letters' errors of a large ledger, one per class
+// with the details that differ from letter to letter (ids, numbers, quoted
+// values), as handlers write them.
+var bigErrors = []func(i int) string{
+	func(i int) string { return fmt.Sprintf("handler: exit status %d", 1+i%3) },
+	func(i int) string {
+		return fmt.Sprintf("decode photos/%d.jpg: unsupported format %q at offset 0x%x", i, "webp-"+strconv.Itoa(i%7), i*31)
+	},
+	func(i int) string {
+		return fmt.Sprintf("POST http://10.0.%d.%d:8080/v1/ingest: request id %08x-4b1c-9a2e-%012x: 503 Service Unavailable", i%250, i%200, i, i*7)
+	},
+	func(i int) string {
+		return fmt.Sprintf("database: deadlock detected (txn %d) at 2026-11-27T14:%02d:%02dZ", i, i%60, i%60)
+	},
+}
+
+// bigLedger is a SQLite ledger of total records of which dead are dead
+// letters, made through the ledger's API: bucket "photos", keys
+// k/0000000-… in order; the dead letters' errors cycle through bigErrors.
+func bigLedger(tb testing.TB, total, dead int) *ledger.Ledger {
+	tb.Helper()
+	// synchronous=normal: a test's ledger need not survive a power cut, and
+	// 50,000 Fails each wait for the disk otherwise.
+	return bigLedgerAt(tb, "sqlite://"+filepath.ToSlash(filepath.Join(tb.TempDir(), "ledger.db"))+"?synchronous=normal", total, dead)
+}
+
+// bigLedgerAt is bigLedger at a ledger URL.
+func bigLedgerAt(tb testing.TB, url string, total, dead int) *ledger.Ledger {
+	tb.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	l, err := ledger.Open(ctx, url, &ledger.Options{MaxAttempts: 1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	const batch = 5000
+	for from := 0; from < total; from += batch {
+		evs := make([]event.Event, 0, batch)
+		for i := from; i < min(from+batch, total); i++ {
+			k := fmt.Sprintf("k/%07d.jpg", i)
+			evs = append(evs, event.Event{Bucket: "photos", Key: k, Sequencer: "0A", ETag: "e" + strconv.Itoa(i), Kind: event.Created, Name: "ObjectCreated:Put"})
+		}
+		if _, err := l.Record(ctx, "webhook", evs); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	i := 0
+	for i < dead {
+		cs, err := l.Claim(ctx, min(batch, dead-i), time.Hour)
+		if err != nil || len(cs) == 0 {
+			tb.Fatalf("claimed %d: %v", len(cs), err)
+		}
+		for _, c := range cs {
+			if err := l.Fail(ctx, c, bigErrors[i%len(bigErrors)](i), false); err != nil {
+				tb.Fatal(err)
+			}
+			i++
+		}
+	}
+	tb.Logf("a ledger of %d records, %d dead, made in %v", total, dead, time.Since(start).Round(time.Millisecond))
+	return l
+}
+
+// BenchmarkStatusAt200k: the page and the API over a ledger of 200,000
+// records of which 50,000 are dead letters, as an operator uses them after a
+// bad deploy: the first page, a group's dead letters, a later page, and the
+// API. Each reports its p50 and p99 (ms/op is their mean); the first request
+// of each view groups every dead letter (later ones reuse the grouping while
+// the number of dead letters stays the same, for up to 5 seconds), so
+// -benchtime sets how often that shows in the p99.
+func BenchmarkStatusAt200k(b *testing.B) {
+	l := bigLedger(b, 200000, 50000)
+	h := web.Handler(l, &web.Options{OperatorToken: "op"})
+	cursor := ""
+	{
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/api/v1/status", nil))
+		var st web.Status
+		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || st.DeadNext == "" || len(st.DeadGroups) != len(bigErrors) {
+			b.Fatalf("status: %v, %d groups, next %q", err, len(st.DeadGroups), st.DeadNext)
+		}
+		cursor = st.DeadNext
+	}
+	class := web.ErrorClass(bigErrors[2](7))
+	for _, v := range []struct{ name, url string }{
+		{"page", "/"},
+		{"page-group", "/?error=" + url.QueryEscape(class)},
+		{"page-next", "/?after=" + cursor},
+		{"page-prefix", "/?prefix=k/00499"},
+		{"api", "/api/v1/status"},
+		{"api-group", "/api/v1/status?error=" + url.QueryEscape(class)},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			var ds []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest("GET", v.url, nil))
+				ds = append(ds, time.Since(start))
+				if rec.Code != 200 {
+					b.Fatalf("%s: %d %s", v.url, rec.Code, rec.Body)
+				}
+			}
+			slices.Sort(ds)
+			q := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))]) / 1e6 }
+			b.ReportMetric(q(0.50), "p50-ms")
+			b.ReportMetric(q(0.99), "p99-ms")
+			b.ReportMetric(float64(ds[len(ds)-1])/1e6, "max-ms")
+		})
+	}
+}
