@@ -24,14 +24,14 @@ func (p *Pipeline) Quiesce(ctx context.Context) error {
 	defer t.Stop()
 	var target uint64 // the first Claim round that counts; 0: not idle yet
 	for {
-		busy := p.inflight.Load() > 0 || p.recording.Load() || len(p.subs) > 0
+		busy := !p.disp.quiet() || len(p.rec.subs) > 0
 		switch {
 		case busy:
 			target = 0
 		case target == 0:
-			target = p.claimRound.Load() + 1
-			p.wakeDispatcher()
-		case p.emptyRound.Load() >= target:
+			target = p.disp.claimRound.Load() + 1
+			p.disp.wakeUp()
+		case p.disp.emptyRound.Load() >= target:
 			return nil
 		}
 		select {
@@ -45,10 +45,10 @@ func (p *Pipeline) Quiesce(ctx context.Context) error {
 }
 
 // noteEmpty records that the dispatcher's Claim round found no work.
-func (p *Pipeline) noteEmpty(round uint64) {
+func (d *dispatcher) noteEmpty(round uint64) {
 	for {
-		old := p.emptyRound.Load()
-		if old >= round || p.emptyRound.CompareAndSwap(old, round) {
+		old := d.emptyRound.Load()
+		if old >= round || d.emptyRound.CompareAndSwap(old, round) {
 			return
 		}
 	}
