@@ -2,9 +2,9 @@ package intake
 
 import "time"
 
-// Yielded reports whether p's dispatcher waits for the record loop to idle.
-func Yielded(p *Pipeline) bool { return p.yielded.Load() }
+// Yielded reports whether p's dispatcher waits for the recorder to idle.
+func Yielded(p *Pipeline) bool { return p.disp.yielded.Load() }
 
-// SetMaxYield sets the longest p's dispatcher yields to a busy record loop
+// SetMaxYield sets the longest p's dispatcher yields to a busy recorder
 // (maxYield by default); call it before Run.
-func SetMaxYield(p *Pipeline, d time.Duration) { p.maxYield = d }
+func SetMaxYield(p *Pipeline, d time.Duration) { p.disp.maxYield = d }

@@ -25,15 +25,15 @@ func (p *Pipeline) Quiesce(ctx context.Context) error {
 	var target uint64 // the first Claim round that counts; 0: not idle yet
 	var launched uint64
 	for {
-		busy := p.inflight.Load() > 0 || p.recording.Load() || len(p.subs) > 0
+		busy := !p.disp.quiet() || len(p.rec.subs) > 0
 		switch {
-		case busy, target != 0 && p.launches.Load() != launched:
+		case busy, target != 0 && p.disp.launches.Load() != launched:
 			target = 0
 		case target == 0:
-			launched = p.launches.Load()
-			target = p.claimRound.Load() + 1
-			p.wakeDispatcher()
-		case p.emptyRound.Load() >= target:
+			launched = p.disp.launches.Load()
+			target = p.disp.claimRound.Load() + 1
+			p.disp.wakeUp()
+		case p.disp.emptyRound.Load() >= target:
 			return nil
 		}
 		select {
@@ -47,10 +47,10 @@ func (p *Pipeline) Quiesce(ctx context.Context) error {
 }
 
 // noteEmpty records that the dispatcher's Claim round found no work.
-func (p *Pipeline) noteEmpty(round uint64) {
+func (d *dispatcher) noteEmpty(round uint64) {
 	for {
-		old := p.emptyRound.Load()
-		if old >= round || p.emptyRound.CompareAndSwap(old, round) {
+		old := d.emptyRound.Load()
+		if old >= round || d.emptyRound.CompareAndSwap(old, round) {
 			return
 		}
 	}

@@ -25,8 +25,8 @@ const (
 	readyHold = 30 * time.Second
 )
 
-// recordHealth is the recent outcome of recording: the ledger calls of the
-// record loop (a batch, and each submission recorded again alone).
+// recordHealth is the recent outcome of recording: the recorder's ledger
+// calls (a batch, and each submission recorded again alone).
 type recordHealth struct {
 	mu       sync.Mutex
 	failures int       // failed recordings in a row
