@@ -32,11 +32,17 @@
 // DynamoDB), the record and the condition decide. Work that has just become
 // due may be missed by one Claim while the index catches up; it is never
 // claimed twice. Claims never scan the table. Finished records (processed,
-// failed, dead) carry the "age" index's ap = "a#<shard>" and as = last
-// update, which Purge and Replay query. Both indexes project only bucket,
-// key, ident and status, which change only when the index keys do, so a
-// write that changes neither (a duplicate, a coalesced or stale delivery, a
-// renewal) writes no index item.
+// failed, dead) carry the "age" index's ap = "a#<status>#<shard>" and as =
+// last update, which Purge, Replay and Counts query (each only the statuses
+// it wants, Purge and Replay from or to a time, a page at a time). Both
+// indexes project only bucket, key, ident and status, which change only
+// when the index keys do, so a write that changes neither (a duplicate, a
+// coalesced or stale delivery, a renewal) writes no index item. Every record
+// carries the "keys" index's kp = "k#<shard>" and ks = bucket, \x01 and
+// ident (cut to 1,024 bytes), projecting the identity only, which never
+// changes (an index item written when the record is made, deleted when it
+// is purged): List pages through it in (bucket, ident) order, merging the
+// shards, from the cursor to the end of the prefix.
 //
 // # Guarantees
 //
@@ -58,8 +64,15 @@
 //
 // # Limits
 //
-// Counts and List read the whole table (a Scan): they are for operators, not
-// for hot paths. A record batch is not atomic: each key is its own
+// Nothing scans the table. Counts reads the index items of the records with
+// work to do, and counts the processed and dead ones (Select=COUNT): its cost
+// grows with the ledger (about a read unit per 30 processed records), and
+// counters kept beside the records could not be exact without transactions
+// (see Counts). List of pending, claimed, failed or dead records reads that
+// status's index items and sorts them (they are few unless a backlog is
+// large); other lists read about what they return. The indexes are
+// eventually consistent: a record just made may be missing from a List or
+// the Counts for a moment. A record batch is not atomic: each key is its own
 // conditional write, so a batch that failed may be partly recorded (a
 // redelivery reports those events as duplicates). OldestPending reads the work index. Options.EveryVersion
 // keeps one version of a key claimed at a time with a lock item per key
@@ -199,7 +212,7 @@ func parseURL(raw string) (urlConfig, error) {
 }
 
 // Schema is the table the ledger needs, for the error when it is missing.
-const Schema = `key pk (HASH, string) and sk (RANGE, string); global secondary indexes "work" (wp string HASH, ws number RANGE) and "age" (ap string HASH, as number RANGE), both projecting (INCLUDE) bucket, key, ident and status; on-demand billing (PAY_PER_REQUEST)`
+const Schema = `key pk (HASH, string) and sk (RANGE, string); global secondary indexes "work" (wp string HASH, ws number RANGE) and "age" (ap string HASH, as number RANGE), both projecting (INCLUDE) bucket, key, ident and status, and "keys" (kp string HASH, ks string RANGE) projecting (INCLUDE) bucket, key and ident; on-demand billing (PAY_PER_REQUEST)`
 
 func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClient) (*Backend, error) {
 	uc, err := parseURL(raw)
@@ -277,7 +290,7 @@ func (b *Backend) setUp(ctx context.Context, uc urlConfig, mustExist bool) error
 		if shards == 0 {
 			shards = DefaultShards
 		}
-		item := map[string]types.AttributeValue{attrPK: str(metaPK), attrSK: str(metaSK), "format": num(1), "shards": num(int64(shards)),
+		item := map[string]types.AttributeValue{attrPK: str(metaPK), attrSK: str(metaSK), "format": num(format), "shards": num(int64(shards)),
 			"made": num(time.Now().UnixMilli())}
 		if uc.retention > 0 {
 			item["retention_ms"] = num(uc.retention.Milliseconds())
@@ -292,7 +305,12 @@ func (b *Backend) setUp(ctx context.Context, uc urlConfig, mustExist bool) error
 	}
 	nv, _ := out.Item["shards"].(*types.AttributeValueMemberN)
 	fv, _ := out.Item["format"].(*types.AttributeValueMemberN)
-	if nv == nil || fv == nil || fv.Value != "1" {
+	switch {
+	case fv != nil && fv.Value == "1":
+		// Made by a development build before the keys index: no index to
+		// list from, age partitions without the status.
+		return fmt.Errorf("%s: the table holds a ledger of an older layout (format 1, without the keys index); make a new table for this cairn (%s)", b.where, Schema)
+	case nv == nil || fv == nil || fv.Value != strconv.Itoa(format):
 		return fmt.Errorf("%s: the ledger's descriptor is not one this cairn reads (format %v): upgrade cairn", b.where, out.Item["format"])
 	}
 	b.shards, _ = strconv.Atoi(nv.Value)
@@ -315,20 +333,23 @@ func (b *Backend) setUp(ctx context.Context, uc urlConfig, mustExist bool) error
 // turns on TTL where the endpoint has it.
 func (b *Backend) createTable(ctx context.Context, uc urlConfig) error {
 	s, n := types.ScalarAttributeTypeS, types.ScalarAttributeTypeN
-	proj := &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: indexAttributes}
-	index := func(name, p, s string) types.GlobalSecondaryIndex {
-		return types.GlobalSecondaryIndex{IndexName: aws.String(name), Projection: proj, KeySchema: []types.KeySchemaElement{
-			{AttributeName: aws.String(p), KeyType: types.KeyTypeHash}, {AttributeName: aws.String(s), KeyType: types.KeyTypeRange}}}
+	index := func(name, p, s string, attrs []string) types.GlobalSecondaryIndex {
+		return types.GlobalSecondaryIndex{IndexName: aws.String(name),
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: attrs},
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(p), KeyType: types.KeyTypeHash}, {AttributeName: aws.String(s), KeyType: types.KeyTypeRange}}}
 	}
 	_, err := b.c.CreateTable(ctx, &dynamodb.CreateTableInput{
 		TableName:   &b.table,
 		BillingMode: types.BillingModePayPerRequest,
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(attrPK), AttributeType: s}, {AttributeName: aws.String(attrSK), AttributeType: s},
 			{AttributeName: aws.String(attrWorkP), AttributeType: s}, {AttributeName: aws.String(attrWorkS), AttributeType: n},
-			{AttributeName: aws.String(attrAgeP), AttributeType: s}, {AttributeName: aws.String(attrAgeS), AttributeType: n}},
+			{AttributeName: aws.String(attrAgeP), AttributeType: s}, {AttributeName: aws.String(attrAgeS), AttributeType: n},
+			{AttributeName: aws.String(attrKeysP), AttributeType: s}, {AttributeName: aws.String(attrKeysS), AttributeType: s}},
 		KeySchema: []types.KeySchemaElement{{AttributeName: aws.String(attrPK), KeyType: types.KeyTypeHash},
 			{AttributeName: aws.String(attrSK), KeyType: types.KeyTypeRange}},
-		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{index(indexWork, attrWorkP, attrWorkS), index(indexAge, attrAgeP, attrAgeS)},
+		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{index(indexWork, attrWorkP, attrWorkS, indexAttributes),
+			index(indexAge, attrAgeP, attrAgeS, indexAttributes), index(indexKeys, attrKeysP, attrKeysS, keysAttributes)},
 	})
 	var inUse *types.ResourceInUseException
 	if err != nil && !errors.As(err, &inUse) { // another process made it meanwhile
