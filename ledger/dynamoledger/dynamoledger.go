@@ -58,9 +58,14 @@
 //   - A record's revision starts at its creation time in microseconds, so a
 //     record purged and made again never takes a revision that a request
 //     still in flight for its predecessor was conditioned on.
-//   - Lease expiry is judged by the clock of the process that claims
-//     (Options.Now, else the local clock): keep the machines' clocks in sync
-//     (NTP) to within a small part of a lease.
+//   - Lease expiry (and every time stored) is judged by the endpoint's
+//     clock, as estimated from the Date headers of its answers (see
+//     serverClock), not by each worker's: workers whose clocks differ by
+//     minutes neither take over each other's running leases nor write
+//     leases that others take for expired. The estimate is good to a few
+//     milliseconds plus the round trip's spread once a few dozen answers
+//     came (half a second after the first). Options.Now, if set, is used
+//     instead (tests).
 //
 // # Limits
 //
@@ -125,7 +130,7 @@ import (
 
 func init() {
 	ledger.Register("dynamodb", func(ctx context.Context, raw string, opts *ledger.Options) (ledger.Backend, error) {
-		return open(ctx, raw, opts, nil)
+		return open(ctx, raw, opts, nil, nil)
 	})
 }
 
@@ -142,6 +147,7 @@ type Backend struct {
 	retention time.Duration
 	opts      ledger.Options
 	where     string
+	clock     *serverClock // the endpoint's, unless opts.Now is set
 }
 
 // Open opens the ledger in the DynamoDB table the URL names
@@ -156,7 +162,7 @@ func Open(ctx context.Context, url string, opts *ledger.Options) (*ledger.Ledger
 // OpenWithClient is Open with the HTTP client the SDK sends its requests
 // through (nil: the SDK's): a proxy, or a test's fault injector.
 func OpenWithClient(ctx context.Context, url string, opts *ledger.Options, hc aws.HTTPClient) (*ledger.Ledger, error) {
-	b, err := open(ctx, url, opts, hc)
+	b, err := open(ctx, url, opts, hc, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +220,9 @@ func parseURL(raw string) (urlConfig, error) {
 // Schema is the table the ledger needs, for the error when it is missing.
 const Schema = `key pk (HASH, string) and sk (RANGE, string); global secondary indexes "work" (wp string HASH, ws number RANGE) and "age" (ap string HASH, as number RANGE), both projecting (INCLUDE) bucket, key, ident and status, and "keys" (kp string HASH, ks string RANGE) projecting (INCLUDE) bucket, key and ident; on-demand billing (PAY_PER_REQUEST)`
 
-func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClient) (*Backend, error) {
+// open opens the ledger; local is the local clock the endpoint's is
+// measured against (nil: time.Now; tests skew it).
+func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClient, local func() time.Time) (*Backend, error) {
 	uc, err := parseURL(raw)
 	if err != nil {
 		return nil, err
@@ -243,7 +251,12 @@ func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClie
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
+	if local == nil {
+		local = time.Now
+	}
+	clock := &serverClock{local: local}
 	c := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, clock.middleware)
 		if uc.endpoint != "" {
 			o.BaseEndpoint = aws.String(uc.endpoint)
 		}
@@ -251,7 +264,7 @@ func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClie
 			o.HTTPClient = hc
 		}
 	})
-	b := &Backend{c: c, table: uc.table, retention: uc.retention, opts: driver.Defaults(opts), where: "dynamodb://" + uc.table}
+	b := &Backend{c: c, table: uc.table, retention: uc.retention, opts: driver.Defaults(opts), where: "dynamodb://" + uc.table, clock: clock}
 	if uc.endpoint != "" {
 		b.where += " at " + uc.endpoint
 	}
@@ -406,11 +419,14 @@ func (b *Backend) wrap(what string, err error) error {
 	return fmt.Errorf("dynamodb ledger: %s on %s: %w", what, b.where, err)
 }
 
-// now is the ledger's clock, to the millisecond (what is stored).
+// now is the ledger's clock, to the millisecond (what is stored): the
+// endpoint's (see serverClock), or Options.Now if set (tests).
 func (b *Backend) now() time.Time {
-	t := time.Now()
+	var t time.Time
 	if b.opts.Now != nil {
 		t = b.opts.Now()
+	} else {
+		t = b.clock.now()
 	}
 	return driver.FromUnixMilli(driver.UnixMilli(t))
 }
@@ -464,7 +480,7 @@ func (b *Backend) change(ctx context.Context, i id, cur *row, loaded bool, fn fu
 			w.nonces = append(w.nonces, cur.nonces[:min(len(cur.nonces), keptNonces-1)]...)
 			cond, vals = aws.String("#rev = :rev"), map[string]types.AttributeValue{":rev": num(cur.rev)}
 		} else {
-			w.rev = time.Now().UnixMicro()
+			w.rev = b.clock.now().UnixMicro() // the endpoint's time, whatever this machine's clock says
 		}
 		sent[n] = struct {
 			w   *row
