@@ -113,6 +113,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -148,6 +149,10 @@ type Backend struct {
 	opts      ledger.Options
 	where     string
 	clock     *serverClock // the endpoint's, unless opts.Now is set
+	held      heldRows     // rows of the claims this handle holds
+	recent    recentRows   // rows this handle last wrote or read (Record starts from them)
+	gmu       sync.Mutex
+	queues    map[id]*keyQueue // Record calls waiting on a write of their key (group.go)
 }
 
 // Open opens the ledger in the DynamoDB table the URL names
@@ -264,7 +269,8 @@ func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClie
 			o.HTTPClient = hc
 		}
 	})
-	b := &Backend{c: c, table: uc.table, retention: uc.retention, opts: driver.Defaults(opts), where: "dynamodb://" + uc.table, clock: clock}
+	b := &Backend{c: c, table: uc.table, retention: uc.retention, opts: driver.Defaults(opts), where: "dynamodb://" + uc.table, clock: clock,
+		queues: map[id]*keyQueue{}}
 	if uc.endpoint != "" {
 		b.where += " at " + uc.endpoint
 	}
@@ -462,6 +468,7 @@ func (b *Backend) change(ctx context.Context, i id, cur *row, loaded bool, fn fu
 		if cur, err = b.get(ctx, i); err != nil {
 			return nil, nil, err
 		}
+		b.recent.put(i, cur)
 	}
 	for attempt := 0; ; attempt++ {
 		next, out, err := fn(cur)
@@ -493,6 +500,7 @@ func (b *Backend) change(ctx context.Context, i id, cur *row, loaded bool, fn fu
 		_, perr := b.c.PutItem(ctx, &dynamodb.PutItemInput{TableName: &b.table, Item: b.marshal(w), ConditionExpression: cond,
 			ExpressionAttributeNames: names, ExpressionAttributeValues: vals})
 		if perr == nil {
+			b.recent.put(i, w)
 			return w, out, nil
 		}
 		var cf *types.ConditionalCheckFailedException
@@ -504,6 +512,7 @@ func (b *Backend) change(ctx context.Context, i id, cur *row, loaded bool, fn fu
 		if gerr != nil {
 			return nil, nil, b.wrap("write", perr)
 		}
+		b.recent.put(i, again)
 		if again != nil {
 			for _, nn := range again.nonces {
 				if s, ok := sent[nn]; ok {

@@ -87,27 +87,16 @@ func (b *Backend) RecordAndClaim(ctx context.Context, source string, evs []event
 	err = each(ctx, len(ids), func(ctx context.Context, j int) error {
 		k := ids[j]
 		idx := groups[k]
-		_, res, err := b.change(ctx, k, rows[k], true, func(cur *row) (*ledger.Record, any, error) {
-			var r *ledger.Record
-			if cur != nil {
-				c := cur.rec
-				r = &c
-			}
-			os := make([]ledger.Outcome, len(idx))
-			for x, i := range idx {
-				o, nr := driver.Decide(r, evs[i], source, now, b.opts.EveryVersion)
-				os[x] = o
-				if nr != nil {
-					r = nr
-				}
-			}
-			return r, os, nil
-		})
+		kevs := make([]event.Event, len(idx))
+		for x, i := range idx {
+			kevs[x] = evs[i]
+		}
+		res, err := b.decideKey(ctx, k, rows[k], kevs, source, now)
 		if err != nil {
 			return fmt.Errorf("record %s/%s: %w", k.bucket, k.key, err)
 		}
 		for x, i := range idx {
-			out[i].Outcome = res.([]ledger.Outcome)[x]
+			out[i].Outcome = res[x]
 		}
 		return nil
 	})
@@ -281,7 +270,7 @@ func (b *Backend) claimRows(ctx context.Context, cands []*row, n int, now time.T
 			if len(out) == n {
 				break
 			}
-			cl, ok, err := b.claimOne(ctx, c, now, lease)
+			cl, ok, err := b.claimRow(ctx, id{c.rec.Bucket, c.rec.Key, c.ident}, nil, false, now, lease)
 			if err != nil {
 				return nil, false, err
 			}
@@ -294,9 +283,19 @@ func (b *Backend) claimRows(ctx context.Context, cands []*row, n int, now time.T
 	for next := 0; len(out) < n && next < len(cands) && !contended; {
 		batch := cands[next:min(next+n-len(out), len(cands))]
 		next += len(batch)
+		// The candidates whole, strongly consistent, 100 a request: the
+		// index may be behind, and another claimer may have taken them.
+		ids := make([]id, len(batch))
+		for i, c := range batch {
+			ids[i] = id{c.rec.Bucket, c.rec.Key, c.ident}
+		}
+		rows, err := b.batchGet(ctx, ids)
+		if err != nil {
+			return nil, false, err
+		}
 		got := make([]*ledger.Claim, len(batch))
-		err := each(ctx, len(batch), func(ctx context.Context, i int) error {
-			cl, ok, err := b.claimOne(ctx, batch[i], now, lease)
+		err = each(ctx, len(batch), func(ctx context.Context, i int) error {
+			cl, ok, err := b.claimRow(ctx, ids[i], rows[ids[i]], true, now, lease)
 			if ok {
 				got[i] = &cl
 			}
@@ -328,14 +327,13 @@ func claimable(r *ledger.Record, now time.Time) bool {
 	return false
 }
 
-// claimOne claims one candidate the index showed: the record is read
-// (strongly consistent: the index may be behind, and another claimer may
-// have taken it) and claimed, by a write conditional on the revision read,
-// only if its work is due.
-func (b *Backend) claimOne(ctx context.Context, c *row, now time.Time, lease time.Duration) (ledger.Claim, bool, error) {
-	i := id{c.rec.Bucket, c.rec.Key, c.ident}
+// claimRow claims one candidate the index showed, whose record is cur as
+// read (loaded; else claimRow reads it, strongly consistent: the index may
+// be behind, and another claimer may have taken it), by a write conditional
+// on the revision read, only if its work is due.
+func (b *Backend) claimRow(ctx context.Context, i id, cur *row, loaded bool, now time.Time, lease time.Duration) (ledger.Claim, bool, error) {
 	var locked *lockRef // the key's lock this claim took (EveryVersion)
-	w, _, err := b.change(ctx, i, nil, false, func(cur *row) (*ledger.Record, any, error) {
+	w, _, err := b.change(ctx, i, cur, loaded, func(cur *row) (*ledger.Record, any, error) {
 		if cur == nil || !claimable(&cur.rec, now) {
 			return nil, nil, errSkip
 		}
@@ -374,6 +372,7 @@ func (b *Backend) claimOne(ctx context.Context, c *row, now time.Time, lease tim
 	if err != nil {
 		return ledger.Claim{}, false, fmt.Errorf("claim %s/%s: %w", i.bucket, i.key, err)
 	}
+	b.held.put(w)
 	return w.claim(), true, nil
 }
 
@@ -447,9 +446,17 @@ func refuse(op string, c ledger.Claim, r *row) error {
 
 // finish changes a claimed record: only while c holds it (its token, status
 // claimed, lease running).
+//
+// The record is written conditionally on the row this handle wrote when it
+// claimed or last renewed it, without reading it first; a record changed
+// since (a newer event arrived) refuses that write, and is read and judged
+// again. A refusal is never judged on that row alone: the record is read
+// first (another claimer may have taken it, which is ErrSuperseded, not
+// ErrLeaseLost).
 func (b *Backend) finish(ctx context.Context, op string, c ledger.Claim, apply func(r *ledger.Record, now time.Time)) (*row, error) {
 	now := b.now()
-	w, _, err := b.change(ctx, id{c.Bucket, c.Key, c.Ident}, nil, false, func(cur *row) (*ledger.Record, any, error) {
+	i := id{c.Bucket, c.Key, c.Ident}
+	decide := func(cur *row) (*ledger.Record, any, error) {
 		if op == "complete" && cur != nil && cur.rec.Token == c.Token && cur.rec.Status == ledger.Processed {
 			return nil, nil, errCompleted
 		}
@@ -460,9 +467,26 @@ func (b *Backend) finish(ctx context.Context, op string, c ledger.Claim, apply f
 		apply(&r, now)
 		r.Updated = now
 		return &r, nil, nil
-	})
+	}
+	if held := b.held.get(c); held != nil {
+		w, _, err := b.change(ctx, i, held, true, func(cur *row) (*ledger.Record, any, error) {
+			r, out, err := decide(cur)
+			if err != nil && cur == held {
+				return nil, nil, errUnread
+			}
+			return r, out, err
+		})
+		if !errors.Is(err, errUnread) {
+			return w, err
+		}
+	}
+	w, _, err := b.change(ctx, i, nil, false, decide)
 	return w, err
 }
+
+// errUnread is finish's refusal judged on the row held, not on the record
+// read: read it and judge again.
+var errUnread = errors.New("judged on the row held")
 
 // Renew extends the claim's lease to lease from now (and, with
 // EveryVersion, the key's lock with it, first: a claim whose lock another
@@ -483,8 +507,12 @@ func (b *Backend) Renew(ctx context.Context, c ledger.Claim, lease time.Duration
 	}
 	w, err := b.finish(ctx, "renew", c, func(r *ledger.Record, now time.Time) { r.LeaseUntil = now.Add(lease) })
 	if err != nil {
+		if refused(err) {
+			b.held.drop(c)
+		}
 		return c, err
 	}
+	b.held.put(w)
 	return w.claim(), nil
 }
 
@@ -492,6 +520,9 @@ func (b *Backend) Renew(ctx context.Context, c ledger.Claim, lease time.Duration
 // EveryVersion the key's lock is given up after.
 func (b *Backend) settle(ctx context.Context, op string, c ledger.Claim, apply func(r *ledger.Record, now time.Time)) error {
 	_, err := b.finish(ctx, op, c, apply)
+	if err == nil || refused(err) || errors.Is(err, errCompleted) {
+		b.held.drop(c)
+	}
 	if errors.Is(err, errCompleted) {
 		err = nil // a retry of a Complete that landed: nothing to change
 	}

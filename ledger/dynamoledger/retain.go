@@ -236,6 +236,7 @@ func (b *Backend) purgeOne(ctx context.Context, k id, purgeable func(r *ledger.R
 			ConditionExpression: aws.String("#rev = :rev"), ExpressionAttributeNames: map[string]string{"#rev": attrRev},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":rev": num(w.rev)}})
 		if err == nil {
+			b.recent.drop(k)
 			return true, nil
 		}
 		again, gerr := b.get(ctx, k)
@@ -245,6 +246,7 @@ func (b *Backend) purgeOne(ctx context.Context, k id, purgeable func(r *ledger.R
 		if again == nil {
 			// Gone: this delete landed (its answer was lost), or another
 			// purge's did.
+			b.recent.drop(k)
 			return true, nil
 		}
 		var cf *types.ConditionalCheckFailedException

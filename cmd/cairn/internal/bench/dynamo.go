@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	neturl "net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +36,34 @@ func (c *requestCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 	c.n[op]++
 	c.mu.Unlock()
 	return c.base.RoundTrip(req)
+}
+
+// byOp is a copy of the counts so far, by operation.
+func (c *requestCounter) byOp() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.n))
+	for op, n := range c.n {
+		out[op] = n
+	}
+	return out
+}
+
+// perThousand says how many requests of each operation were sent between
+// two byOp counts, per 1,000 of events.
+func perThousand(before, after map[string]int, events int) string {
+	var ops []string
+	for op := range after {
+		ops = append(ops, op)
+	}
+	slices.Sort(ops)
+	var parts []string
+	for _, op := range ops {
+		if n := after[op] - before[op]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f", op, float64(n)*1000/float64(events)))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // writes and reads are the requests counted so far that write (each a
@@ -117,12 +146,14 @@ func benchDynamoLedger(ctx context.Context, url string, evs []event.Event, keys,
 	}
 	defer l.Close()
 	w0, r0 := counter.counts()
+	ops0 := counter.byOp()
 	t0 := time.Now()
 	if err := recordParallel(ctx, l, evs, batch, workers); err != nil {
 		return nil, err
 	}
 	recordTime := time.Since(t0)
 	w1, _ := counter.counts()
+	ops1 := counter.byOp()
 	t1 := time.Now()
 	claimRate, err := claimComplete(ctx, l, len(evs), workers)
 	if err != nil {
@@ -130,6 +161,7 @@ func benchDynamoLedger(ctx context.Context, url string, evs []event.Event, keys,
 	}
 	drainTime := time.Since(t1)
 	w2, r2 := counter.counts()
+	ops2 := counter.byOp()
 	counts, err := l.Counts(ctx)
 	if err != nil {
 		return nil, err
@@ -149,6 +181,8 @@ func benchDynamoLedger(ctx context.Context, url string, evs []event.Event, keys,
 	rw.CairnDesc = fmt.Sprintf("record %.0f + claim and complete %.0f; %.0f reads", float64(w1-w0)*1000/float64(len(evs)),
 		float64(w2-w1)*1000/float64(len(evs)), float64(r2-r0)*1000/float64(len(evs)))
 	rw.Lower = true
+	rw.Note = fmt.Sprintf("requests per 1,000 events by operation: record: %s; claim and complete: %s",
+		perThousand(ops0, ops1, len(evs)), perThousand(ops1, ops2, len(evs)))
 	return []Result{r1, rc, re, rw}, nil
 }
 
