@@ -151,6 +151,7 @@ type Backend struct {
 	clock     *serverClock // the endpoint's, unless opts.Now is set
 	held      heldRows     // rows of the claims this handle holds
 	recent    recentRows   // rows this handle last wrote or read (Record starts from them)
+	claiming  claiming     // records this handle's claims are writing now
 	gmu       sync.Mutex
 	queues    map[id]*keyQueue // Record calls waiting on a write of their key (group.go)
 }

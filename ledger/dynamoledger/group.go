@@ -3,6 +3,7 @@ package dynamoledger
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
@@ -27,11 +28,22 @@ import (
 // are still live decide again themselves (the write may have landed: their
 // events are then duplicates of themselves, recorded either way).
 
+// directClaims lets RecordAndClaim's writes claim the records they leave
+// due (pending, next attempt now): up to budget of them, with lease. Only
+// a call's own write does (a leader's), for its caller; records of calls
+// decided in another's write are left for claims to find.
+type directClaims struct {
+	budget atomic.Int64
+	lease  time.Duration
+}
+
 // keyCall is one Record call's events of one record.
 type keyCall struct {
 	evs    []event.Event
 	source string
 	now    time.Time
+	direct *directClaims // nil: claim nothing
+	claim  *ledger.Claim // the claim its write took
 
 	done     chan struct{} // closed when decided, or when this call is to lead
 	lead     bool          // this call leads the next write
@@ -47,10 +59,10 @@ type keyQueue struct{ calls []*keyCall }
 // decideKey decides evs (in order) against record k, whose row the caller
 // read as cur, and writes it once: in a write of its own, or in one a
 // concurrent call of this handle leads (see above).
-func (b *Backend) decideKey(ctx context.Context, k id, cur *row, evs []event.Event, source string, now time.Time) ([]ledger.Outcome, error) {
+func (b *Backend) decideKey(ctx context.Context, k id, cur *row, evs []event.Event, source string, now time.Time, direct *directClaims) ([]ledger.Outcome, *ledger.Claim, error) {
 	loaded := true
 	for {
-		call := &keyCall{evs: evs, source: source, now: now, done: make(chan struct{}), cur: cur, loaded: loaded}
+		call := &keyCall{evs: evs, source: source, now: now, direct: direct, done: make(chan struct{}), cur: cur, loaded: loaded}
 		b.gmu.Lock()
 		q, busy := b.queues[k]
 		if busy {
@@ -71,7 +83,7 @@ func (b *Backend) decideKey(ctx context.Context, k id, cur *row, evs []event.Eve
 					if c == call {
 						q.calls = append(q.calls[:i], q.calls[i+1:]...)
 						b.gmu.Unlock()
-						return nil, ctx.Err()
+						return nil, nil, ctx.Err()
 					}
 				}
 				b.gmu.Unlock()
@@ -82,7 +94,7 @@ func (b *Backend) decideKey(ctx context.Context, k id, cur *row, evs []event.Eve
 					cur, loaded = nil, false // the leader gave up: decide again, on a fresh read
 					continue
 				}
-				return call.outcomes, call.err
+				return call.outcomes, nil, call.err
 			}
 		}
 		if ctx.Err() != nil {
@@ -90,10 +102,10 @@ func (b *Backend) decideKey(ctx context.Context, k id, cur *row, evs []event.Eve
 			b.gmu.Lock()
 			b.handOff(k, b.queues[k], nil, false)
 			b.gmu.Unlock()
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 		b.lead(ctx, k, call)
-		return call.outcomes, call.err
+		return call.outcomes, call.claim, call.err
 	}
 }
 
@@ -113,6 +125,7 @@ func (b *Backend) lead(ctx context.Context, k id, first *keyCall) {
 	if first.loaded {
 		cur = b.recent.fresher(k, cur)
 	}
+	took := false // a slot of first.direct's budget, for this record
 	w, res, err := b.change(ctx, k, cur, first.loaded, func(cur *row) (*ledger.Record, any, error) {
 		var r *ledger.Record
 		if cur != nil {
@@ -130,8 +143,32 @@ func (b *Backend) lead(ctx context.Context, k id, first *keyCall) {
 				}
 			}
 		}
+		d := first.direct
+		claimable := d != nil && r != nil && r.Status == ledger.Pending && driver.UnixMilli(r.NextAttempt) <= driver.UnixMilli(first.now)
+		switch {
+		case claimable && !took:
+			if took = d.budget.Add(-1) >= 0; !took {
+				d.budget.Add(1)
+			}
+		case !claimable && took:
+			d.budget.Add(1)
+			took = false
+		}
+		if took {
+			now := first.now
+			r.Status, r.Token, r.LeaseUntil, r.Attempts, r.RunGen, r.Updated = ledger.Claimed, r.Token+1, now.Add(d.lease), r.Attempts+1, r.Gen, now
+		}
 		return r, out, nil
 	})
+	switch {
+	case took && err == nil:
+		c := w.claim()
+		first.claim = &c
+		b.held.put(w)
+	case took:
+		// Not known to have landed: if it did, the lease expires unused.
+		first.direct.budget.Add(1)
+	}
 	for j, call := range calls {
 		call.err = err
 		if err == nil {

@@ -98,3 +98,31 @@ func (r *recentRows) drop(i id) {
 	defer r.mu.Unlock()
 	delete(r.m, i)
 }
+
+// claiming are the records this handle's claims are writing now: a claimer
+// skips a candidate another goroutine of its handle is claiming (its write
+// would be refused, and the record read again, for nothing).
+type claiming struct {
+	mu sync.Mutex
+	m  map[id]bool
+}
+
+// take marks i as being claimed, false if it already is.
+func (c *claiming) take(i id) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m[i] {
+		return false
+	}
+	if c.m == nil {
+		c.m = map[id]bool{}
+	}
+	c.m[i] = true
+	return true
+}
+
+func (c *claiming) done(i id) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, i)
+}

@@ -80,10 +80,31 @@ func (b *Backend) RecordAndClaim(ctx context.Context, source string, evs []event
 		groups[k] = append(groups[k], i)
 		shards[shardOf(ev.Bucket, ev.Key, b.shards)] = true
 	}
+	var touched []int
+	for s := range shards {
+		touched = append(touched, s)
+	}
+	slices.Sort(touched)
+	// Work due before the batch is claimed first: what of it the shards
+	// hold, up to n, is read before the batch is written, and the batch's
+	// own records take only the slots left, claimed in the writes that
+	// record them (a write and a read less per record; see keyCall).
+	var older []*row
+	var direct *directClaims
+	if n > 0 && !b.opts.EveryVersion {
+		var err error
+		if older, err = b.due(ctx, touched, n, now); err != nil {
+			return nil, nil, err
+		}
+		direct = &directClaims{lease: lease}
+		direct.budget.Store(int64(n - len(older)))
+	}
 	rows, err := b.batchGet(ctx, ids)
 	if err != nil {
 		return nil, nil, err
 	}
+	var cmu sync.Mutex
+	var cs []ledger.Claim
 	err = each(ctx, len(ids), func(ctx context.Context, j int) error {
 		k := ids[j]
 		idx := groups[k]
@@ -91,31 +112,70 @@ func (b *Backend) RecordAndClaim(ctx context.Context, source string, evs []event
 		for x, i := range idx {
 			kevs[x] = evs[i]
 		}
-		res, err := b.decideKey(ctx, k, rows[k], kevs, source, now)
+		res, c, err := b.decideKey(ctx, k, rows[k], kevs, source, now, direct)
 		if err != nil {
 			return fmt.Errorf("record %s/%s: %w", k.bucket, k.key, err)
 		}
 		for x, i := range idx {
 			out[i].Outcome = res[x]
 		}
+		if c != nil {
+			cmu.Lock()
+			cs = append(cs, *c)
+			cmu.Unlock()
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	if n <= 0 {
-		return out, nil, nil
+	switch {
+	case n <= 0:
+	case b.opts.EveryVersion:
+		if cs, err = b.claim(ctx, touched, n, lease, false); err != nil {
+			return nil, nil, err
+		}
+	case len(older) > 0 && len(cs) < n:
+		got, _, err := b.claimRows(ctx, older, n-len(cs), now, lease)
+		if err != nil {
+			return nil, nil, err
+		}
+		cs = append(cs, got...)
 	}
-	var touched []int
-	for s := range shards {
-		touched = append(touched, s)
-	}
-	slices.Sort(touched)
-	cs, err := b.claim(ctx, touched, n, lease, false)
-	if err != nil {
-		return nil, nil, err
-	}
+	driver.SortClaims(cs)
 	return out, cs, nil
+}
+
+// due reads the work due at now in shards, up to n of it, earliest first.
+func (b *Backend) due(ctx context.Context, shards []int, n int, now time.Time) ([]*row, error) {
+	var mu sync.Mutex
+	var cands []*row
+	err := each(ctx, len(shards), func(ctx context.Context, i int) error {
+		res, err := b.c.Query(ctx, &dynamodb.QueryInput{TableName: &b.table, IndexName: aws.String(indexWork),
+			KeyConditionExpression:    aws.String("wp = :p AND ws <= :now"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": str(workPartition(shards[i])), ":now": num(driver.UnixMilli(now))},
+			Limit:                     aws.Int32(int32(n))})
+		if err != nil {
+			return b.wrap("claim: query", err)
+		}
+		for _, item := range res.Items {
+			w, err := indexRow(item)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			cands = append(cands, w)
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(cands, func(x, y *row) int {
+		return cmp.Or(cmp.Compare(x.due, y.due), cmp.Compare(x.rec.Bucket, y.rec.Bucket), cmp.Compare(x.ident, y.ident))
+	})
+	return cands[:min(n, len(cands))], nil
 }
 
 // batchGet reads records strongly consistent, 100 a request.
@@ -332,6 +392,13 @@ func claimable(r *ledger.Record, now time.Time) bool {
 // be behind, and another claimer may have taken it), by a write conditional
 // on the revision read, only if its work is due.
 func (b *Backend) claimRow(ctx context.Context, i id, cur *row, loaded bool, now time.Time, lease time.Duration) (ledger.Claim, bool, error) {
+	if !b.claiming.take(i) {
+		return ledger.Claim{}, false, nil // another goroutine of this handle is on it
+	}
+	defer b.claiming.done(i)
+	if loaded {
+		cur = b.recent.fresher(i, cur)
+	}
 	var locked *lockRef // the key's lock this claim took (EveryVersion)
 	w, _, err := b.change(ctx, i, cur, loaded, func(cur *row) (*ledger.Record, any, error) {
 		if cur == nil || !claimable(&cur.rec, now) {
@@ -448,9 +515,9 @@ func refuse(op string, c ledger.Claim, r *row) error {
 // claimed, lease running).
 //
 // The record is written conditionally on the row this handle wrote when it
-// claimed or last renewed it, without reading it first; a record changed
-// since (a newer event arrived) refuses that write, and is read and judged
-// again. A refusal is never judged on that row alone: the record is read
+// claimed or last renewed it (or wrote since), without reading it first; a
+// record changed since by another process refuses that write, and is read
+// and judged again. A refusal is never judged on that row alone: the record is read
 // first (another claimer may have taken it, which is ErrSuperseded, not
 // ErrLeaseLost).
 func (b *Backend) finish(ctx context.Context, op string, c ledger.Claim, apply func(r *ledger.Record, now time.Time)) (*row, error) {
@@ -469,9 +536,12 @@ func (b *Backend) finish(ctx context.Context, op string, c ledger.Claim, apply f
 		return &r, nil, nil
 	}
 	if held := b.held.get(c); held != nil {
-		w, _, err := b.change(ctx, i, held, true, func(cur *row) (*ledger.Record, any, error) {
+		// The record may have changed since the claim by this handle's own
+		// writes (a newer event recorded while claimed): start from those.
+		start := b.recent.fresher(i, held)
+		w, _, err := b.change(ctx, i, start, true, func(cur *row) (*ledger.Record, any, error) {
 			r, out, err := decide(cur)
-			if err != nil && cur == held {
+			if err != nil && cur == start {
 				return nil, nil, errUnread
 			}
 			return r, out, err
