@@ -25,9 +25,10 @@
 // write. Claim queries each shard for its earliest due work (RecordAndClaim
 // takes the earliest of the shards its batch touched; Claim takes those
 // candidates in a random order, so that concurrent claimers do not all race
-// for the same few records), reads each
-// candidate (strongly consistent) and claims it with a write conditional on
-// the revision read that raises its fencing token by one: the index may lag
+// for the same few records), reads the
+// candidates (strongly consistent, 100 a request) and claims each with a
+// write conditional on the revision read that raises its fencing token by
+// one: the index may lag
 // or show a state that has moved on (it is eventually consistent on
 // DynamoDB), the record and the condition decide. Work that has just become
 // due may be missed by one Claim while the index catches up; it is never
@@ -43,6 +44,17 @@
 // changes (an index item written when the record is made, deleted when it
 // is purged): List pages through it in (bucket, ident) order, merging the
 // shards, from the cursor to the end of the prefix.
+//
+// Requests are saved where the rules allow (see group.go and held.go):
+// Record calls of one handle that reach a record while its write is in
+// flight are decided together in the next write, and a call starts from its
+// handle's own newer write of a record rather than have its write refused;
+// RecordAndClaim claims the batch's new work in the writes that record it
+// (after the work due before the batch has its share of the slots); the
+// ends of a claim (Complete, Fail, Release, Renew) write on the row the
+// claim wrote, without reading it. BatchWriteItem takes no conditions, so
+// no state change can ride on it; TransactWriteItems is not used (dynalite
+// has none).
 //
 // # Guarantees
 //
@@ -62,10 +74,10 @@
 //     clock, as estimated from the Date headers of its answers (see
 //     serverClock), not by each worker's: workers whose clocks differ by
 //     minutes neither take over each other's running leases nor write
-//     leases that others take for expired. The estimate is good to a few
-//     milliseconds plus the round trip's spread once a few dozen answers
-//     came (half a second after the first). Options.Now, if set, is used
-//     instead (tests).
+//     leases that others take for expired. A clock in sync with the
+//     endpoint's is used as is; one off is corrected to within about a
+//     second (the Date header's resolution, and an allowance for a server
+//     that stamps it late). Options.Now, if set, is used instead (tests).
 //
 // # Limits
 //
@@ -79,7 +91,8 @@
 // eventually consistent: a record just made may be missing from a List or
 // the Counts for a moment. A record batch is not atomic: each key is its own
 // conditional write, so a batch that failed may be partly recorded (a
-// redelivery reports those events as duplicates). OldestPending reads the work index. Options.EveryVersion
+// redelivery reports those events as duplicates). OldestPending reads the
+// work index. Options.EveryVersion
 // keeps one version of a key claimed at a time with a lock item per key
 // beside its records (see keylock.go): a claim costs one more write there,
 // and Complete, Fail and Release one more to give the lock up.
