@@ -36,3 +36,15 @@ func OpenWithLocalClock(ctx context.Context, url string, opts *ledger.Options, l
 	}
 	return ledger.New(b), nil
 }
+
+// SetFormat writes format into the ledger's descriptor (as an older build
+// would have made it).
+func SetFormat(ctx context.Context, l *ledger.Ledger, format int) error {
+	b := l.Backend().(*Backend)
+	_, err := b.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &b.table,
+		Key:                       map[string]types.AttributeValue{attrPK: str(metaPK), attrSK: str(metaSK)},
+		UpdateExpression:          aws.String("SET #f = :f"),
+		ExpressionAttributeNames:  map[string]string{"#f": "format"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":f": num(int64(format))}})
+	return err
+}
