@@ -25,18 +25,36 @@
 // write. Claim queries each shard for its earliest due work (RecordAndClaim
 // takes the earliest of the shards its batch touched; Claim takes those
 // candidates in a random order, so that concurrent claimers do not all race
-// for the same few records), reads each
-// candidate (strongly consistent) and claims it with a write conditional on
-// the revision read that raises its fencing token by one: the index may lag
+// for the same few records), reads the
+// candidates (strongly consistent, 100 a request) and claims each with a
+// write conditional on the revision read that raises its fencing token by
+// one: the index may lag
 // or show a state that has moved on (it is eventually consistent on
 // DynamoDB), the record and the condition decide. Work that has just become
 // due may be missed by one Claim while the index catches up; it is never
 // claimed twice. Claims never scan the table. Finished records (processed,
-// failed, dead) carry the "age" index's ap = "a#<shard>" and as = last
-// update, which Purge and Replay query. Both indexes project only bucket,
-// key, ident and status, which change only when the index keys do, so a
-// write that changes neither (a duplicate, a coalesced or stale delivery, a
-// renewal) writes no index item.
+// failed, dead) carry the "age" index's ap = "a#<status>#<shard>" and as =
+// last update, which Purge, Replay and Counts query (each only the statuses
+// it wants, Purge and Replay from or to a time, a page at a time). Both
+// indexes project only bucket, key, ident and status, which change only
+// when the index keys do, so a write that changes neither (a duplicate, a
+// coalesced or stale delivery, a renewal) writes no index item. Every record
+// carries the "keys" index's kp = "k#<shard>" and ks = bucket, \x01 and
+// ident (cut to 1,024 bytes), projecting the identity only, which never
+// changes (an index item written when the record is made, deleted when it
+// is purged): List pages through it in (bucket, ident) order, merging the
+// shards, from the cursor to the end of the prefix.
+//
+// Requests are saved where the rules allow (see group.go and held.go):
+// Record calls of one handle that reach a record while its write is in
+// flight are decided together in the next write, and a call starts from its
+// handle's own newer write of a record rather than have its write refused;
+// RecordAndClaim claims the batch's new work in the writes that record it
+// (after the work due before the batch has its share of the slots); the
+// ends of a claim (Complete, Fail, Release, Renew) write on the row the
+// claim wrote, without reading it. BatchWriteItem takes no conditions, so
+// no state change can ride on it; TransactWriteItems is not used (dynalite
+// has none).
 //
 // # Guarantees
 //
@@ -52,16 +70,29 @@
 //   - A record's revision starts at its creation time in microseconds, so a
 //     record purged and made again never takes a revision that a request
 //     still in flight for its predecessor was conditioned on.
-//   - Lease expiry is judged by the clock of the process that claims
-//     (Options.Now, else the local clock): keep the machines' clocks in sync
-//     (NTP) to within a small part of a lease.
+//   - Lease expiry (and every time stored) is judged by the endpoint's
+//     clock, as estimated from the Date headers of its answers (see
+//     serverClock), not by each worker's: workers whose clocks differ by
+//     minutes neither take over each other's running leases nor write
+//     leases that others take for expired. A clock in sync with the
+//     endpoint's is used as is; one off is corrected to within about a
+//     second (the Date header's resolution, and an allowance for a server
+//     that stamps it late). Options.Now, if set, is used instead (tests).
 //
 // # Limits
 //
-// Counts and List read the whole table (a Scan): they are for operators, not
-// for hot paths. A record batch is not atomic: each key is its own
+// Nothing scans the table. Counts reads the index items of the records with
+// work to do, and counts the processed and dead ones (Select=COUNT): its cost
+// grows with the ledger (about a read unit per 30 processed records), and
+// counters kept beside the records could not be exact without transactions
+// (see Counts). List of pending, claimed, failed or dead records reads that
+// status's index items and sorts them (they are few unless a backlog is
+// large); other lists read about what they return. The indexes are
+// eventually consistent: a record just made may be missing from a List or
+// the Counts for a moment. A record batch is not atomic: each key is its own
 // conditional write, so a batch that failed may be partly recorded (a
-// redelivery reports those events as duplicates). OldestPending reads the work index. Options.EveryVersion
+// redelivery reports those events as duplicates). OldestPending reads the
+// work index. Options.EveryVersion
 // keeps one version of a key claimed at a time with a lock item per key
 // beside its records (see keylock.go): a claim costs one more write there,
 // and Complete, Fail and Release one more to give the lock up.
@@ -95,6 +126,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -112,7 +144,7 @@ import (
 
 func init() {
 	ledger.Register("dynamodb", func(ctx context.Context, raw string, opts *ledger.Options) (ledger.Backend, error) {
-		return open(ctx, raw, opts, nil)
+		return open(ctx, raw, opts, nil, nil)
 	})
 }
 
@@ -129,6 +161,12 @@ type Backend struct {
 	retention time.Duration
 	opts      ledger.Options
 	where     string
+	clock     *serverClock // the endpoint's, unless opts.Now is set
+	held      heldRows     // rows of the claims this handle holds
+	recent    recentRows   // rows this handle last wrote or read (Record starts from them)
+	claiming  claiming     // records this handle's claims are writing now
+	gmu       sync.Mutex
+	queues    map[id]*keyQueue // Record calls waiting on a write of their key (group.go)
 }
 
 // Open opens the ledger in the DynamoDB table the URL names
@@ -143,7 +181,7 @@ func Open(ctx context.Context, url string, opts *ledger.Options) (*ledger.Ledger
 // OpenWithClient is Open with the HTTP client the SDK sends its requests
 // through (nil: the SDK's): a proxy, or a test's fault injector.
 func OpenWithClient(ctx context.Context, url string, opts *ledger.Options, hc aws.HTTPClient) (*ledger.Ledger, error) {
-	b, err := open(ctx, url, opts, hc)
+	b, err := open(ctx, url, opts, hc, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -199,9 +237,11 @@ func parseURL(raw string) (urlConfig, error) {
 }
 
 // Schema is the table the ledger needs, for the error when it is missing.
-const Schema = `key pk (HASH, string) and sk (RANGE, string); global secondary indexes "work" (wp string HASH, ws number RANGE) and "age" (ap string HASH, as number RANGE), both projecting (INCLUDE) bucket, key, ident and status; on-demand billing (PAY_PER_REQUEST)`
+const Schema = `key pk (HASH, string) and sk (RANGE, string); global secondary indexes "work" (wp string HASH, ws number RANGE) and "age" (ap string HASH, as number RANGE), both projecting (INCLUDE) bucket, key, ident and status, and "keys" (kp string HASH, ks string RANGE) projecting (INCLUDE) bucket, key and ident; on-demand billing (PAY_PER_REQUEST)`
 
-func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClient) (*Backend, error) {
+// open opens the ledger; local is the local clock the endpoint's is
+// measured against (nil: time.Now; tests skew it).
+func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClient, local func() time.Time) (*Backend, error) {
 	uc, err := parseURL(raw)
 	if err != nil {
 		return nil, err
@@ -230,7 +270,12 @@ func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClie
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
+	if local == nil {
+		local = time.Now
+	}
+	clock := &serverClock{local: local}
 	c := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, clock.middleware)
 		if uc.endpoint != "" {
 			o.BaseEndpoint = aws.String(uc.endpoint)
 		}
@@ -238,7 +283,8 @@ func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClie
 			o.HTTPClient = hc
 		}
 	})
-	b := &Backend{c: c, table: uc.table, retention: uc.retention, opts: driver.Defaults(opts), where: "dynamodb://" + uc.table}
+	b := &Backend{c: c, table: uc.table, retention: uc.retention, opts: driver.Defaults(opts), where: "dynamodb://" + uc.table, clock: clock,
+		queues: map[id]*keyQueue{}}
 	if uc.endpoint != "" {
 		b.where += " at " + uc.endpoint
 	}
@@ -277,7 +323,7 @@ func (b *Backend) setUp(ctx context.Context, uc urlConfig, mustExist bool) error
 		if shards == 0 {
 			shards = DefaultShards
 		}
-		item := map[string]types.AttributeValue{attrPK: str(metaPK), attrSK: str(metaSK), "format": num(1), "shards": num(int64(shards)),
+		item := map[string]types.AttributeValue{attrPK: str(metaPK), attrSK: str(metaSK), "format": num(format), "shards": num(int64(shards)),
 			"made": num(time.Now().UnixMilli())}
 		if uc.retention > 0 {
 			item["retention_ms"] = num(uc.retention.Milliseconds())
@@ -292,7 +338,12 @@ func (b *Backend) setUp(ctx context.Context, uc urlConfig, mustExist bool) error
 	}
 	nv, _ := out.Item["shards"].(*types.AttributeValueMemberN)
 	fv, _ := out.Item["format"].(*types.AttributeValueMemberN)
-	if nv == nil || fv == nil || fv.Value != "1" {
+	switch {
+	case fv != nil && fv.Value == "1":
+		// Made by a development build before the keys index: no index to
+		// list from, age partitions without the status.
+		return fmt.Errorf("%s: the table holds a ledger of an older layout (format 1, without the keys index); make a new table for this cairn (%s)", b.where, Schema)
+	case nv == nil || fv == nil || fv.Value != strconv.Itoa(format):
 		return fmt.Errorf("%s: the ledger's descriptor is not one this cairn reads (format %v): upgrade cairn", b.where, out.Item["format"])
 	}
 	b.shards, _ = strconv.Atoi(nv.Value)
@@ -315,20 +366,23 @@ func (b *Backend) setUp(ctx context.Context, uc urlConfig, mustExist bool) error
 // turns on TTL where the endpoint has it.
 func (b *Backend) createTable(ctx context.Context, uc urlConfig) error {
 	s, n := types.ScalarAttributeTypeS, types.ScalarAttributeTypeN
-	proj := &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: indexAttributes}
-	index := func(name, p, s string) types.GlobalSecondaryIndex {
-		return types.GlobalSecondaryIndex{IndexName: aws.String(name), Projection: proj, KeySchema: []types.KeySchemaElement{
-			{AttributeName: aws.String(p), KeyType: types.KeyTypeHash}, {AttributeName: aws.String(s), KeyType: types.KeyTypeRange}}}
+	index := func(name, p, s string, attrs []string) types.GlobalSecondaryIndex {
+		return types.GlobalSecondaryIndex{IndexName: aws.String(name),
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: attrs},
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(p), KeyType: types.KeyTypeHash}, {AttributeName: aws.String(s), KeyType: types.KeyTypeRange}}}
 	}
 	_, err := b.c.CreateTable(ctx, &dynamodb.CreateTableInput{
 		TableName:   &b.table,
 		BillingMode: types.BillingModePayPerRequest,
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(attrPK), AttributeType: s}, {AttributeName: aws.String(attrSK), AttributeType: s},
 			{AttributeName: aws.String(attrWorkP), AttributeType: s}, {AttributeName: aws.String(attrWorkS), AttributeType: n},
-			{AttributeName: aws.String(attrAgeP), AttributeType: s}, {AttributeName: aws.String(attrAgeS), AttributeType: n}},
+			{AttributeName: aws.String(attrAgeP), AttributeType: s}, {AttributeName: aws.String(attrAgeS), AttributeType: n},
+			{AttributeName: aws.String(attrKeysP), AttributeType: s}, {AttributeName: aws.String(attrKeysS), AttributeType: s}},
 		KeySchema: []types.KeySchemaElement{{AttributeName: aws.String(attrPK), KeyType: types.KeyTypeHash},
 			{AttributeName: aws.String(attrSK), KeyType: types.KeyTypeRange}},
-		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{index(indexWork, attrWorkP, attrWorkS), index(indexAge, attrAgeP, attrAgeS)},
+		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{index(indexWork, attrWorkP, attrWorkS, indexAttributes),
+			index(indexAge, attrAgeP, attrAgeS, indexAttributes), index(indexKeys, attrKeysP, attrKeysS, keysAttributes)},
 	})
 	var inUse *types.ResourceInUseException
 	if err != nil && !errors.As(err, &inUse) { // another process made it meanwhile
@@ -389,11 +443,14 @@ func (b *Backend) wrap(what string, err error) error {
 	return fmt.Errorf("dynamodb ledger: %s on %s: %w", what, b.where, err)
 }
 
-// now is the ledger's clock, to the millisecond (what is stored).
+// now is the ledger's clock, to the millisecond (what is stored): the
+// endpoint's (see serverClock), or Options.Now if set (tests).
 func (b *Backend) now() time.Time {
-	t := time.Now()
+	var t time.Time
 	if b.opts.Now != nil {
 		t = b.opts.Now()
+	} else {
+		t = b.clock.now()
 	}
 	return driver.FromUnixMilli(driver.UnixMilli(t))
 }
@@ -429,6 +486,7 @@ func (b *Backend) change(ctx context.Context, i id, cur *row, loaded bool, fn fu
 		if cur, err = b.get(ctx, i); err != nil {
 			return nil, nil, err
 		}
+		b.recent.put(i, cur)
 	}
 	for attempt := 0; ; attempt++ {
 		next, out, err := fn(cur)
@@ -447,7 +505,7 @@ func (b *Backend) change(ctx context.Context, i id, cur *row, loaded bool, fn fu
 			w.nonces = append(w.nonces, cur.nonces[:min(len(cur.nonces), keptNonces-1)]...)
 			cond, vals = aws.String("#rev = :rev"), map[string]types.AttributeValue{":rev": num(cur.rev)}
 		} else {
-			w.rev = time.Now().UnixMicro()
+			w.rev = b.clock.now().UnixMicro() // the endpoint's time, whatever this machine's clock says
 		}
 		sent[n] = struct {
 			w   *row
@@ -460,6 +518,7 @@ func (b *Backend) change(ctx context.Context, i id, cur *row, loaded bool, fn fu
 		_, perr := b.c.PutItem(ctx, &dynamodb.PutItemInput{TableName: &b.table, Item: b.marshal(w), ConditionExpression: cond,
 			ExpressionAttributeNames: names, ExpressionAttributeValues: vals})
 		if perr == nil {
+			b.recent.put(i, w)
 			return w, out, nil
 		}
 		var cf *types.ConditionalCheckFailedException
@@ -471,6 +530,7 @@ func (b *Backend) change(ctx context.Context, i id, cur *row, loaded bool, fn fu
 		if gerr != nil {
 			return nil, nil, b.wrap("write", perr)
 		}
+		b.recent.put(i, again)
 		if again != nil {
 			for _, nn := range again.nonces {
 				if s, ok := sent[nn]; ok {

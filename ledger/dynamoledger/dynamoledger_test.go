@@ -130,6 +130,14 @@ func TestOpen(t *testing.T) {
 	if _, err := ledger.Open(ctx, strings.Replace(url, "shards=3", "shards=4", 1), nil); err == nil || !strings.Contains(err.Error(), "3 shards") {
 		t.Fatalf("a URL asking for other shards than the ledger has: %v", err)
 	}
+	// A table of the layout before the keys index is refused, naming the
+	// schema to make.
+	if err := dynamoledger.SetFormat(ctx, l2, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ledger.Open(ctx, plain, nil); err == nil || !strings.Contains(err.Error(), "format 1") || !strings.Contains(err.Error(), `"keys"`) {
+		t.Fatalf("a ledger of format 1: %v, want an error naming the layout and the schema", err)
+	}
 }
 
 // TestItemExtremes: a record with a 1,024-byte key, a MaxText cause and a

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -16,8 +17,9 @@ import (
 )
 
 // The table's attributes. pk and sk are the table's key; wp/ws are the work
-// index's (only on records with work to do: pending, failed, claimed) and
-// ap/as the age index's (only on finished records: processed, failed, dead).
+// index's (only on records with work to do: pending, failed, claimed), ap/as
+// the age index's (only on finished records: processed, failed, dead) and
+// kp/ks the keys index's (every record).
 const (
 	attrPK      = "pk"
 	attrSK      = "sk"
@@ -25,6 +27,8 @@ const (
 	attrWorkS   = "ws"
 	attrAgeP    = "ap"
 	attrAgeS    = "as"
+	attrKeysP   = "kp"
+	attrKeysS   = "ks"
 	attrRev     = "rev"
 	attrNonces  = "writers"
 	attrStatus  = "status"
@@ -32,6 +36,12 @@ const (
 
 	indexWork = "work"
 	indexAge  = "age"
+	indexKeys = "keys"
+
+	// format is the layout of the table this cairn writes, kept in the
+	// descriptor. 2: the age index's partitions are per status and the
+	// keys index exists (format 1 had neither).
+	format = 2
 
 	// metaPK and metaSK are the ledger's descriptor item.
 	metaPK = "cairn#ledger"
@@ -50,6 +60,8 @@ type row struct {
 	rev    int64
 	nonces []string
 	due    int64 // an index row's: when its work is due (the work index's ws)
+	// sortKey is a keys index row's sort key (listKey).
+	sortKey string
 }
 
 // id is where a record lives.
@@ -108,7 +120,38 @@ func shardOf(bucket, key string, shards int) int {
 }
 
 func workPartition(shard int) string { return "w#" + strconv.Itoa(shard) }
-func agePartition(shard int) string  { return "a#" + strconv.Itoa(shard) }
+
+// agePartition is the age index partition of a shard's finished records of
+// one status, so that Purge, Replay and Counts read only the statuses they
+// want.
+func agePartition(s ledger.Status, shard int) string {
+	return "a#" + string(s) + "#" + strconv.Itoa(shard)
+}
+func keysPartition(shard int) string { return "k#" + strconv.Itoa(shard) }
+
+// listSep separates the bucket from the ident in the keys index's sort key:
+// below every character of a bucket name, so that the sort key orders by
+// bucket first, then ident, as List does.
+const listSep = "\x01"
+
+// listKey is the keys index's sort key of a record: bucket, listSep and
+// ident, cut to DynamoDB's 1,024 bytes of sort key at a character boundary.
+// Cutting keeps the order (x < y gives listKey(x) <= listKey(y)) and
+// prefixes (a record whose ident starts with p has a listKey that starts
+// with cut(bucket+listSep+p)); records whose keys are cut alike tie, and
+// List orders ties by their whole ident.
+func listKey(bucket, ident string) string { return cutUTF8(bucket+listSep+ident, maxSortKey) }
+
+// cutUTF8 is s cut to at most n bytes, at a character boundary.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
 
 func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
 func num(n int64) types.AttributeValue {
@@ -179,11 +222,12 @@ func (b *Backend) marshal(w *row) map[string]types.AttributeValue {
 	n("replays", int64(r.Replays))
 	text(attrNonces, strings.Join(w.nonces, " "))
 	shard := shardOf(r.Bucket, r.Key, b.shards)
+	m[attrKeysP], m[attrKeysS] = str(keysPartition(shard)), str(listKey(r.Bucket, w.ident))
 	if at, ok := due(r); ok {
 		m[attrWorkP], m[attrWorkS] = str(workPartition(shard)), num(at)
 	}
 	if finished(r.Status) {
-		m[attrAgeP], m[attrAgeS] = str(agePartition(shard)), num(driver.UnixMilli(r.Updated))
+		m[attrAgeP], m[attrAgeS] = str(agePartition(r.Status, shard)), num(driver.UnixMilli(r.Updated))
 		if b.retention > 0 && r.Status == ledger.Processed {
 			// DynamoDB's TTL (unix seconds) deletes it some time after.
 			m[attrExpires] = num(r.Updated.Add(b.retention).Unix())
@@ -239,6 +283,11 @@ func (w *row) claim() ledger.Claim { return ledger.Claim{Record: w.rec, Ident: w
 // (or never), so that a write that changes neither (a duplicate, a coalesced
 // or stale delivery, a renewal) writes no index item.
 var indexAttributes = []string{"bucket", "key", "ident", attrStatus}
+
+// keysAttributes are what the keys index projects: the record's identity,
+// which never changes, so that the index item is written when the record is
+// made and deleted when it is purged, never in between.
+var keysAttributes = []string{"bucket", "key", "ident"}
 
 // indexRow reads an index item: identity and status, the work index's due
 // time, and (age index) the last update. The rest of the record is not

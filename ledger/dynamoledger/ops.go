@@ -8,7 +8,6 @@ import (
 	mrand "math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -81,53 +80,102 @@ func (b *Backend) RecordAndClaim(ctx context.Context, source string, evs []event
 		groups[k] = append(groups[k], i)
 		shards[shardOf(ev.Bucket, ev.Key, b.shards)] = true
 	}
+	var touched []int
+	for s := range shards {
+		touched = append(touched, s)
+	}
+	slices.Sort(touched)
+	// Work due before the batch is claimed first: what of it the shards
+	// hold, up to n, is read before the batch is written, and the batch's
+	// own records take only the slots left, claimed in the writes that
+	// record them (a write and a read less per record; see keyCall).
+	var older []*row
+	var direct *directClaims
+	if n > 0 && !b.opts.EveryVersion {
+		var err error
+		if older, err = b.due(ctx, touched, n, now); err != nil {
+			return nil, nil, err
+		}
+		direct = &directClaims{lease: lease}
+		direct.budget.Store(int64(n - len(older)))
+	}
 	rows, err := b.batchGet(ctx, ids)
 	if err != nil {
 		return nil, nil, err
 	}
+	var cmu sync.Mutex
+	var cs []ledger.Claim
 	err = each(ctx, len(ids), func(ctx context.Context, j int) error {
 		k := ids[j]
 		idx := groups[k]
-		_, res, err := b.change(ctx, k, rows[k], true, func(cur *row) (*ledger.Record, any, error) {
-			var r *ledger.Record
-			if cur != nil {
-				c := cur.rec
-				r = &c
-			}
-			os := make([]ledger.Outcome, len(idx))
-			for x, i := range idx {
-				o, nr := driver.Decide(r, evs[i], source, now, b.opts.EveryVersion)
-				os[x] = o
-				if nr != nil {
-					r = nr
-				}
-			}
-			return r, os, nil
-		})
+		kevs := make([]event.Event, len(idx))
+		for x, i := range idx {
+			kevs[x] = evs[i]
+		}
+		res, c, err := b.decideKey(ctx, k, rows[k], kevs, source, now, direct)
 		if err != nil {
 			return fmt.Errorf("record %s/%s: %w", k.bucket, k.key, err)
 		}
 		for x, i := range idx {
-			out[i].Outcome = res.([]ledger.Outcome)[x]
+			out[i].Outcome = res[x]
+		}
+		if c != nil {
+			cmu.Lock()
+			cs = append(cs, *c)
+			cmu.Unlock()
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	if n <= 0 {
-		return out, nil, nil
+	switch {
+	case n <= 0:
+	case b.opts.EveryVersion:
+		if cs, err = b.claim(ctx, touched, n, lease, false); err != nil {
+			return nil, nil, err
+		}
+	case len(older) > 0 && len(cs) < n:
+		got, _, err := b.claimRows(ctx, older, n-len(cs), now, lease)
+		if err != nil {
+			return nil, nil, err
+		}
+		cs = append(cs, got...)
 	}
-	var touched []int
-	for s := range shards {
-		touched = append(touched, s)
-	}
-	slices.Sort(touched)
-	cs, err := b.claim(ctx, touched, n, lease, false)
-	if err != nil {
-		return nil, nil, err
-	}
+	driver.SortClaims(cs)
 	return out, cs, nil
+}
+
+// due reads the work due at now in shards, up to n of it, earliest first.
+func (b *Backend) due(ctx context.Context, shards []int, n int, now time.Time) ([]*row, error) {
+	var mu sync.Mutex
+	var cands []*row
+	err := each(ctx, len(shards), func(ctx context.Context, i int) error {
+		res, err := b.c.Query(ctx, &dynamodb.QueryInput{TableName: &b.table, IndexName: aws.String(indexWork),
+			KeyConditionExpression:    aws.String("wp = :p AND ws <= :now"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": str(workPartition(shards[i])), ":now": num(driver.UnixMilli(now))},
+			Limit:                     aws.Int32(int32(n))})
+		if err != nil {
+			return b.wrap("claim: query", err)
+		}
+		for _, item := range res.Items {
+			w, err := indexRow(item)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			cands = append(cands, w)
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(cands, func(x, y *row) int {
+		return cmp.Or(cmp.Compare(x.due, y.due), cmp.Compare(x.rec.Bucket, y.rec.Bucket), cmp.Compare(x.ident, y.ident))
+	})
+	return cands[:min(n, len(cands))], nil
 }
 
 // batchGet reads records strongly consistent, 100 a request.
@@ -282,7 +330,7 @@ func (b *Backend) claimRows(ctx context.Context, cands []*row, n int, now time.T
 			if len(out) == n {
 				break
 			}
-			cl, ok, err := b.claimOne(ctx, c, now, lease)
+			cl, ok, err := b.claimRow(ctx, id{c.rec.Bucket, c.rec.Key, c.ident}, nil, false, now, lease)
 			if err != nil {
 				return nil, false, err
 			}
@@ -295,9 +343,19 @@ func (b *Backend) claimRows(ctx context.Context, cands []*row, n int, now time.T
 	for next := 0; len(out) < n && next < len(cands) && !contended; {
 		batch := cands[next:min(next+n-len(out), len(cands))]
 		next += len(batch)
+		// The candidates whole, strongly consistent, 100 a request: the
+		// index may be behind, and another claimer may have taken them.
+		ids := make([]id, len(batch))
+		for i, c := range batch {
+			ids[i] = id{c.rec.Bucket, c.rec.Key, c.ident}
+		}
+		rows, err := b.batchGet(ctx, ids)
+		if err != nil {
+			return nil, false, err
+		}
 		got := make([]*ledger.Claim, len(batch))
-		err := each(ctx, len(batch), func(ctx context.Context, i int) error {
-			cl, ok, err := b.claimOne(ctx, batch[i], now, lease)
+		err = each(ctx, len(batch), func(ctx context.Context, i int) error {
+			cl, ok, err := b.claimRow(ctx, ids[i], rows[ids[i]], true, now, lease)
 			if ok {
 				got[i] = &cl
 			}
@@ -329,14 +387,20 @@ func claimable(r *ledger.Record, now time.Time) bool {
 	return false
 }
 
-// claimOne claims one candidate the index showed: the record is read
-// (strongly consistent: the index may be behind, and another claimer may
-// have taken it) and claimed, by a write conditional on the revision read,
-// only if its work is due.
-func (b *Backend) claimOne(ctx context.Context, c *row, now time.Time, lease time.Duration) (ledger.Claim, bool, error) {
-	i := id{c.rec.Bucket, c.rec.Key, c.ident}
+// claimRow claims one candidate the index showed, whose record is cur as
+// read (loaded; else claimRow reads it, strongly consistent: the index may
+// be behind, and another claimer may have taken it), by a write conditional
+// on the revision read, only if its work is due.
+func (b *Backend) claimRow(ctx context.Context, i id, cur *row, loaded bool, now time.Time, lease time.Duration) (ledger.Claim, bool, error) {
+	if !b.claiming.take(i) {
+		return ledger.Claim{}, false, nil // another goroutine of this handle is on it
+	}
+	defer b.claiming.done(i)
+	if loaded {
+		cur = b.recent.fresher(i, cur)
+	}
 	var locked *lockRef // the key's lock this claim took (EveryVersion)
-	w, _, err := b.change(ctx, i, nil, false, func(cur *row) (*ledger.Record, any, error) {
+	w, _, err := b.change(ctx, i, cur, loaded, func(cur *row) (*ledger.Record, any, error) {
 		if cur == nil || !claimable(&cur.rec, now) {
 			return nil, nil, errSkip
 		}
@@ -375,6 +439,7 @@ func (b *Backend) claimOne(ctx context.Context, c *row, now time.Time, lease tim
 	if err != nil {
 		return ledger.Claim{}, false, fmt.Errorf("claim %s/%s: %w", i.bucket, i.key, err)
 	}
+	b.held.put(w)
 	return w.claim(), true, nil
 }
 
@@ -448,9 +513,17 @@ func refuse(op string, c ledger.Claim, r *row) error {
 
 // finish changes a claimed record: only while c holds it (its token, status
 // claimed, lease running).
+//
+// The record is written conditionally on the row this handle wrote when it
+// claimed or last renewed it (or wrote since), without reading it first; a
+// record changed since by another process refuses that write, and is read
+// and judged again. A refusal is never judged on that row alone: the record is read
+// first (another claimer may have taken it, which is ErrSuperseded, not
+// ErrLeaseLost).
 func (b *Backend) finish(ctx context.Context, op string, c ledger.Claim, apply func(r *ledger.Record, now time.Time)) (*row, error) {
 	now := b.now()
-	w, _, err := b.change(ctx, id{c.Bucket, c.Key, c.Ident}, nil, false, func(cur *row) (*ledger.Record, any, error) {
+	i := id{c.Bucket, c.Key, c.Ident}
+	decide := func(cur *row) (*ledger.Record, any, error) {
 		if op == "complete" && cur != nil && cur.rec.Token == c.Token && cur.rec.Status == ledger.Processed {
 			return nil, nil, errCompleted
 		}
@@ -461,9 +534,29 @@ func (b *Backend) finish(ctx context.Context, op string, c ledger.Claim, apply f
 		apply(&r, now)
 		r.Updated = now
 		return &r, nil, nil
-	})
+	}
+	if held := b.held.get(c); held != nil {
+		// The record may have changed since the claim by this handle's own
+		// writes (a newer event recorded while claimed): start from those.
+		start := b.recent.fresher(i, held)
+		w, _, err := b.change(ctx, i, start, true, func(cur *row) (*ledger.Record, any, error) {
+			r, out, err := decide(cur)
+			if err != nil && cur == start {
+				return nil, nil, errUnread
+			}
+			return r, out, err
+		})
+		if !errors.Is(err, errUnread) {
+			return w, err
+		}
+	}
+	w, _, err := b.change(ctx, i, nil, false, decide)
 	return w, err
 }
+
+// errUnread is finish's refusal judged on the row held, not on the record
+// read: read it and judge again.
+var errUnread = errors.New("judged on the row held")
 
 // Renew extends the claim's lease to lease from now (and, with
 // EveryVersion, the key's lock with it, first: a claim whose lock another
@@ -484,8 +577,12 @@ func (b *Backend) Renew(ctx context.Context, c ledger.Claim, lease time.Duration
 	}
 	w, err := b.finish(ctx, "renew", c, func(r *ledger.Record, now time.Time) { r.LeaseUntil = now.Add(lease) })
 	if err != nil {
+		if refused(err) {
+			b.held.drop(c)
+		}
 		return c, err
 	}
+	b.held.put(w)
 	return w.claim(), nil
 }
 
@@ -493,6 +590,9 @@ func (b *Backend) Renew(ctx context.Context, c ledger.Claim, lease time.Duration
 // EveryVersion the key's lock is given up after.
 func (b *Backend) settle(ctx context.Context, op string, c ledger.Claim, apply func(r *ledger.Record, now time.Time)) error {
 	_, err := b.finish(ctx, op, c, apply)
+	if err == nil || refused(err) || errors.Is(err, errCompleted) {
+		b.held.drop(c)
+	}
 	if errors.Is(err, errCompleted) {
 		err = nil // a retry of a Complete that landed: nothing to change
 	}
@@ -628,225 +728,6 @@ func (b *Backend) Get(ctx context.Context, bucket, key string) ([]ledger.Record,
 		out[i] = w.rec
 	}
 	return out, nil
-}
-
-// scan reads every record of the table (the descriptor left out): for List
-// and Counts, which are for operators.
-func (b *Backend) scan(ctx context.Context, status ledger.Status, fn func(w *row) error) error {
-	in := &dynamodb.ScanInput{TableName: &b.table, ConsistentRead: aws.Bool(true), FilterExpression: aws.String("attribute_exists(#id)"),
-		ExpressionAttributeNames: map[string]string{"#id": "ident"}}
-	if status != "" {
-		in.FilterExpression = aws.String("attribute_exists(#id) AND #st = :st")
-		in.ExpressionAttributeNames["#st"] = attrStatus
-		in.ExpressionAttributeValues = map[string]types.AttributeValue{":st": str(string(status))}
-	}
-	for {
-		res, err := b.c.Scan(ctx, in)
-		if err != nil {
-			return b.wrap("scan", err)
-		}
-		for _, item := range res.Items {
-			w, err := unmarshal(item)
-			if err != nil {
-				return err
-			}
-			if err := fn(w); err != nil {
-				return err
-			}
-		}
-		if in.ExclusiveStartKey = res.LastEvaluatedKey; len(in.ExclusiveStartKey) == 0 {
-			return nil
-		}
-	}
-}
-
-// List pages through records in (bucket, ident) order. It scans the table.
-func (b *Backend) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, error) {
-	var out []ledger.Claim
-	err := b.scan(ctx, f.Status, func(w *row) error {
-		r := &w.rec
-		switch {
-		case f.Bucket != "" && r.Bucket != f.Bucket,
-			f.Prefix != "" && !strings.HasPrefix(r.Key, f.Prefix),
-			f.Through != "" && r.Key > f.Through,
-			r.Bucket < f.AfterBucket || r.Bucket == f.AfterBucket && w.ident <= f.AfterIdent:
-			return nil
-		}
-		out = append(out, w.claim())
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	slices.SortFunc(out, func(x, y ledger.Claim) int {
-		return cmp.Or(cmp.Compare(x.Bucket, y.Bucket), cmp.Compare(x.Ident, y.Ident))
-	})
-	return out[:min(len(out), f.Limit)], nil
-}
-
-// Counts counts the records by status. It scans the table.
-func (b *Backend) Counts(ctx context.Context) (ledger.Counts, error) {
-	out := ledger.Counts{}
-	in := &dynamodb.ScanInput{TableName: &b.table, ConsistentRead: aws.Bool(true), FilterExpression: aws.String("attribute_exists(#id)"),
-		ProjectionExpression: aws.String("#st"), ExpressionAttributeNames: map[string]string{"#st": attrStatus, "#id": "ident"}}
-	for {
-		res, err := b.c.Scan(ctx, in)
-		if err != nil {
-			return nil, b.wrap("counts", err)
-		}
-		for _, item := range res.Items {
-			if s, ok := item[attrStatus].(*types.AttributeValueMemberS); ok {
-				out[ledger.Status(s.Value)]++
-			}
-		}
-		if in.ExclusiveStartKey = res.LastEvaluatedKey; len(in.ExclusiveStartKey) == 0 {
-			return out, nil
-		}
-	}
-}
-
-// finishedRows reads the age index's records last updated before before (0:
-// any), every shard, and gives each to fn.
-func (b *Backend) finishedRows(ctx context.Context, before int64, fn func(w *row)) error {
-	var mu sync.Mutex
-	return each(ctx, b.shards, func(ctx context.Context, s int) error {
-		in := &dynamodb.QueryInput{TableName: &b.table, IndexName: aws.String(indexAge),
-			KeyConditionExpression:    aws.String("ap = :p"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":p": str(agePartition(s))}}
-		if before > 0 {
-			in.KeyConditionExpression = aws.String("ap = :p AND #as < :t")
-			in.ExpressionAttributeNames = map[string]string{"#as": attrAgeS}
-			in.ExpressionAttributeValues[":t"] = num(before)
-		}
-		for {
-			res, err := b.c.Query(ctx, in)
-			if err != nil {
-				return b.wrap("query", err)
-			}
-			for _, item := range res.Items {
-				w, err := indexRow(item)
-				if err != nil {
-					return err
-				}
-				mu.Lock()
-				fn(w)
-				mu.Unlock()
-			}
-			if in.ExclusiveStartKey = res.LastEvaluatedKey; len(in.ExclusiveStartKey) == 0 {
-				return nil
-			}
-		}
-	})
-}
-
-// Replay makes the selected records pending again as an explicit replay. The
-// candidates come off the age index (or, for one key, the key's records);
-// each is changed by a conditional write that checks the selection again.
-func (b *Backend) Replay(ctx context.Context, sel ledger.Selection) (int, error) {
-	match := func(r *ledger.Record) bool {
-		return slices.Contains(sel.Statuses, r.Status) && (sel.Bucket == "" || r.Bucket == sel.Bucket) &&
-			(sel.Key == "" || r.Key == sel.Key) && strings.HasPrefix(r.Key, sel.Prefix) &&
-			(sel.UpdatedSince.IsZero() || driver.UnixMilli(r.Updated) >= driver.UnixMilli(sel.UpdatedSince))
-	}
-	var cands []*row
-	if sel.Bucket != "" && sel.Key != "" {
-		rows, err := b.keyRows(ctx, sel.Bucket, sel.Key)
-		if err != nil {
-			return 0, err
-		}
-		cands = rows
-	} else if err := b.finishedRows(ctx, 0, func(w *row) { cands = append(cands, w) }); err != nil {
-		return 0, err
-	}
-	cands = slices.DeleteFunc(cands, func(w *row) bool { return !match(&w.rec) })
-	if sel.DryRun {
-		return len(cands), nil
-	}
-	now := b.now()
-	done := make([]bool, len(cands))
-	err := each(ctx, len(cands), func(ctx context.Context, i int) error {
-		c := cands[i]
-		_, _, err := b.change(ctx, id{c.rec.Bucket, c.rec.Key, c.ident}, nil, false, func(cur *row) (*ledger.Record, any, error) {
-			if cur == nil || !match(&cur.rec) {
-				return nil, nil, errSkip
-			}
-			r := cur.rec
-			r.Status, r.Attempts, r.NextAttempt, r.Updated, r.LastError, r.LeaseUntil = ledger.Pending, 0, now, now, "", time.Time{}
-			r.Replays++
-			r.Gen++
-			return &r, nil, nil
-		})
-		if errors.Is(err, errSkip) {
-			return nil
-		}
-		done[i] = err == nil
-		return err
-	})
-	n := 0
-	for _, d := range done {
-		if d {
-			n++
-		}
-	}
-	return n, err
-}
-
-// Purge deletes finished records last updated before olderThan, found
-// through the age index, each by a delete conditional on the revision it
-// read (a record changed meanwhile is judged again).
-func (b *Backend) Purge(ctx context.Context, olderThan time.Time, includeDead bool) (int, error) {
-	limit := driver.UnixMilli(olderThan)
-	purgeable := func(r *ledger.Record) bool {
-		return driver.UnixMilli(r.Updated) < limit && (r.Status == ledger.Processed || includeDead && (r.Status == ledger.Failed || r.Status == ledger.Dead))
-	}
-	var cands []*row
-	if err := b.finishedRows(ctx, limit, func(w *row) {
-		if purgeable(&w.rec) {
-			cands = append(cands, w)
-		}
-	}); err != nil {
-		return 0, err
-	}
-	done := make([]bool, len(cands))
-	err := each(ctx, len(cands), func(ctx context.Context, i int) error {
-		k := id{cands[i].rec.Bucket, cands[i].rec.Key, cands[i].ident}
-		w, err := b.get(ctx, k) // the index holds no revision
-		if err != nil {
-			return err
-		}
-		for w != nil && purgeable(&w.rec) {
-			_, err := b.c.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &b.table, Key: k.key2(),
-				ConditionExpression: aws.String("#rev = :rev"), ExpressionAttributeNames: map[string]string{"#rev": attrRev},
-				ExpressionAttributeValues: map[string]types.AttributeValue{":rev": num(w.rev)}})
-			if err == nil {
-				done[i] = true
-				return nil
-			}
-			again, gerr := b.get(ctx, k)
-			if gerr != nil {
-				return b.wrap("purge", err)
-			}
-			if again == nil {
-				// Gone: this delete landed (its answer was lost), or another
-				// purge's did.
-				done[i] = true
-				return nil
-			}
-			var cf *types.ConditionalCheckFailedException
-			if !errors.As(err, &cf) && !retryable(err) {
-				return b.wrap("purge", err)
-			}
-			w = again
-		}
-		return nil
-	})
-	n := 0
-	for _, d := range done {
-		if d {
-			n++
-		}
-	}
-	return n, err
 }
 
 // OldestPending is the earliest next-attempt time of pending work, off the
