@@ -178,6 +178,36 @@ type Wrapper interface {
 	Unwrap() Backend
 }
 
+// An IfMatchUnquoter is a backend that can send the ETag of an If-Match
+// condition unquoted (If-Match: 0123…) instead of quoted as HTTP has it
+// (If-Match: "0123…"). Ceph's RADOS Gateway (Pacific, 16.2) compares the
+// header with the bare ETag: it refuses the quoted form even when it matches
+// and honours only the unquoted one. The probe switches a backend to the
+// unquoted form only where the quoted one fails that way and the unquoted
+// one is enforced (Capabilities.IfMatchUnquoted), and a Store applies that
+// verdict to its backend, looking through Wrappers.
+// SetUnquotedIfMatch reports whether the backend can send the form asked.
+type IfMatchUnquoter interface {
+	SetUnquotedIfMatch(on bool) bool
+}
+
+// SetUnquotedIfMatch applies the If-Match form to b or the backend under its
+// Wrappers, and reports whether one took it (the quoted form needs none: it
+// is every backend's default). A wrapper that is no Wrapper (objstore/faulty)
+// forwards it by implementing IfMatchUnquoter.
+func SetUnquotedIfMatch(b Backend, on bool) bool {
+	for {
+		if u, ok := b.(IfMatchUnquoter); ok {
+			return u.SetUnquotedIfMatch(on)
+		}
+		w, ok := b.(Wrapper)
+		if !ok {
+			return !on // the quoted form is every backend's default
+		}
+		b = w.Unwrap()
+	}
+}
+
 // NormalizeETag strips the quotes and weak-validator prefix servers put around ETags.
 func NormalizeETag(etag string) string {
 	etag = strings.TrimPrefix(strings.TrimSpace(etag), "W/")

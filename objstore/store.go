@@ -67,9 +67,9 @@ func New(b Backend, opts *Options) *Store {
 	}
 	if c := s.opts.Capabilities; c != nil {
 		cc := *c
-		s.caps = &cc
+		s.setCaps(cc)
 	} else if c, known := b.Capabilities(); known {
-		s.caps = &c
+		s.setCaps(c)
 	} else if id, ok := identityOf(b); ok {
 		s.ident = id
 	}
@@ -102,18 +102,28 @@ func (s *Store) Capabilities(ctx context.Context) (Capabilities, error) {
 		return *s.caps, nil
 	}
 	if v, ok := s.freshVerdict(ctx); ok {
-		c, rep := v.Report.Capabilities, v.Report
-		s.caps, s.probe = &c, &rep
-		return c, nil
+		rep := v.Report
+		s.probe = &rep
+		return s.setCaps(v.Report.Capabilities), nil
 	}
 	rep, err := runProbe(ctx, s.b, s.opts.ProbePrefix, nil)
 	if err != nil {
 		return Capabilities{}, err
 	}
 	s.saveVerdict(ctx, &rep, false)
-	c := rep.Capabilities
-	s.caps, s.probe = &c, &rep
-	return c, nil
+	s.probe = &rep
+	return s.setCaps(rep.Capabilities), nil
+}
+
+// setCaps keeps c as what the store enforces and sends If-Match in the form
+// it says. A verdict that needs the unquoted form on a backend that cannot
+// send it enforces no If-Match here.
+func (s *Store) setCaps(c Capabilities) Capabilities {
+	if !SetUnquotedIfMatch(s.b, c.IfMatchUnquoted) {
+		c.PutIfMatch, c.DeleteIfMatch, c.CopyIfMatch, c.MultipartIfMatch, c.IfMatchUnquoted = false, false, false, false, false
+	}
+	s.caps = &c
+	return c
 }
 
 // KnownCapabilities returns what the store is known to enforce without a
@@ -142,8 +152,8 @@ func (s *Store) Probe(ctx context.Context, opts *ProbeOptions) (ProbeReport, err
 	if opts == nil || !opts.NoCache {
 		s.saveVerdict(ctx, &rep, opts != nil && opts.Share)
 	}
-	c := rep.Capabilities
-	s.caps, s.probe = &c, &rep
+	s.probe = &rep
+	s.setCaps(rep.Capabilities)
 	return rep, nil
 }
 

@@ -37,6 +37,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -82,6 +83,8 @@ type Backend struct {
 	c      *s3.Client
 	bucket string
 	where  string
+	// unquoted: send If-Match ETags bare (objstore.IfMatchUnquoter).
+	unquoted atomic.Bool
 }
 
 func init() {
@@ -214,12 +217,24 @@ func condOpts(cond objstore.Condition) []func(*s3.Options) {
 	return []func(*s3.Options){once}
 }
 
-func condHeaders(cond objstore.Condition) (ifMatch, ifNoneMatch *string) {
+// SetUnquotedIfMatch implements objstore.IfMatchUnquoter: with on, If-Match
+// carries the ETag bare, the only form Ceph RGW 16.2 honours (the probe
+// decides; see objstore.Capabilities.IfMatchUnquoted).
+func (b *Backend) SetUnquotedIfMatch(on bool) bool {
+	b.unquoted.Store(on)
+	return true
+}
+
+func (b *Backend) condHeaders(cond objstore.Condition) (ifMatch, ifNoneMatch *string) {
 	if cond.Absent {
 		ifNoneMatch = aws.String("*")
 	}
 	if cond.Match != "" {
-		ifMatch = aws.String(`"` + cond.Match + `"`)
+		if b.unquoted.Load() {
+			ifMatch = aws.String(cond.Match)
+		} else {
+			ifMatch = aws.String(`"` + cond.Match + `"`)
+		}
 	}
 	return
 }
@@ -412,7 +427,7 @@ func (b *Backend) Put(ctx context.Context, key string, body io.Reader, size int6
 		}
 		rs, size = bytes.NewReader(data), int64(len(data))
 	}
-	ifMatch, ifNoneMatch := condHeaders(opts.If)
+	ifMatch, ifNoneMatch := b.condHeaders(opts.If)
 	out, err := b.c.PutObject(ctx, &s3.PutObjectInput{
 		Bucket: &b.bucket, Key: &key, Body: rs, ContentLength: aws.Int64(size),
 		ContentType: aws.String(opts.ContentType), Metadata: opts.Metadata,
@@ -428,7 +443,7 @@ func (b *Backend) Put(ctx context.Context, key string, body io.Reader, size int6
 
 // Delete implements objstore.Backend.
 func (b *Backend) Delete(ctx context.Context, key string, cond objstore.Condition) error {
-	ifMatch, _ := condHeaders(cond)
+	ifMatch, _ := b.condHeaders(cond)
 	_, err := b.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &b.bucket, Key: &key, IfMatch: ifMatch}, condOpts(cond)...)
 	return b.mapErr(err, true)
 }
@@ -602,7 +617,7 @@ func copySource(bucket, key string) string {
 // and Metadata are not in it and are left zero. A server that answers
 // without an ETag is asked with a HEAD.
 func (b *Backend) Copy(ctx context.Context, src, dst string, cond objstore.Condition) (objstore.Info, error) {
-	ifMatch, ifNoneMatch := condHeaders(cond)
+	ifMatch, ifNoneMatch := b.condHeaders(cond)
 	out, err := b.c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &b.bucket, Key: &dst, CopySource: aws.String(copySource(b.bucket, src)),
 		IfMatch: ifMatch, IfNoneMatch: ifNoneMatch}, condOpts(cond)...)
 	if err != nil {
@@ -649,11 +664,15 @@ func (b *Backend) CompleteMultipart(ctx context.Context, key, id string, parts [
 	for i, p := range parts {
 		cp[i] = types.CompletedPart{ETag: aws.String(`"` + p.ETag + `"`), PartNumber: aws.Int32(int32(p.Number))}
 	}
-	ifMatch, ifNoneMatch := condHeaders(cond)
+	ifMatch, ifNoneMatch := b.condHeaders(cond)
 	out, err := b.c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: &b.bucket, Key: &key, UploadId: &id,
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: cp}, IfMatch: ifMatch, IfNoneMatch: ifNoneMatch}, once)
 	if err != nil {
 		return objstore.Info{}, b.mapErr(err, true)
+	}
+	if aws.ToString(out.ETag) == "" {
+		// Ceph RGW 16.2 answers without an ETag: ask.
+		return b.Head(ctx, key)
 	}
 	var size int64
 	for _, p := range parts {
