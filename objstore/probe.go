@@ -79,18 +79,18 @@ type ProbeCheck struct {
 
 // ProbeReport is the result of Probe.
 type ProbeReport struct {
-	Store        string        `json:"store"`
-	Checks       []ProbeCheck  `json:"checks"`
-	Capabilities Capabilities  `json:"capabilities"`
-	Racers       int           `json:"racers"`
-	Rounds       int           `json:"rounds"`
-	Winners      int           `json:"winners"`       // successful racing writes in the worst round (must be 1)
-	LosersStatus []string      `json:"losers_status"` // what racing losers saw: "412", "409", "500" (5xx: an unknown outcome)
+	Store        string       `json:"store"`
+	Checks       []ProbeCheck `json:"checks"`
+	Capabilities Capabilities `json:"capabilities"`
+	Racers       int          `json:"racers"`
+	Rounds       int          `json:"rounds"`
+	Winners      int          `json:"winners"`       // successful racing writes in the worst round (must be 1)
+	LosersStatus []string     `json:"losers_status"` // what racing losers saw: "412", "409", "500" (5xx: an unknown outcome)
 	// Findings are the server's quirks the probe met and cairn allows for,
 	// in words: the answer to If-Match on a missing key, the If-Match form it
 	// honours, what racing losers are told.
-	Findings []string `json:"findings,omitempty"`
-	Elapsed      time.Duration `json:"elapsed_ns"`
+	Findings []string      `json:"findings,omitempty"`
+	Elapsed  time.Duration `json:"elapsed_ns"`
 	// PreviousShared is the verdict an earlier probe had left in the bucket, and
 	// where it disagreed with this one (nil if there was none, or the verdict
 	// was not saved).
