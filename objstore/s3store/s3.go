@@ -470,6 +470,13 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, opts objstore
 		in.ContinuationToken = aws.String(token)
 	}
 	out, err := b.c.ListObjectsV2(ctx, in)
+	var de *smithy.DeserializationError
+	if errors.As(err, &de) {
+		// Ceph RGW 16.2 URL-encodes the keys but writes the continuation
+		// token (the page's last key) and the start key raw: a control character in it is a
+		// character reference XML 1.0 forbids, and no parser reads the page.
+		return objstore.ListPage{}, fmt.Errorf("%w: list %q: the server's answer is not XML that can be read (%v): it writes a key holding a control character unencoded (Ceph RGW 16.2 does so in the continuation token of a page that ends on such a key, and in the start key); list with another page size or start key, or rename such keys with another client", objstore.ErrNotSupported, prefix, de)
+	}
 	if err != nil {
 		return objstore.ListPage{}, b.mapErr(err, false)
 	}

@@ -54,7 +54,7 @@ func TestConformanceCeph(t *testing.T) {
 	objstoretest.Run(t, objstoretest.Harness{New: func(t *testing.T) objstoretest.Instance {
 		b, url := testenv.NewBucket(t, ep)
 		return objstoretest.Instance{Store: objstore.New(b, nil), URL: url, Env: ep.Env(), Declared: &cephCaps,
-			Uploads: uploads(t, b)}
+			Uploads: uploads(t, b), RawTokens: "Ceph RGW 16.2 writes the continuation token (a key) raw into its XML"}
 	}})
 }
 
