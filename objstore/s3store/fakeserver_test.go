@@ -134,3 +134,59 @@ func TestListRefusesAFolderNameWithReplacementCharacters(t *testing.T) {
 		t.Fatalf("a plain folder: %+v", page)
 	}
 }
+
+// If-Match carries the ETag quoted, as HTTP has it, unless the backend is
+// told to send it bare (the only form Ceph RGW 16.2 honours): then it is
+// sent bare on PUT, DELETE, copies and multipart completions.
+func TestIfMatchQuotedOrBare(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Method+" "+r.Header.Get("If-Match"))
+		mu.Unlock()
+		w.Header().Set("ETag", `"e"`)
+		switch {
+		case r.Method == http.MethodDelete:
+			w.WriteHeader(http.StatusNoContent)
+		case r.Header.Get("X-Amz-Copy-Source") != "":
+			_, _ = io.WriteString(w, `<CopyObjectResult><ETag>"e"</ETag></CopyObjectResult>`)
+		case r.Method == http.MethodPost:
+			_, _ = io.WriteString(w, `<CompleteMultipartUploadResult><ETag>"e-1"</ETag></CompleteMultipartUploadResult>`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	b, err := s3store.NewBackend(t.Context(), s3store.Options{Bucket: "bkt", Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
+		AccessKeyID: "test", SecretAccessKey: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cond := t.Context(), objstore.IfMatch("0123abcd")
+	send := func() {
+		if _, err := b.Put(ctx, "k", strings.NewReader("x"), 1, objstore.PutOptions{If: cond}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Delete(ctx, "k", cond); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Copy(ctx, "src", "k", cond); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.CompleteMultipart(ctx, "k", "id", []objstore.Part{{Number: 1, ETag: "p"}}, cond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send()
+	if !b.SetUnquotedIfMatch(true) {
+		t.Fatal("s3store refuses to send If-Match bare")
+	}
+	send()
+	want := []string{`PUT "0123abcd"`, `DELETE "0123abcd"`, `PUT "0123abcd"`, `POST "0123abcd"`,
+		`PUT 0123abcd`, `DELETE 0123abcd`, `PUT 0123abcd`, `POST 0123abcd`}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("If-Match headers sent:\n got %q\nwant %q", got, want)
+	}
+}
