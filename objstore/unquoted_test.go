@@ -35,7 +35,9 @@ func newCephLike() *cephLike {
 
 func (b *cephLike) SetUnquotedIfMatch(on bool) bool { b.unquoted.Store(on); return true }
 
-func (b *cephLike) Capabilities() (objstore.Capabilities, bool) { return objstore.Capabilities{}, false }
+func (b *cephLike) Capabilities() (objstore.Capabilities, bool) {
+	return objstore.Capabilities{}, false
+}
 
 // status500 is an answer 500: an unknown outcome, carrying its status as
 // s3store's errors do.
