@@ -31,6 +31,13 @@ type Condition struct {
 	// A Match that is only quotes, "W/" or spaces (`""`) is an empty ETag,
 	// not "no condition": Store refuses it (see IfMatch).
 	Match string
+	// Unquoted: send Match bare (If-Match: 0123…), not quoted as HTTP has it
+	// (If-Match: "0123…"). Ceph's RADOS Gateway (Pacific, 16.2) compares the
+	// header with the bare ETag, so it refuses the quoted form even when it
+	// matches. A Store sets it on the conditions it sends where the probe
+	// found that only this form is enforced (Capabilities.IfMatchUnquoted);
+	// backends that do not speak HTTP ignore it.
+	Unquoted bool
 
 	// emptyMatch: made by IfMatch with an empty ETag.
 	emptyMatch bool
@@ -176,36 +183,6 @@ type Backend interface {
 type Wrapper interface {
 	Backend
 	Unwrap() Backend
-}
-
-// An IfMatchUnquoter is a backend that can send the ETag of an If-Match
-// condition unquoted (If-Match: 0123…) instead of quoted as HTTP has it
-// (If-Match: "0123…"). Ceph's RADOS Gateway (Pacific, 16.2) compares the
-// header with the bare ETag: it refuses the quoted form even when it matches
-// and honours only the unquoted one. The probe switches a backend to the
-// unquoted form only where the quoted one fails that way and the unquoted
-// one is enforced (Capabilities.IfMatchUnquoted), and a Store applies that
-// verdict to its backend, looking through Wrappers.
-// SetUnquotedIfMatch reports whether the backend can send the form asked.
-type IfMatchUnquoter interface {
-	SetUnquotedIfMatch(on bool) bool
-}
-
-// SetUnquotedIfMatch applies the If-Match form to b or the backend under its
-// Wrappers, and reports whether one took it (the quoted form needs none: it
-// is every backend's default). A wrapper that is no Wrapper (objstore/faulty)
-// forwards it by implementing IfMatchUnquoter.
-func SetUnquotedIfMatch(b Backend, on bool) bool {
-	for {
-		if u, ok := b.(IfMatchUnquoter); ok {
-			return u.SetUnquotedIfMatch(on)
-		}
-		w, ok := b.(Wrapper)
-		if !ok {
-			return !on // the quoted form is every backend's default
-		}
-		b = w.Unwrap()
-	}
 }
 
 // NormalizeETag strips the quotes and weak-validator prefix servers put around ETags.

@@ -28,7 +28,7 @@ type Capabilities struct {
 	MultipartIfMatch  bool `json:"multipart_if_match"`  // CompleteMultipartUpload If-Match
 	// IfMatchUnquoted: the If-Match conditions above are enforced only with
 	// the ETag sent unquoted (Ceph RGW 16.2), and a backend that can
-	// (IfMatchUnquoter) sends it so on this store.
+	// (s3store) sends it so on this store (Condition.Unquoted).
 	IfMatchUnquoted bool `json:"if_match_unquoted,omitempty"`
 }
 
@@ -120,6 +120,17 @@ type prober struct {
 	b      Backend
 	prefix string
 	rep    *ProbeReport
+	// unquoted: the probe's If-Match conditions carry the ETag bare (set
+	// once put-if-match found only that form enforced). Per condition, never
+	// on the backend: other users of it keep sending what their Store says.
+	unquoted bool
+}
+
+// ifMatch is IfMatch(etag) in the form the probe is measuring.
+func (p *prober) ifMatch(etag string) Condition {
+	c := IfMatch(etag)
+	c.Unquoted = p.unquoted
+	return c
 }
 
 func runProbe(ctx context.Context, b Backend, basePrefix string, opts *ProbeOptions) (ProbeReport, error) {
@@ -139,8 +150,6 @@ func runProbe(ctx context.Context, b Backend, basePrefix string, opts *ProbeOpti
 	_, _ = rand.Read(rnd[:])
 	p := &prober{b: b, prefix: basePrefix + hex.EncodeToString(rnd[:]) + "/", rep: &rep}
 	defer p.cleanup(ctx)
-	// Measured afresh: the quoted form first (putIfMatch tries the other).
-	SetUnquotedIfMatch(b, false)
 
 	// A plain write first: if this fails, nothing else means anything.
 	if _, err := b.Put(ctx, p.key("plain"), bytes.NewReader([]byte("cairn probe")), 11, PutOptions{ContentType: "text/plain"}); err != nil {
@@ -175,7 +184,6 @@ func runProbe(ctx context.Context, b Backend, basePrefix string, opts *ProbeOpti
 		// in which no If-Match check was enforced.
 		c := &rep.Capabilities
 		c.IfMatchUnquoted, c.DeleteIfMatch, c.CopyIfMatch, c.MultipartIfMatch = false, false, false, false
-		SetUnquotedIfMatch(b, false)
 	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
@@ -271,18 +279,18 @@ func (p *prober) putIfAbsent(ctx context.Context) (bool, string, error) {
 
 // putIfMatch checks If-Match on PUT with the ETag quoted, as HTTP has it.
 // A server that refuses even the current ETag in that form is tried with it
-// unquoted, if the backend can send it so (IfMatchUnquoter): Ceph RGW 16.2
-// honours only that form. The backend is left sending the form that is
-// enforced, and the later checks (delete, copy and multipart If-Match, racing
-// updates) use it too.
+// unquoted (Condition.Unquoted): Ceph RGW 16.2 honours only that form. The
+// later checks (delete, copy and multipart If-Match, racing updates) use the
+// form that is enforced.
 func (p *prober) putIfMatch(ctx context.Context) (bool, string, error) {
 	ok, out, quotedRefused, err := p.putIfMatchOnce(ctx, "if-match")
-	if err != nil || ok || !quotedRefused || !SetUnquotedIfMatch(p.b, true) {
+	if err != nil || ok || !quotedRefused {
 		return ok, out, err
 	}
+	p.unquoted = true
 	ok2, out2, _, err := p.putIfMatchOnce(ctx, "if-match-unquoted")
 	if err != nil || !ok2 {
-		SetUnquotedIfMatch(p.b, false)
+		p.unquoted = false
 		return ok, out, err
 	}
 	p.rep.Capabilities.IfMatchUnquoted = true
@@ -299,7 +307,7 @@ func (p *prober) putIfMatchOnce(ctx context.Context, name string) (ok bool, out 
 	if err != nil {
 		return false, "", false, err
 	}
-	_, err = p.put(ctx, k, "v2-wrong", IfMatch(wrongETag))
+	_, err = p.put(ctx, k, "v2-wrong", p.ifMatch(wrongETag))
 	ok, out, ferr := p.refused(ctx, err, "a write with a wrong If-Match")
 	if ferr != nil || !ok {
 		return false, out, false, ferr
@@ -307,7 +315,7 @@ func (p *prober) putIfMatchOnce(ctx context.Context, name string) (ok bool, out 
 	if same, err := p.unchanged(ctx, k, cur.ETag); err != nil || !same {
 		return false, "ignored: the refused write changed the object anyway", false, err
 	}
-	if _, err := p.put(ctx, k, "v2", IfMatch(cur.ETag)); err != nil {
+	if _, err := p.put(ctx, k, "v2", p.ifMatch(cur.ETag)); err != nil {
 		ok, out, ferr := p.satisfyingFailed(ctx, "a write with the current ETag in If-Match", err)
 		return ok, out, ferr == nil && errors.Is(err, ErrPreconditionFailed), ferr
 	}
@@ -315,7 +323,7 @@ func (p *prober) putIfMatchOnce(ctx context.Context, name string) (ok bool, out 
 		return false, out, false, err
 	}
 	missing := p.key(name + "-missing")
-	_, err = p.put(ctx, missing, "x", IfMatch(cur.ETag))
+	_, err = p.put(ctx, missing, "x", p.ifMatch(cur.ETag))
 	if ok2, _, ferr := p.refused(ctx, err, ""); ferr != nil {
 		return false, "", false, ferr
 	} else if !ok2 && !errors.Is(err, ErrNotFound) {
@@ -352,7 +360,7 @@ func (p *prober) deleteIfMatch(ctx context.Context) (bool, string, error) {
 	if err != nil {
 		return false, "", err
 	}
-	err = p.b.Delete(ctx, k, IfMatch(wrongETag))
+	err = p.b.Delete(ctx, k, p.ifMatch(wrongETag))
 	ok, out, ferr := p.refused(ctx, err, "a delete with a wrong If-Match")
 	if ferr != nil {
 		return false, out, ferr
@@ -367,7 +375,7 @@ func (p *prober) deleteIfMatch(ctx context.Context) (bool, string, error) {
 	if !ok {
 		return false, out, nil
 	}
-	if err := p.b.Delete(ctx, k, IfMatch(cur.ETag)); err != nil {
+	if err := p.b.Delete(ctx, k, p.ifMatch(cur.ETag)); err != nil {
 		return p.satisfyingFailed(ctx, "a delete with the current ETag", err)
 	}
 	if _, err := p.b.Head(ctx, k); !errors.Is(err, ErrNotFound) {
@@ -376,7 +384,7 @@ func (p *prober) deleteIfMatch(ctx context.Context) (bool, string, error) {
 		}
 		return false, "broken: a delete with the current ETag succeeded and left the object", nil
 	}
-	err = p.b.Delete(ctx, p.key("delete-if-match-missing"), IfMatch(cur.ETag))
+	err = p.b.Delete(ctx, p.key("delete-if-match-missing"), p.ifMatch(cur.ETag))
 	if ferr := p.fatal(ctx, err); err != nil && ferr != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrPreconditionFailed) {
 		return false, "", ferr
 	}
@@ -424,7 +432,7 @@ func (p *prober) copyCond(absent bool) func(context.Context) (bool, string, erro
 		}
 		cond := IfAbsent()
 		if !absent {
-			cond = IfMatch(wrongETag)
+			cond = p.ifMatch(wrongETag)
 		}
 		_, err = p.b.Copy(ctx, src, dst, cond)
 		ok, out, ferr := p.refused(ctx, err, "a copy onto a destination that fails the condition")
@@ -443,7 +451,7 @@ func (p *prober) copyCond(absent bool) func(context.Context) (bool, string, erro
 		}
 		target, cond, what := p.key(name+"-free"), IfAbsent(), "a copy onto a free key with If-None-Match: *"
 		if !absent {
-			target, cond, what = dst, IfMatch(cur.ETag), "a copy onto the destination with its current ETag"
+			target, cond, what = dst, p.ifMatch(cur.ETag), "a copy onto the destination with its current ETag"
 		}
 		if _, err := p.b.Copy(ctx, src, target, cond); err != nil {
 			return p.satisfyingFailed(ctx, what, err)
@@ -469,7 +477,7 @@ func (p *prober) multipartCond(absent bool) func(context.Context) (bool, string,
 		}
 		cond := IfAbsent()
 		if !absent {
-			cond = IfMatch(wrongETag)
+			cond = p.ifMatch(wrongETag)
 		}
 		err, setup, unsupported := p.completeUpload(ctx, k, "new", cond)
 		if unsupported != nil {
@@ -494,7 +502,7 @@ func (p *prober) multipartCond(absent bool) func(context.Context) (bool, string,
 		}
 		target, cond, what := p.key(name+"-free"), IfAbsent(), "completing an upload of a free key with If-None-Match: *"
 		if !absent {
-			target, cond, what = k, IfMatch(cur.ETag), "completing an upload with the object's current ETag"
+			target, cond, what = k, p.ifMatch(cur.ETag), "completing an upload with the object's current ETag"
 		}
 		err, setup, unsupported = p.completeUpload(ctx, target, "new", cond)
 		if setup != nil || unsupported != nil {
@@ -548,18 +556,39 @@ func (p *prober) racing(update bool) func(context.Context) (bool, string, error)
 	}
 	return func(ctx context.Context) (bool, string, error) {
 		n := p.rep.Racers
-		statuses := map[string]bool{}
+		// The rounds race on keys of their own, all at once: each is the
+		// same experiment as alone (Racers writes of one key, exactly one
+		// may win), and a server slow under contention (SeaweedFS takes
+		// seconds a round) costs one round's time, not Rounds'.
+		type result struct {
+			k, winner, bad string
+			winners        int
+			statuses       map[string]bool
+			err            error
+		}
+		results := make([]result, p.rep.Rounds)
+		var wg sync.WaitGroup
 		for round := range p.rep.Rounds {
-			k := p.key(fmt.Sprintf("race-%s-%d", what, round))
-			cond := IfAbsent()
-			if update {
-				base, err := p.put(ctx, k, "base", Condition{})
-				if err != nil {
-					return false, "", err
+			wg.Go(func() {
+				r := &results[round]
+				r.k, r.statuses = p.key(fmt.Sprintf("race-%s-%d", what, round)), map[string]bool{}
+				cond := IfAbsent()
+				if update {
+					base, err := p.put(ctx, r.k, "base", Condition{})
+					if err != nil {
+						r.err = err
+						return
+					}
+					cond = p.ifMatch(base.ETag)
 				}
-				cond = IfMatch(base.ETag)
-			}
-			winners, winner, bad, err := p.raceRound(ctx, k, cond, statuses)
+				r.winners, r.winner, r.bad, r.err = p.raceRound(ctx, r.k, cond, r.statuses)
+			})
+		}
+		wg.Wait()
+		statuses := map[string]bool{}
+		for round, r := range results {
+			k, winners, winner, bad, err := r.k, r.winners, r.winner, r.bad, r.err
+			maps.Copy(statuses, r.statuses)
 			if err != nil {
 				return false, "", err
 			}

@@ -115,15 +115,23 @@ func (s *Store) Capabilities(ctx context.Context) (Capabilities, error) {
 	return s.setCaps(rep.Capabilities), nil
 }
 
-// setCaps keeps c as what the store enforces and sends If-Match in the form
-// it says. A verdict that needs the unquoted form on a backend that cannot
-// send it enforces no If-Match here.
+// setCaps keeps c as what the store enforces (capMu held).
 func (s *Store) setCaps(c Capabilities) Capabilities {
-	if !SetUnquotedIfMatch(s.b, c.IfMatchUnquoted) {
-		c.PutIfMatch, c.DeleteIfMatch, c.CopyIfMatch, c.MultipartIfMatch, c.IfMatchUnquoted = false, false, false, false, false
-	}
 	s.caps = &c
 	return c
+}
+
+// wire is cond as it is sent: with its ETag unquoted where the store
+// enforces If-Match only in that form. Call it after requireCondition (the
+// capabilities are known then).
+func (s *Store) wire(cond Condition) Condition {
+	if cond.Match == "" {
+		return cond
+	}
+	if c, ok := s.KnownCapabilities(); ok {
+		cond.Unquoted = c.IfMatchUnquoted
+	}
+	return cond
 }
 
 // KnownCapabilities returns what the store is known to enforce without a
@@ -256,6 +264,7 @@ func (s *Store) Put(ctx context.Context, key string, body io.Reader, opts *PutOp
 	if l, ok := body.(interface{ Len() int }); ok {
 		size = int64(l.Len())
 	}
+	o.If = s.wire(o.If)
 	info, err := s.b.Put(ctx, key, body, size, o)
 	return info, wrapErr("put", key, s.explainRefusal(ctx, key, o.If, err))
 }
@@ -301,7 +310,7 @@ func (s *Store) Delete(ctx context.Context, key string, cond Condition) error {
 	if err := s.requireCondition(ctx, "delete", cond, deleteCaps); err != nil {
 		return wrapErr("delete", key, err)
 	}
-	return wrapErr("delete", key, s.b.Delete(ctx, key, cond))
+	return wrapErr("delete", key, s.b.Delete(ctx, key, s.wire(cond)))
 }
 
 // Copy copies src to dst on the server, keeping content, content type and user
@@ -324,6 +333,7 @@ func (s *Store) Copy(ctx context.Context, src, dst string, cond Condition) (Info
 	if err := s.requireCondition(ctx, "copy", cond, copyCaps); err != nil {
 		return Info{}, wrapErr("copy", dst, err)
 	}
+	cond = s.wire(cond)
 	info, err := s.b.Copy(ctx, src, dst, cond)
 	return info, wrapErr("copy", src+" -> "+dst, s.explainRefusal(ctx, dst, cond, err))
 }

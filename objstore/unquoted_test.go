@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,22 +19,20 @@ import (
 // cephLike plays Ceph RGW 16.2 (measured on 16.2.15): If-Match is compared
 // with the bare ETag, so the quoted form a client sends by default is
 // refused with 412 even when it matches, and only the unquoted form
-// (SetUnquotedIfMatch) is enforced; a conditional PUT that loses a race for
+// (Condition.Unquoted) is enforced; a conditional PUT that loses a race for
 // an ETag the object really had is answered 500, which says nothing about
 // whether it was applied; conditions on DELETE, copies and multipart
 // completions are ignored.
 type cephLike struct {
 	objstore.Backend
-	unquoted atomic.Bool
-	mu       sync.Mutex
-	seen     map[string]bool // ETags the objects have had
+	mu     sync.Mutex
+	seen   map[string]bool // ETags the objects have had
+	quoted atomic.Int64    // If-Match PUTs sent quoted
 }
 
 func newCephLike() *cephLike {
 	return &cephLike{Backend: mem.NewBackend("ceph-like"), seen: map[string]bool{}}
 }
-
-func (b *cephLike) SetUnquotedIfMatch(on bool) bool { b.unquoted.Store(on); return true }
 
 func (b *cephLike) Capabilities() (objstore.Capabilities, bool) {
 	return objstore.Capabilities{}, false
@@ -48,7 +47,8 @@ func (status500) HTTPStatusCode() int { return 500 }
 func (status500) Unwrap() error       { return objstore.ErrAmbiguous }
 
 func (b *cephLike) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
-	if opts.If.Match != "" && !b.unquoted.Load() {
+	if opts.If.Match != "" && !opts.If.Unquoted {
+		b.quoted.Add(1)
 		return objstore.Info{}, fmt.Errorf("ceph-like: quoted If-Match: 412: %w", objstore.ErrPreconditionFailed)
 	}
 	info, err := b.Backend.Put(ctx, key, body, size, opts)
@@ -77,15 +77,12 @@ func (b *cephLike) CompleteMultipart(ctx context.Context, key, id string, parts 
 	return b.Backend.CompleteMultipart(ctx, key, id, parts, objstore.Condition{})
 }
 
-// plainBackend hides cephLike's IfMatchUnquoter: a backend that can only
-// send the quoted form.
-type plainBackend struct{ objstore.Backend }
-
-// The probe finds that a server honours If-Match only unquoted, says so, and
-// leaves the backend sending that form; racing losers answered 500 are an
-// unknown outcome it reports, not a failure of the probe; a Store applies a
-// verdict that needs the unquoted form to its backend, and one whose backend
-// cannot send it enforces no If-Match.
+// The probe finds that a server honours If-Match only unquoted and says so;
+// racing losers answered 500 are an unknown outcome it reports, not a
+// failure of the probe; a Store then sends If-Match unquoted, whether it
+// probed or was given the verdict — and never by changing the backend under
+// other Stores: one probing while another writes leaves the other's form
+// alone.
 func TestProbeFindsUnquotedIfMatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -98,9 +95,6 @@ func TestProbeFindsUnquotedIfMatch(t *testing.T) {
 	want := objstore.Capabilities{PutIfAbsent: true, PutIfMatch: true, IfMatchUnquoted: true}
 	if rep.Capabilities != want {
 		t.Fatalf("capabilities %+v, want %+v; checks %+v", rep.Capabilities, want, rep.Checks)
-	}
-	if !b.unquoted.Load() {
-		t.Fatal("the probe left the backend sending If-Match quoted, the form this server refuses")
 	}
 	if !slices.Contains(rep.LosersStatus, "500") {
 		t.Errorf("losers' statuses %v, want 500 among them", rep.LosersStatus)
@@ -123,15 +117,26 @@ func TestProbeFindsUnquotedIfMatch(t *testing.T) {
 		t.Fatalf("a write with a stale ETag: %v, want a refusal or an unknown outcome", err)
 	}
 
-	// A verdict given to a new Store is applied to its backend.
+	// A verdict given to a new Store is used, on a backend another Store
+	// probes at the same time.
 	b2 := newCephLike()
 	s2 := objstore.New(b2, &objstore.Options{Capabilities: &want})
-	if c, _ := s2.KnownCapabilities(); c != want || !b2.unquoted.Load() {
-		t.Errorf("a Store given %+v: capabilities %+v, backend unquoted %v", want, c, b2.unquoted.Load())
+	probing := objstore.New(b2, &objstore.Options{ProbeTTL: -1})
+	done := make(chan error)
+	go func() {
+		_, err := objstore.Probe(ctx, probing, &objstore.ProbeOptions{Racers: 4, Rounds: 1})
+		done <- err
+	}()
+	for i := range 50 {
+		info, err := s2.PutBytes(ctx, "doc2", []byte(strconv.Itoa(i)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s2.PutBytes(ctx, "doc2", []byte("next"), &objstore.PutOptions{If: objstore.IfMatch(info.ETag)}); err != nil {
+			t.Fatalf("a Store given %+v, write %d with the current ETag: %v", want, i, err)
+		}
 	}
-	// One whose backend cannot send the form enforces no If-Match.
-	s3 := objstore.New(plainBackend{newCephLike()}, &objstore.Options{Capabilities: &want})
-	if c, _ := s3.KnownCapabilities(); c.PutIfMatch || c.IfMatchUnquoted || !c.PutIfAbsent {
-		t.Errorf("a backend that cannot unquote If-Match: capabilities %+v, want put-if-absent only", c)
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -505,10 +505,6 @@ func (b *Backend) Capabilities() (objstore.Capabilities, bool) {
 	return b.inner.Capabilities()
 }
 
-// SetUnquotedIfMatch forwards the If-Match form (objstore.IfMatchUnquoter)
-// to the inner backend: it is how a condition is sent, not what is enforced.
-func (b *Backend) SetUnquotedIfMatch(on bool) bool { return objstore.SetUnquotedIfMatch(b.inner, on) }
-
 // MinPartSize forwards to the inner backend.
 func (b *Backend) MinPartSize() int64 { return b.inner.MinPartSize() }
 

@@ -37,7 +37,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -83,8 +82,6 @@ type Backend struct {
 	c      *s3.Client
 	bucket string
 	where  string
-	// unquoted: send If-Match ETags bare (objstore.IfMatchUnquoter).
-	unquoted atomic.Bool
 }
 
 func init() {
@@ -217,20 +214,15 @@ func condOpts(cond objstore.Condition) []func(*s3.Options) {
 	return []func(*s3.Options){once}
 }
 
-// SetUnquotedIfMatch implements objstore.IfMatchUnquoter: with on, If-Match
-// carries the ETag bare, the only form Ceph RGW 16.2 honours (the probe
-// decides; see objstore.Capabilities.IfMatchUnquoted).
-func (b *Backend) SetUnquotedIfMatch(on bool) bool {
-	b.unquoted.Store(on)
-	return true
-}
-
-func (b *Backend) condHeaders(cond objstore.Condition) (ifMatch, ifNoneMatch *string) {
+// condHeaders are the If-Match and If-None-Match headers of cond: the ETag
+// quoted, as HTTP has it, or bare where cond.Unquoted says so (the only form
+// Ceph RGW 16.2 honours; see objstore.Capabilities.IfMatchUnquoted).
+func condHeaders(cond objstore.Condition) (ifMatch, ifNoneMatch *string) {
 	if cond.Absent {
 		ifNoneMatch = aws.String("*")
 	}
 	if cond.Match != "" {
-		if b.unquoted.Load() {
+		if cond.Unquoted {
 			ifMatch = aws.String(cond.Match)
 		} else {
 			ifMatch = aws.String(`"` + cond.Match + `"`)
@@ -427,7 +419,7 @@ func (b *Backend) Put(ctx context.Context, key string, body io.Reader, size int6
 		}
 		rs, size = bytes.NewReader(data), int64(len(data))
 	}
-	ifMatch, ifNoneMatch := b.condHeaders(opts.If)
+	ifMatch, ifNoneMatch := condHeaders(opts.If)
 	out, err := b.c.PutObject(ctx, &s3.PutObjectInput{
 		Bucket: &b.bucket, Key: &key, Body: rs, ContentLength: aws.Int64(size),
 		ContentType: aws.String(opts.ContentType), Metadata: opts.Metadata,
@@ -443,7 +435,7 @@ func (b *Backend) Put(ctx context.Context, key string, body io.Reader, size int6
 
 // Delete implements objstore.Backend.
 func (b *Backend) Delete(ctx context.Context, key string, cond objstore.Condition) error {
-	ifMatch, _ := b.condHeaders(cond)
+	ifMatch, _ := condHeaders(cond)
 	_, err := b.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &b.bucket, Key: &key, IfMatch: ifMatch}, condOpts(cond)...)
 	return b.mapErr(err, true)
 }
@@ -624,7 +616,7 @@ func copySource(bucket, key string) string {
 // and Metadata are not in it and are left zero. A server that answers
 // without an ETag is asked with a HEAD.
 func (b *Backend) Copy(ctx context.Context, src, dst string, cond objstore.Condition) (objstore.Info, error) {
-	ifMatch, ifNoneMatch := b.condHeaders(cond)
+	ifMatch, ifNoneMatch := condHeaders(cond)
 	out, err := b.c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &b.bucket, Key: &dst, CopySource: aws.String(copySource(b.bucket, src)),
 		IfMatch: ifMatch, IfNoneMatch: ifNoneMatch}, condOpts(cond)...)
 	if err != nil {
@@ -671,7 +663,7 @@ func (b *Backend) CompleteMultipart(ctx context.Context, key, id string, parts [
 	for i, p := range parts {
 		cp[i] = types.CompletedPart{ETag: aws.String(`"` + p.ETag + `"`), PartNumber: aws.Int32(int32(p.Number))}
 	}
-	ifMatch, ifNoneMatch := b.condHeaders(cond)
+	ifMatch, ifNoneMatch := condHeaders(cond)
 	out, err := b.c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: &b.bucket, Key: &key, UploadId: &id,
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: cp}, IfMatch: ifMatch, IfNoneMatch: ifNoneMatch}, once)
 	if err != nil {
