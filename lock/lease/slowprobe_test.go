@@ -24,7 +24,9 @@ type slowProbe struct {
 	step  time.Duration
 }
 
-func (b slowProbe) Capabilities() (objstore.Capabilities, bool) { return objstore.Capabilities{}, false }
+func (b slowProbe) Capabilities() (objstore.Capabilities, bool) {
+	return objstore.Capabilities{}, false
+}
 
 func (b slowProbe) Put(ctx context.Context, key string, body io.Reader, size int64, opts objstore.PutOptions) (objstore.Info, error) {
 	if strings.HasPrefix(key, "cairn-probe/") {
