@@ -188,3 +188,37 @@ func TestIfMatchQuotedOrBare(t *testing.T) {
 		t.Fatalf("If-Match headers sent:\n got %q\nwant %q", got, want)
 	}
 }
+
+// A conditional delete answered 412 is ErrNotFound if the key is missing
+// (SeaweedFS answers 412, not 404, for a missing key; the contract is
+// ErrNotFound), and stays ErrPreconditionFailed if the object is there.
+func TestConditionalDeleteOfMissingKeyAnswered412(t *testing.T) {
+	t.Parallel()
+	for _, exists := range []bool{false, true} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case r.Method == http.MethodDelete:
+				w.WriteHeader(http.StatusPreconditionFailed)
+				_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>PreconditionFailed</Code><Message>no</Message></Error>`)
+			case r.Method == http.MethodHead && exists:
+				w.Header().Set("ETag", `"other"`)
+			default:
+				w.WriteHeader(http.StatusNotFound)
+			}
+		}))
+		b, err := s3store.NewBackend(t.Context(), s3store.Options{Bucket: "bkt", Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
+			AccessKeyID: "test", SecretAccessKey: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = b.Delete(t.Context(), "k", objstore.IfMatch("0123"))
+		want := objstore.ErrNotFound
+		if exists {
+			want = objstore.ErrPreconditionFailed
+		}
+		if !errors.Is(err, want) {
+			t.Errorf("object there: %v; conditional delete answered 412: %v, want %v", exists, err, want)
+		}
+		srv.Close()
+	}
+}

@@ -437,7 +437,16 @@ func (b *Backend) Put(ctx context.Context, key string, body io.Reader, size int6
 func (b *Backend) Delete(ctx context.Context, key string, cond objstore.Condition) error {
 	ifMatch, _ := condHeaders(cond)
 	_, err := b.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &b.bucket, Key: &key, IfMatch: ifMatch}, condOpts(cond)...)
-	return b.mapErr(err, true)
+	err = b.mapErr(err, true)
+	if cond.Match != "" && errors.Is(err, objstore.ErrPreconditionFailed) {
+		// SeaweedFS answers 412, not 404, to a conditional delete of a
+		// missing key: the contract is ErrNotFound. Nothing was deleted
+		// either way; a HEAD tells which.
+		if _, herr := b.Head(ctx, key); errors.Is(herr, objstore.ErrNotFound) {
+			return herr
+		}
+	}
+	return err
 }
 
 // List implements objstore.Backend.

@@ -111,6 +111,11 @@ func StartSeaweedFS(ctx context.Context, bin string, o Options) (*Server, error)
 		"-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
 		"-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0", "-s3.iam=false",
 		"-s3.autoCreateBucket=false",
+		// Every bucket is a collection with volumes of its own, and the
+		// tests make hundreds: left to size the volume count from the free
+		// disk, it ran out of writable volumes within a minute of tests
+		// (and answered writes 500). Small volumes, many allowed.
+		"-volume.max=10000", "-master.volumeSizeLimitMB=16",
 		"-filer.localSocket=" + filepath.Join(o.DataDir, "filer.sock"),
 		"-s3.localSocket=" + filepath.Join(o.DataDir, "s3.sock"),
 	}
