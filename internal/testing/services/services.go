@@ -1,6 +1,8 @@
 // Package services starts the real servers cairn's tests and developers use —
 // S3 servers (MinIO, versitygw with its posix backend, gofakes3 with its memory
-// backend; each built once from the Go module proxy at a pinned version) and
+// backend, SeaweedFS's `weed mini`; each built once from the Go module proxy
+// at a pinned version; and Ceph's RADOS Gateway on a one-node cluster from
+// Debian's packages) and
 // PostgreSQL for the shared ledger, and dynalite (a DynamoDB API on Node,
 // installed once with npm) for the DynamoDB ledger — on free 127.0.0.1 ports with throw-away
 // data directories; and AWS's Lambda Runtime Interface Emulator (built like the
