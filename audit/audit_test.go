@@ -71,6 +71,14 @@ func TestAudit(t *testing.T) {
 			b, _ := testenv.NewBucket(t, testenv.S3Server(t, "gofakes3"))
 			return objstore.New(b, nil)
 		},
+		"seaweedfs": func(t *testing.T) *objstore.Store {
+			b, _ := testenv.NewBucket(t, testenv.S3Server(t, "seaweedfs"))
+			return objstore.New(b, nil)
+		},
+		"ceph": func(t *testing.T) *objstore.Store {
+			b, _ := testenv.NewBucket(t, testenv.S3Server(t, "ceph"))
+			return objstore.New(b, nil)
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -307,7 +307,7 @@ func TestGoldenHistories(t *testing.T) {
 
 // Linearizable under faults on every S3 server the suite runs.
 func TestLinearizableOnS3Servers(t *testing.T) {
-	for _, server := range []string{"minio", "versitygw", "gofakes3"} {
+	for _, server := range testenv.S3ServerNames() {
 		t.Run(server, func(t *testing.T) {
 			t.Parallel()
 			ep := testenv.S3Server(t, server)

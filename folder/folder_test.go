@@ -53,6 +53,14 @@ func stores(t *testing.T) map[string]func(t *testing.T) *objstore.Store {
 			b, _ := testenv.NewBucket(t, testenv.S3Server(t, "gofakes3"))
 			return objstore.New(b, nil)
 		},
+		"seaweedfs": func(t *testing.T) *objstore.Store {
+			b, _ := testenv.NewBucket(t, testenv.S3Server(t, "seaweedfs"))
+			return objstore.New(b, nil)
+		},
+		"ceph": func(t *testing.T) *objstore.Store {
+			b, _ := testenv.NewBucket(t, testenv.S3Server(t, "ceph"))
+			return objstore.New(b, nil)
+		},
 	}
 }
 

@@ -31,6 +31,13 @@ type Condition struct {
 	// A Match that is only quotes, "W/" or spaces (`""`) is an empty ETag,
 	// not "no condition": Store refuses it (see IfMatch).
 	Match string
+	// Unquoted: send Match bare (If-Match: 0123…), not quoted as HTTP has it
+	// (If-Match: "0123…"). Ceph's RADOS Gateway (Pacific, 16.2) compares the
+	// header with the bare ETag, so it refuses the quoted form even when it
+	// matches. A Store sets it on the conditions it sends where the probe
+	// found that only this form is enforced (Capabilities.IfMatchUnquoted);
+	// backends that do not speak HTTP ignore it.
+	Unquoted bool
 
 	// emptyMatch: made by IfMatch with an empty ETag.
 	emptyMatch bool

@@ -7,6 +7,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -22,6 +26,10 @@ type Capabilities struct {
 	CopyIfMatch       bool `json:"copy_if_match"`       // CopyObject destination If-Match
 	MultipartIfAbsent bool `json:"multipart_if_absent"` // CompleteMultipartUpload If-None-Match: *
 	MultipartIfMatch  bool `json:"multipart_if_match"`  // CompleteMultipartUpload If-Match
+	// IfMatchUnquoted: the If-Match conditions above are enforced only with
+	// the ETag sent unquoted (Ceph RGW 16.2), and a backend that can
+	// (s3store) sends it so on this store (Condition.Unquoted).
+	IfMatchUnquoted bool `json:"if_match_unquoted,omitempty"`
 }
 
 // ConditionalWrites reports whether the store can serve as a compare-and-swap
@@ -71,14 +79,18 @@ type ProbeCheck struct {
 
 // ProbeReport is the result of Probe.
 type ProbeReport struct {
-	Store        string        `json:"store"`
-	Checks       []ProbeCheck  `json:"checks"`
-	Capabilities Capabilities  `json:"capabilities"`
-	Racers       int           `json:"racers"`
-	Rounds       int           `json:"rounds"`
-	Winners      int           `json:"winners"`       // successful racing writes in the worst round (must be 1)
-	LosersStatus []string      `json:"losers_status"` // what racing losers saw: "412", "409"
-	Elapsed      time.Duration `json:"elapsed_ns"`
+	Store        string       `json:"store"`
+	Checks       []ProbeCheck `json:"checks"`
+	Capabilities Capabilities `json:"capabilities"`
+	Racers       int          `json:"racers"`
+	Rounds       int          `json:"rounds"`
+	Winners      int          `json:"winners"`       // successful racing writes in the worst round (must be 1)
+	LosersStatus []string     `json:"losers_status"` // what racing losers saw: "412", "409", "500" (5xx: an unknown outcome)
+	// Findings are the server's quirks the probe met and cairn allows for,
+	// in words: the answer to If-Match on a missing key, the If-Match form it
+	// honours, what racing losers are told.
+	Findings []string      `json:"findings,omitempty"`
+	Elapsed  time.Duration `json:"elapsed_ns"`
 	// PreviousShared is the verdict an earlier probe had left in the bucket, and
 	// where it disagreed with this one (nil if there was none, or the verdict
 	// was not saved).
@@ -108,6 +120,17 @@ type prober struct {
 	b      Backend
 	prefix string
 	rep    *ProbeReport
+	// unquoted: the probe's If-Match conditions carry the ETag bare (set
+	// once put-if-match found only that form enforced). Per condition, never
+	// on the backend: other users of it keep sending what their Store says.
+	unquoted bool
+}
+
+// ifMatch is IfMatch(etag) in the form the probe is measuring.
+func (p *prober) ifMatch(etag string) Condition {
+	c := IfMatch(etag)
+	c.Unquoted = p.unquoted
+	return c
 }
 
 func runProbe(ctx context.Context, b Backend, basePrefix string, opts *ProbeOptions) (ProbeReport, error) {
@@ -155,6 +178,12 @@ func runProbe(ctx context.Context, b Backend, basePrefix string, opts *ProbeOpti
 		}
 		rep.Checks = append(rep.Checks, ProbeCheck{Name: c.name, Enforced: ok, Outcome: outcome, Elapsed: time.Since(t0)})
 		c.set(&rep.Capabilities, ok)
+	}
+	if !rep.Capabilities.PutIfMatch && rep.Capabilities.IfMatchUnquoted {
+		// Unquoted If-Match failed under races: back to the standard form,
+		// in which no If-Match check was enforced.
+		c := &rep.Capabilities
+		c.IfMatchUnquoted, c.DeleteIfMatch, c.CopyIfMatch, c.MultipartIfMatch = false, false, false, false
 	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
@@ -248,37 +277,81 @@ func (p *prober) putIfAbsent(ctx context.Context) (bool, string, error) {
 	return true, out, nil
 }
 
+// putIfMatch checks If-Match on PUT with the ETag quoted, as HTTP has it.
+// A server that refuses even the current ETag in that form is tried with it
+// unquoted (Condition.Unquoted): Ceph RGW 16.2 honours only that form. The
+// later checks (delete, copy and multipart If-Match, racing updates) use the
+// form that is enforced.
 func (p *prober) putIfMatch(ctx context.Context) (bool, string, error) {
-	k := p.key("if-match")
+	ok, out, quotedRefused, err := p.putIfMatchOnce(ctx, "if-match")
+	if err != nil || ok || !quotedRefused {
+		return ok, out, err
+	}
+	p.unquoted = true
+	ok2, out2, _, err := p.putIfMatchOnce(ctx, "if-match-unquoted")
+	if err != nil || !ok2 {
+		p.unquoted = false
+		return ok, out, err
+	}
+	p.rep.Capabilities.IfMatchUnquoted = true
+	p.finding("If-Match is honoured only with the ETag unquoted: the quoted form HTTP specifies is refused with 412 even when it matches; cairn sends it unquoted to this server")
+	return true, out2 + ", with the ETag unquoted (the quoted form is refused even when it matches)", nil
+}
+
+// putIfMatchOnce runs the put-if-match experiment on scratch key name with
+// the backend's current If-Match form. quotedRefused: the only failure was a
+// 412 to the write with the current ETag.
+func (p *prober) putIfMatchOnce(ctx context.Context, name string) (ok bool, out string, quotedRefused bool, err error) {
+	k := p.key(name)
 	cur, err := p.put(ctx, k, "v1", Condition{})
 	if err != nil {
-		return false, "", err
+		return false, "", false, err
 	}
-	_, err = p.put(ctx, k, "v2-wrong", IfMatch(wrongETag))
+	_, err = p.put(ctx, k, "v2-wrong", p.ifMatch(wrongETag))
 	ok, out, ferr := p.refused(ctx, err, "a write with a wrong If-Match")
 	if ferr != nil || !ok {
-		return false, out, ferr
+		return false, out, false, ferr
 	}
 	if same, err := p.unchanged(ctx, k, cur.ETag); err != nil || !same {
-		return false, "ignored: the refused write changed the object anyway", err
+		return false, "ignored: the refused write changed the object anyway", false, err
 	}
-	if _, err := p.put(ctx, k, "v2", IfMatch(cur.ETag)); err != nil {
-		return p.satisfyingFailed(ctx, "a write with the current ETag in If-Match", err)
+	if _, err := p.put(ctx, k, "v2", p.ifMatch(cur.ETag)); err != nil {
+		ok, out, ferr := p.satisfyingFailed(ctx, "a write with the current ETag in If-Match", err)
+		return ok, out, ferr == nil && errors.Is(err, ErrPreconditionFailed), ferr
 	}
 	if good, out, err := p.landed(ctx, k, "v2", "a write with the current ETag in If-Match"); !good {
-		return false, out, err
+		return false, out, false, err
 	}
-	missing := p.key("if-match-missing")
-	_, err = p.put(ctx, missing, "x", IfMatch(cur.ETag))
+	missing := p.key(name + "-missing")
+	_, err = p.put(ctx, missing, "x", p.ifMatch(cur.ETag))
 	if ok2, _, ferr := p.refused(ctx, err, ""); ferr != nil {
-		return false, "", ferr
+		return false, "", false, ferr
 	} else if !ok2 && !errors.Is(err, ErrNotFound) {
 		if err == nil {
-			return false, "ignored: If-Match on a missing key created it", nil
+			return false, "ignored: If-Match on a missing key created it", false, nil
 		}
-		return false, "rejected: If-Match on a missing key: " + err.Error(), nil
+		return false, "rejected: If-Match on a missing key: " + err.Error(), false, nil
 	}
-	return true, out, nil
+	p.finding("If-Match on a missing key answers " + answer(err))
+	return true, out, false, nil
+}
+
+// finding records a quirk of the server that cairn allows for.
+func (p *prober) finding(f string) { p.rep.Findings = append(p.rep.Findings, f) }
+
+// answer names the status a refused request met: 412, 409 or 404.
+func answer(err error) string {
+	switch {
+	case errors.Is(err, ErrPreconditionFailed):
+		return "412 (precondition failed)"
+	case errors.Is(err, ErrConflict):
+		return "409 (conflict)"
+	case errors.Is(err, ErrNotFound):
+		return "404 (not found)"
+	case err == nil:
+		return "success"
+	}
+	return err.Error()
 }
 
 func (p *prober) deleteIfMatch(ctx context.Context) (bool, string, error) {
@@ -287,7 +360,7 @@ func (p *prober) deleteIfMatch(ctx context.Context) (bool, string, error) {
 	if err != nil {
 		return false, "", err
 	}
-	err = p.b.Delete(ctx, k, IfMatch(wrongETag))
+	err = p.b.Delete(ctx, k, p.ifMatch(wrongETag))
 	ok, out, ferr := p.refused(ctx, err, "a delete with a wrong If-Match")
 	if ferr != nil {
 		return false, out, ferr
@@ -302,7 +375,7 @@ func (p *prober) deleteIfMatch(ctx context.Context) (bool, string, error) {
 	if !ok {
 		return false, out, nil
 	}
-	if err := p.b.Delete(ctx, k, IfMatch(cur.ETag)); err != nil {
+	if err := p.b.Delete(ctx, k, p.ifMatch(cur.ETag)); err != nil {
 		return p.satisfyingFailed(ctx, "a delete with the current ETag", err)
 	}
 	if _, err := p.b.Head(ctx, k); !errors.Is(err, ErrNotFound) {
@@ -311,6 +384,11 @@ func (p *prober) deleteIfMatch(ctx context.Context) (bool, string, error) {
 		}
 		return false, "broken: a delete with the current ETag succeeded and left the object", nil
 	}
+	err = p.b.Delete(ctx, p.key("delete-if-match-missing"), p.ifMatch(cur.ETag))
+	if ferr := p.fatal(ctx, err); err != nil && ferr != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrPreconditionFailed) {
+		return false, "", ferr
+	}
+	p.finding("DELETE with If-Match on a missing key answers " + answer(err))
 	return true, out, nil
 }
 
@@ -354,7 +432,7 @@ func (p *prober) copyCond(absent bool) func(context.Context) (bool, string, erro
 		}
 		cond := IfAbsent()
 		if !absent {
-			cond = IfMatch(wrongETag)
+			cond = p.ifMatch(wrongETag)
 		}
 		_, err = p.b.Copy(ctx, src, dst, cond)
 		ok, out, ferr := p.refused(ctx, err, "a copy onto a destination that fails the condition")
@@ -373,7 +451,7 @@ func (p *prober) copyCond(absent bool) func(context.Context) (bool, string, erro
 		}
 		target, cond, what := p.key(name+"-free"), IfAbsent(), "a copy onto a free key with If-None-Match: *"
 		if !absent {
-			target, cond, what = dst, IfMatch(cur.ETag), "a copy onto the destination with its current ETag"
+			target, cond, what = dst, p.ifMatch(cur.ETag), "a copy onto the destination with its current ETag"
 		}
 		if _, err := p.b.Copy(ctx, src, target, cond); err != nil {
 			return p.satisfyingFailed(ctx, what, err)
@@ -399,7 +477,7 @@ func (p *prober) multipartCond(absent bool) func(context.Context) (bool, string,
 		}
 		cond := IfAbsent()
 		if !absent {
-			cond = IfMatch(wrongETag)
+			cond = p.ifMatch(wrongETag)
 		}
 		err, setup, unsupported := p.completeUpload(ctx, k, "new", cond)
 		if unsupported != nil {
@@ -424,7 +502,7 @@ func (p *prober) multipartCond(absent bool) func(context.Context) (bool, string,
 		}
 		target, cond, what := p.key(name+"-free"), IfAbsent(), "completing an upload of a free key with If-None-Match: *"
 		if !absent {
-			target, cond, what = k, IfMatch(cur.ETag), "completing an upload with the object's current ETag"
+			target, cond, what = k, p.ifMatch(cur.ETag), "completing an upload with the object's current ETag"
 		}
 		err, setup, unsupported = p.completeUpload(ctx, target, "new", cond)
 		if setup != nil || unsupported != nil {
@@ -478,18 +556,39 @@ func (p *prober) racing(update bool) func(context.Context) (bool, string, error)
 	}
 	return func(ctx context.Context) (bool, string, error) {
 		n := p.rep.Racers
-		statuses := map[string]bool{}
+		// The rounds race on keys of their own, all at once: each is the
+		// same experiment as alone (Racers writes of one key, exactly one
+		// may win), and a server slow under contention (SeaweedFS takes
+		// seconds a round) costs one round's time, not Rounds'.
+		type result struct {
+			k, winner, bad string
+			winners        int
+			statuses       map[string]bool
+			err            error
+		}
+		results := make([]result, p.rep.Rounds)
+		var wg sync.WaitGroup
 		for round := range p.rep.Rounds {
-			k := p.key(fmt.Sprintf("race-%s-%d", what, round))
-			cond := IfAbsent()
-			if update {
-				base, err := p.put(ctx, k, "base", Condition{})
-				if err != nil {
-					return false, "", err
+			wg.Go(func() {
+				r := &results[round]
+				r.k, r.statuses = p.key(fmt.Sprintf("race-%s-%d", what, round)), map[string]bool{}
+				cond := IfAbsent()
+				if update {
+					base, err := p.put(ctx, r.k, "base", Condition{})
+					if err != nil {
+						r.err = err
+						return
+					}
+					cond = p.ifMatch(base.ETag)
 				}
-				cond = IfMatch(base.ETag)
-			}
-			winners, winner, bad, err := p.raceRound(ctx, k, cond, statuses)
+				r.winners, r.winner, r.bad, r.err = p.raceRound(ctx, r.k, cond, r.statuses)
+			})
+		}
+		wg.Wait()
+		statuses := map[string]bool{}
+		for round, r := range results {
+			k, winners, winner, bad, err := r.k, r.winners, r.winner, r.bad, r.err
+			maps.Copy(statuses, r.statuses)
 			if err != nil {
 				return false, "", err
 			}
@@ -516,10 +615,15 @@ func (p *prober) racing(update bool) func(context.Context) (bool, string, error)
 			}
 		}
 		p.rep.LosersStatus = p.rep.LosersStatus[:0]
-		for _, s := range []string{"412", "409"} {
-			if statuses[s] {
-				p.rep.LosersStatus = append(p.rep.LosersStatus, s)
+		var fivexx []string
+		for _, s := range slices.Sorted(maps.Keys(statuses)) {
+			p.rep.LosersStatus = append(p.rep.LosersStatus, s)
+			if s >= "500" {
+				fivexx = append(fivexx, s)
 			}
+		}
+		if len(fivexx) > 0 {
+			p.finding(fmt.Sprintf("racing %s losers are answered %s, not 412: cairn takes that answer as an unknown outcome (resolved as for a lost response), never as success or as a conflict", what, strings.Join(fivexx, ", ")))
 		}
 		return true, fmt.Sprintf("1 winner of %d in each of %d rounds; losers saw %v", n, p.rep.Rounds, p.rep.LosersStatus), nil
 	}
@@ -556,6 +660,13 @@ func (p *prober) raceRound(ctx context.Context, k string, cond Condition, status
 			statuses["412"] = true
 		case errors.Is(r.err, ErrConflict):
 			statuses["409"] = true
+		case errors.Is(r.err, ErrAmbiguous) && serverStatus(r.err) >= 500:
+			// The server answered, with an error that does not say whether
+			// the write was applied (Ceph RGW 16.2's racing If-Match
+			// losers get 500). cairn takes such an answer as an unknown
+			// outcome, as a lost response; here the stored object must
+			// still be the one winner's.
+			statuses[strconv.Itoa(serverStatus(r.err))] = true
 		default:
 			if ferr := p.fatal(ctx, r.err); ferr != nil {
 				return 0, "", "", ferr
@@ -575,6 +686,16 @@ func (p *prober) get(ctx context.Context, key string) (string, error) {
 	var buf bytes.Buffer
 	_, err = buf.ReadFrom(rc)
 	return buf.String(), err
+}
+
+// serverStatus is the HTTP status of the server's answer in err (0 if
+// there was none): backends' errors carry it (HTTPStatusCode).
+func serverStatus(err error) int {
+	var sc interface{ HTTPStatusCode() int }
+	if errors.As(err, &sc) {
+		return sc.HTTPStatusCode()
+	}
+	return 0
 }
 
 // wrongETag is a syntactically valid ETag no real object has.

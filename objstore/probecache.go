@@ -203,10 +203,12 @@ func (s *Store) stillEnforced(ctx context.Context, c Capabilities) bool {
 	if c.PutIfAbsent && !refused(put(IfAbsent())) {
 		return false
 	}
-	if c.PutIfMatch && !refused(put(IfMatch(wrongETag))) {
+	wrong := IfMatch(wrongETag)
+	wrong.Unquoted = c.IfMatchUnquoted
+	if c.PutIfMatch && !refused(put(wrong)) {
 		return false
 	}
-	if c.DeleteIfMatch && !refused(s.b.Delete(ctx, k, IfMatch(wrongETag))) {
+	if c.DeleteIfMatch && !refused(s.b.Delete(ctx, k, wrong)) {
 		return false
 	}
 	return true

@@ -67,9 +67,9 @@ func New(b Backend, opts *Options) *Store {
 	}
 	if c := s.opts.Capabilities; c != nil {
 		cc := *c
-		s.caps = &cc
+		s.setCaps(cc)
 	} else if c, known := b.Capabilities(); known {
-		s.caps = &c
+		s.setCaps(c)
 	} else if id, ok := identityOf(b); ok {
 		s.ident = id
 	}
@@ -102,18 +102,36 @@ func (s *Store) Capabilities(ctx context.Context) (Capabilities, error) {
 		return *s.caps, nil
 	}
 	if v, ok := s.freshVerdict(ctx); ok {
-		c, rep := v.Report.Capabilities, v.Report
-		s.caps, s.probe = &c, &rep
-		return c, nil
+		rep := v.Report
+		s.probe = &rep
+		return s.setCaps(v.Report.Capabilities), nil
 	}
 	rep, err := runProbe(ctx, s.b, s.opts.ProbePrefix, nil)
 	if err != nil {
 		return Capabilities{}, err
 	}
 	s.saveVerdict(ctx, &rep, false)
-	c := rep.Capabilities
-	s.caps, s.probe = &c, &rep
-	return c, nil
+	s.probe = &rep
+	return s.setCaps(rep.Capabilities), nil
+}
+
+// setCaps keeps c as what the store enforces (capMu held).
+func (s *Store) setCaps(c Capabilities) Capabilities {
+	s.caps = &c
+	return c
+}
+
+// wire is cond as it is sent: with its ETag unquoted where the store
+// enforces If-Match only in that form. Call it after requireCondition (the
+// capabilities are known then).
+func (s *Store) wire(cond Condition) Condition {
+	if cond.Match == "" {
+		return cond
+	}
+	if c, ok := s.KnownCapabilities(); ok {
+		cond.Unquoted = c.IfMatchUnquoted
+	}
+	return cond
 }
 
 // KnownCapabilities returns what the store is known to enforce without a
@@ -142,8 +160,8 @@ func (s *Store) Probe(ctx context.Context, opts *ProbeOptions) (ProbeReport, err
 	if opts == nil || !opts.NoCache {
 		s.saveVerdict(ctx, &rep, opts != nil && opts.Share)
 	}
-	c := rep.Capabilities
-	s.caps, s.probe = &c, &rep
+	s.probe = &rep
+	s.setCaps(rep.Capabilities)
 	return rep, nil
 }
 
@@ -246,6 +264,7 @@ func (s *Store) Put(ctx context.Context, key string, body io.Reader, opts *PutOp
 	if l, ok := body.(interface{ Len() int }); ok {
 		size = int64(l.Len())
 	}
+	o.If = s.wire(o.If)
 	info, err := s.b.Put(ctx, key, body, size, o)
 	return info, wrapErr("put", key, s.explainRefusal(ctx, key, o.If, err))
 }
@@ -291,7 +310,7 @@ func (s *Store) Delete(ctx context.Context, key string, cond Condition) error {
 	if err := s.requireCondition(ctx, "delete", cond, deleteCaps); err != nil {
 		return wrapErr("delete", key, err)
 	}
-	return wrapErr("delete", key, s.b.Delete(ctx, key, cond))
+	return wrapErr("delete", key, s.b.Delete(ctx, key, s.wire(cond)))
 }
 
 // Copy copies src to dst on the server, keeping content, content type and user
@@ -314,6 +333,7 @@ func (s *Store) Copy(ctx context.Context, src, dst string, cond Condition) (Info
 	if err := s.requireCondition(ctx, "copy", cond, copyCaps); err != nil {
 		return Info{}, wrapErr("copy", dst, err)
 	}
+	cond = s.wire(cond)
 	info, err := s.b.Copy(ctx, src, dst, cond)
 	return info, wrapErr("copy", src+" -> "+dst, s.explainRefusal(ctx, dst, cond, err))
 }

@@ -75,6 +75,7 @@ func (s *Store) Upload(ctx context.Context, key string, r io.Reader, opts *Uploa
 		if err := s.requireCondition(ctx, "put", po.If, putCaps); err != nil {
 			return Info{}, wrapErr("upload", key, err)
 		}
+		po.If = s.wire(po.If)
 		info, err := s.b.Put(ctx, key, bytes.NewReader(first[:n]), int64(n), po)
 		if err == nil {
 			report(int64(n))
@@ -86,6 +87,7 @@ func (s *Store) Upload(ctx context.Context, key string, r io.Reader, opts *Uploa
 			// The store enforces the condition on a PUT but not on a
 			// multipart completion (gofakes3): one conditional PUT of the
 			// whole body instead, up to S3's 5 GiB limit.
+			po.If = s.wire(po.If)
 			info, err := s.uploadOnePut(ctx, key, first, r, po, report)
 			return info, wrapErr("upload", key, s.explainRefusal(ctx, key, po.If, err))
 		}
@@ -157,7 +159,7 @@ func (s *Store) uploadParts(ctx context.Context, key, id string, first []byte, r
 	if err := ctx.Err(); err != nil {
 		return Info{}, err
 	}
-	info, err := s.b.CompleteMultipart(ctx, key, id, parts, o.If)
+	info, err := s.b.CompleteMultipart(ctx, key, id, parts, s.wire(o.If))
 	if err != nil {
 		return info, s.explainRefusal(ctx, key, o.If, err)
 	}

@@ -60,6 +60,10 @@ func TestConformanceVersityGW(t *testing.T) { conformanceS3(t, "versitygw") }
 
 func TestConformanceGofakes3(t *testing.T) { conformanceS3(t, "gofakes3") }
 
+func TestConformanceSeaweedFS(t *testing.T) { conformanceS3(t, "seaweedfs") }
+
+func TestConformanceCeph(t *testing.T) { conformanceS3(t, "ceph") }
+
 func conformanceS3(t *testing.T, server string) {
 	ep := testenv.S3Server(t, server)
 	var buckets sync.Map // ledger URL → its bucket's backend (the credentials are in ep, not in this process's environment)

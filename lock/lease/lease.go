@@ -224,6 +224,12 @@ func (m *Manager) take(ctx context.Context, key string, rev int64, requireFree b
 
 // TryAcquire takes the lease if it is free or released; else ErrNotAcquired.
 func (m *Manager) TryAcquire(ctx context.Context, key string) (*Lease, error) {
+	// Probe (if it takes one) before the clock starts: the lease's deadline
+	// counts from start, and a probe inside the take (seconds on Ceph RGW,
+	// SeaweedFS) would eat the TTL.
+	if _, err := m.s.Capabilities(ctx); err != nil {
+		return nil, err
+	}
 	start := m.opts.Clock.Now()
 	// Requiring it free is the whole check: the update reads the current state.
 	token, err := m.take(ctx, key, anyRev, true)
@@ -236,6 +242,9 @@ func (m *Manager) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 // Acquire waits until the lease is free, released, or expired (silent for a
 // whole TTL as watched from here), then takes it; or until ctx is done.
 func (m *Manager) Acquire(ctx context.Context, key string) (*Lease, error) {
+	if _, err := m.s.Capabilities(ctx); err != nil { // as in TryAcquire
+		return nil, err
+	}
 	watch := session.NewWatch(m.opts.Clock)
 	for {
 		st, meta, err := m.d.Load(ctx, key)

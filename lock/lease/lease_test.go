@@ -290,7 +290,7 @@ func TestProcessesFS(t *testing.T) {
 // every S3 server the suite runs (each enforces conditional PUTs, all a lease
 // needs).
 func TestProcessesS3Servers(t *testing.T) {
-	for _, server := range []string{"minio", "versitygw", "gofakes3"} {
+	for _, server := range testenv.S3ServerNames() {
 		t.Run(server, func(t *testing.T) {
 			t.Parallel()
 			ep := testenv.S3Server(t, server)

@@ -354,6 +354,14 @@ func (m *Manager) ensureSession(ctx context.Context) (*tsession, error) {
 	// An expired session's renewer notices by itself, closes its Done and
 	// deletes its document.
 	id := randomID()
+	// What the store enforces is known before the clock starts: a first
+	// conditional write probes the store (seconds on some servers: Ceph
+	// RGW, SeaweedFS), and the session's deadline counts from start, so a
+	// probe inside the create would eat the TTL and the session would end
+	// as expired right after it began.
+	if _, err := m.s.Capabilities(ctx); err != nil {
+		return nil, err
+	}
 	start := m.opts.Clock.Now()
 	host, _ := os.Hostname()
 	if _, err := m.sess.Create(ctx, m.sessionKey(id), sessionDoc{Holder: fmt.Sprintf("%s/%d", host, os.Getpid()), TTLms: m.opts.TTL.Milliseconds(),

@@ -134,3 +134,91 @@ func TestListRefusesAFolderNameWithReplacementCharacters(t *testing.T) {
 		t.Fatalf("a plain folder: %+v", page)
 	}
 }
+
+// If-Match carries the ETag quoted, as HTTP has it, unless the condition
+// says to send it bare (the only form Ceph RGW 16.2 honours): then it is
+// sent bare on PUT, DELETE, copies and multipart completions.
+func TestIfMatchQuotedOrBare(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Method+" "+r.Header.Get("If-Match"))
+		mu.Unlock()
+		w.Header().Set("ETag", `"e"`)
+		switch {
+		case r.Method == http.MethodDelete:
+			w.WriteHeader(http.StatusNoContent)
+		case r.Header.Get("X-Amz-Copy-Source") != "":
+			_, _ = io.WriteString(w, `<CopyObjectResult><ETag>"e"</ETag></CopyObjectResult>`)
+		case r.Method == http.MethodPost:
+			_, _ = io.WriteString(w, `<CompleteMultipartUploadResult><ETag>"e-1"</ETag></CompleteMultipartUploadResult>`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	b, err := s3store.NewBackend(t.Context(), s3store.Options{Bucket: "bkt", Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
+		AccessKeyID: "test", SecretAccessKey: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cond := t.Context(), objstore.IfMatch("0123abcd")
+	send := func() {
+		if _, err := b.Put(ctx, "k", strings.NewReader("x"), 1, objstore.PutOptions{If: cond}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Delete(ctx, "k", cond); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Copy(ctx, "src", "k", cond); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.CompleteMultipart(ctx, "k", "id", []objstore.Part{{Number: 1, ETag: "p"}}, cond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send()
+	cond.Unquoted = true
+	send()
+	want := []string{`PUT "0123abcd"`, `DELETE "0123abcd"`, `PUT "0123abcd"`, `POST "0123abcd"`,
+		`PUT 0123abcd`, `DELETE 0123abcd`, `PUT 0123abcd`, `POST 0123abcd`}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("If-Match headers sent:\n got %q\nwant %q", got, want)
+	}
+}
+
+// A conditional delete answered 412 is ErrNotFound if the key is missing
+// (SeaweedFS answers 412, not 404, for a missing key; the contract is
+// ErrNotFound), and stays ErrPreconditionFailed if the object is there.
+func TestConditionalDeleteOfMissingKeyAnswered412(t *testing.T) {
+	t.Parallel()
+	for _, exists := range []bool{false, true} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case r.Method == http.MethodDelete:
+				w.WriteHeader(http.StatusPreconditionFailed)
+				_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>PreconditionFailed</Code><Message>no</Message></Error>`)
+			case r.Method == http.MethodHead && exists:
+				w.Header().Set("ETag", `"other"`)
+			default:
+				w.WriteHeader(http.StatusNotFound)
+			}
+		}))
+		b, err := s3store.NewBackend(t.Context(), s3store.Options{Bucket: "bkt", Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
+			AccessKeyID: "test", SecretAccessKey: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = b.Delete(t.Context(), "k", objstore.IfMatch("0123"))
+		want := objstore.ErrNotFound
+		if exists {
+			want = objstore.ErrPreconditionFailed
+		}
+		if !errors.Is(err, want) {
+			t.Errorf("object there: %v; conditional delete answered 412: %v, want %v", exists, err, want)
+		}
+		srv.Close()
+	}
+}

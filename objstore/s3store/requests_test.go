@@ -14,7 +14,7 @@ import (
 // in batches: one DeleteObjects request for the keys, not one DELETE each.
 func TestRequestsPerCopyAndBatchDelete(t *testing.T) {
 	t.Parallel()
-	for _, server := range []string{"minio", "versitygw", "gofakes3"} {
+	for _, server := range testenv.S3ServerNames() {
 		t.Run(server, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()

@@ -1,6 +1,8 @@
 // Package services starts the real servers cairn's tests and developers use —
 // S3 servers (MinIO, versitygw with its posix backend, gofakes3 with its memory
-// backend; each built once from the Go module proxy at a pinned version) and
+// backend, SeaweedFS's `weed mini`; each built once from the Go module proxy
+// at a pinned version; and Ceph's RADOS Gateway on a one-node cluster from
+// Debian's packages) and
 // PostgreSQL for the shared ledger, and dynalite (a DynamoDB API on Node,
 // installed once with npm) for the DynamoDB ledger — on free 127.0.0.1 ports with throw-away
 // data directories; and AWS's Lambda Runtime Interface Emulator (built like the
@@ -30,25 +32,39 @@ import (
 // MinIOModule is the pinned MinIO version built from the Go module proxy.
 const MinIOModule = "github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c"
 
-// An S3Server is an S3 implementation the tests run, built from the Go module
-// proxy.
+// An S3Server is an S3 implementation the tests run: built from the Go
+// module proxy (Module), or installed from Debian packages (Ceph).
 type S3Server struct {
-	Name   string // "minio", "versitygw", "gofakes3"
-	Module string // module path@version of its main package
+	Name   string // "minio", "versitygw", "gofakes3", "seaweedfs", "ceph"
+	Module string // module path@version of its main package ("" for Ceph)
 }
 
 // S3Servers are the S3 servers the test suite proves cairn on. MinIO's
-// community edition is maintenance-only (archived December 2025); versitygw is
-// where many of its users go; gofakes3 is the emulator many Go projects test
-// with, and enforces conditions on PutObject only.
+// community edition is maintenance-only (archived December 2025); versitygw,
+// SeaweedFS and Ceph's RADOS Gateway are where its users go (SeaweedFS and
+// Ceph RGW are also what most self-hosting enterprises run); gofakes3 is the
+// emulator many Go projects test with, and enforces conditions on PutObject
+// only.
 var S3Servers = []S3Server{
 	{"minio", MinIOModule},
 	{"versitygw", "github.com/versity/versitygw/cmd/versitygw@v1.8.0"},
 	{"gofakes3", "github.com/johannesboyne/gofakes3/cmd/gofakes3@v1.2.0"},
+	{"seaweedfs", SeaweedFSModule},
+	{"ceph", ""},
+}
+
+// S3ServerNames are the names of S3Servers, for tests that loop over them.
+func S3ServerNames() []string {
+	names := make([]string, len(S3Servers))
+	for i, s := range S3Servers {
+		names[i] = s.Name
+	}
+	return names
 }
 
 // Binary returns the path of the named server's binary (<CacheDir>/bin/NAME;
-// $CAIRN_MINIO_BIN for MinIO, $CAIRN_TEST_LAMBDA_RIE for the Lambda emulator)
+// $CAIRN_MINIO_BIN for MinIO, $CAIRN_TEST_LAMBDA_RIE for the Lambda emulator,
+// radosgw on PATH for Ceph)
 // and whether it exists.
 func Binary(name string) (string, bool) {
 	switch name {
@@ -56,6 +72,8 @@ func Binary(name string) (string, bool) {
 		return MinIOBinary()
 	case LambdaRIEName:
 		return LambdaRIEBinary()
+	case "ceph":
+		return CephBinary()
 	}
 	p := filepath.Join(CacheDir(), "bin", name)
 	_, err := os.Stat(p)
@@ -76,11 +94,16 @@ func Module(name string) string {
 	return ""
 }
 
-// StartS3 starts the named S3 server on a free loopback port.
+// StartS3 starts the named S3 server on a free loopback port (bin is unused
+// for Ceph, whose programs are on PATH).
 func StartS3(ctx context.Context, name, bin string, o Options) (*Server, error) {
 	switch name {
 	case "minio":
 		return StartMinIO(ctx, bin, o)
+	case "seaweedfs":
+		return StartSeaweedFS(ctx, bin, o)
+	case "ceph":
+		return StartCeph(ctx, o)
 	case "versitygw", "gofakes3":
 	default:
 		return nil, fmt.Errorf("unknown S3 server %q", name)
@@ -202,6 +225,9 @@ type Server struct {
 	// its function is given (127.0.0.1:PORT).
 	RuntimeAPI string
 	done       chan struct{}
+	// others are more processes of the same server (Ceph's monitor and
+	// OSD under its gateway), stopped after Cmd, last first.
+	others []*Server
 }
 
 // Exited is closed once the server's process has exited and been waited for.
@@ -218,6 +244,9 @@ func (s *Server) Stop() {
 	case <-time.After(5 * time.Second):
 		_ = s.Cmd.Process.Kill()
 		<-s.done
+	}
+	for i := len(s.others) - 1; i >= 0; i-- {
+		s.others[i].Stop()
 	}
 }
 

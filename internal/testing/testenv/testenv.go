@@ -1,9 +1,9 @@
 // Package testenv gives tests real servers: S3 servers (MinIO, versitygw,
-// gofakes3) and PostgreSQL (package lambdatest does the same for AWS's Lambda
+// gofakes3, SeaweedFS, Ceph RGW) and PostgreSQL (package lambdatest does the same for AWS's Lambda
 // Runtime Interface Emulator). Each is taken from the environment when set
 // (CAIRN_TEST_S3_ENDPOINT with CAIRN_TEST_S3_ACCESS_KEY /
-// CAIRN_TEST_S3_SECRET_KEY for MinIO, CAIRN_TEST_VERSITYGW_* and
-// CAIRN_TEST_GOFAKES3_* likewise; CAIRN_TEST_POSTGRES_URL;
+// CAIRN_TEST_S3_SECRET_KEY for MinIO, CAIRN_TEST_VERSITYGW_*,
+// CAIRN_TEST_GOFAKES3_*, CAIRN_TEST_SEAWEEDFS_* and CAIRN_TEST_CEPH_* likewise; CAIRN_TEST_POSTGRES_URL;
 // CAIRN_TEST_DYNAMODB_ENDPOINT for dynalite),
 // else started once per test binary on 127.0.0.1 and killed when the binary
 // exits (call Stop from TestMain; a killed binary takes them along by
@@ -79,8 +79,12 @@ func S3(t testing.TB) S3Endpoint {
 	return S3Server(t, "minio")
 }
 
+// S3ServerNames are the S3 servers the suites run on (services.S3Servers):
+// minio, versitygw, gofakes3, seaweedfs, ceph.
+func S3ServerNames() []string { return services.S3ServerNames() }
+
 // S3Server returns the endpoint of the named S3 server ("minio", "versitygw",
-// "gofakes3"; see services.S3Servers), starting it if its CAIRN_TEST_*
+// "gofakes3", "seaweedfs", "ceph"; see services.S3Servers), starting it if its CAIRN_TEST_*
 // variables are not set.
 func S3Server(t testing.TB, name string) S3Endpoint {
 	t.Helper()

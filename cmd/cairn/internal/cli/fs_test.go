@@ -51,6 +51,18 @@ func fsStores(t *testing.T) map[string]func(*testing.T) fsStore {
 			b, url := testenv.NewBucket(t, ep)
 			return fsStore{s: objstore.New(b, nil), url: url, env: ep.Env()}
 		},
+		// Enforces every condition, slowly under contention.
+		"seaweedfs": func(t *testing.T) fsStore {
+			ep := testenv.S3Server(t, "seaweedfs")
+			b, url := testenv.NewBucket(t, ep)
+			return fsStore{s: objstore.New(b, nil), url: url, env: ep.Env()}
+		},
+		// Conditions on PUT only, If-Match unquoted.
+		"ceph": func(t *testing.T) fsStore {
+			ep := testenv.S3Server(t, "ceph")
+			b, url := testenv.NewBucket(t, ep)
+			return fsStore{s: objstore.New(b, nil), url: url, env: ep.Env()}
+		},
 	}
 }
 

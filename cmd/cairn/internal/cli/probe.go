@@ -119,6 +119,9 @@ func printProbe(e *env, rep objstore.ProbeReport) {
 	if !c.CopyIfAbsent || !c.CopyIfMatch {
 		fmt.Fprintln(e.stdout, "conditional copy: not enforced; cairn never relies on a conditional CopyObject destination here")
 	}
+	for _, f := range rep.Findings {
+		fmt.Fprintln(e.stdout, "finding: "+safetext.Escape(f))
+	}
 	if sv := rep.PreviousShared; sv != nil {
 		when := sv.Written.UTC().Format(time.RFC3339)
 		if len(sv.Disagree) == 0 {

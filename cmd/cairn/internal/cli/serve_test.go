@@ -321,6 +321,28 @@ func TestServeKilledObjectLedger(t *testing.T) {
 	testServeKilled(t, e)
 }
 
+// TestServeKilledObjectLedgerOnS3Servers: the same with the ledger in a
+// bucket of every S3 server the suite runs (the events still come from a
+// MinIO of the test's own, the one server here that sends them). A server
+// whose conditions cannot carry the ledger makes serve refuse to start,
+// which fails the test: the object-store ledger needs put-if-absent and
+// put-if-match, which all of them enforce.
+func TestServeKilledObjectLedgerOnS3Servers(t *testing.T) {
+	t.Parallel()
+	for _, server := range testenv.S3ServerNames() {
+		t.Run(server, func(t *testing.T) {
+			t.Parallel()
+			ep := testenv.S3Server(t, server)
+			_, url := testenv.NewBucket(t, ep)
+			bucket, query, _ := strings.Cut(strings.TrimPrefix(url, "s3://"), "?")
+			e := newE2E(t, "0.3")
+			e.serveArgs[1] = "s3://" + bucket + "/ledger?" + query + "&shards=4"
+			e.serveEnv = append(e.serveEnv, ep.Env()...)
+			testServeKilled(t, e)
+		})
+	}
+}
+
 func testServeKilled(t *testing.T, e *e2e) {
 	p := e.serve(t)
 	e.minio(t)

@@ -1,8 +1,9 @@
 //go:build unix
 
 // Command services starts the real servers cairn's tests use — the S3 servers
-// MinIO, versitygw and gofakes3 (each built once from the Go module proxy at a
-// pinned version, cached), PostgreSQL (the machine's binaries) and dynalite
+// MinIO, versitygw, gofakes3 and SeaweedFS (each built once from the Go module
+// proxy at a pinned version, cached) and Ceph's RADOS Gateway (a one-node
+// cluster from Debian's packages), PostgreSQL (the machine's binaries) and dynalite
 // (the DynamoDB API on the machine's Node, npm-installed once into the cache)
 // — on free 127.0.0.1 ports with temporary data. It also builds AWS's Lambda
 // Runtime Interface Emulator into the cache and exports its path
@@ -78,6 +79,16 @@ func usage() {
 func ensure(ctx context.Context, name string) (string, error) {
 	bin, ok := services.Binary(name)
 	if ok {
+		return bin, nil
+	}
+	switch name {
+	case "ceph":
+		return "", fmt.Errorf("ceph is not installed: apt-get install %s (the README's test command does)", strings.Join(services.CephPackages, " "))
+	case "seaweedfs":
+		fmt.Fprintf(os.Stderr, "services: building seaweedfs (%s) into %s once (about 11 minutes on 2 cores)\n", services.SeaweedFSModule, filepath.Dir(bin))
+		if err := services.BuildSeaweedFS(ctx, bin, os.Stderr); err != nil {
+			return "", err
+		}
 		return bin, nil
 	}
 	mod := services.Module(name)
@@ -178,22 +189,44 @@ func startAll(ctx context.Context, withPG bool, o services.Options) (*started, e
 		return nil, err
 	}
 	st := &started{s3: map[string]*services.Server{}}
+	// In parallel: Ceph takes about 15 s to come up, SeaweedFS 5 s.
+	type result struct {
+		name string
+		srv  *services.Server
+		dir  string
+		err  error
+	}
+	results := make(chan result, len(services.S3Servers))
 	for _, srv := range services.S3Servers {
-		bin, _ := services.Binary(srv.Name)
-		dir, err := os.MkdirTemp("", "cairn-"+srv.Name+"-")
-		if err != nil {
-			st.stop()
-			return nil, err
+		go func() {
+			bin, _ := services.Binary(srv.Name)
+			dir, err := os.MkdirTemp("", "cairn-"+srv.Name+"-")
+			if err != nil {
+				results <- result{name: srv.Name, err: err}
+				return
+			}
+			so := o
+			so.DataDir = dir
+			x, err := services.StartS3(ctx, srv.Name, bin, so)
+			results <- result{srv.Name, x, dir, err}
+		}()
+	}
+	var first error
+	for range services.S3Servers {
+		r := <-results
+		if r.dir != "" {
+			st.dirs = append(st.dirs, r.dir)
 		}
-		st.dirs = append(st.dirs, dir)
-		so := o
-		so.DataDir = dir
-		x, err := services.StartS3(ctx, srv.Name, bin, so)
-		if err != nil {
-			st.stop()
-			return nil, err
+		if r.err != nil && first == nil {
+			first = fmt.Errorf("starting %s: %w", r.name, r.err)
 		}
-		st.s3[srv.Name] = x
+		if r.srv != nil {
+			st.s3[r.name] = r.srv
+		}
+	}
+	if first != nil {
+		st.stop()
+		return nil, first
 	}
 	cli, _ := services.DynaliteCLI()
 	ddir, err := os.MkdirTemp("", "cairn-dynalite-")
