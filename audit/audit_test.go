@@ -53,7 +53,7 @@ func processAll(t *testing.T, l *ledger.Ledger) map[string]ledger.Claim {
 func TestAudit(t *testing.T) {
 	for name, mk := range map[string]func(t *testing.T) *objstore.Store{
 		"fs": func(t *testing.T) *objstore.Store {
-			s, err := fsstore.New(t.TempDir(), nil)
+			s, err := fsstore.Open(t.TempDir(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -205,7 +205,7 @@ func TestAudit(t *testing.T) {
 // for the LIST.
 func TestInventory(t *testing.T) {
 	ctx := context.Background()
-	inv := mem.New()
+	inv := mem.Open()
 	var csvData bytes.Buffer
 	zw := gzip.NewWriter(&csvData)
 	mod := time.Now().Add(-2 * time.Hour).UTC().Format(time.RFC3339Nano)
@@ -282,7 +282,7 @@ var ledgers = map[string]func(t *testing.T) *ledger.Ledger{
 		return l
 	},
 	"objstore": func(t *testing.T) *ledger.Ledger {
-		l, err := objledger.Open(context.Background(), mem.New(), nil, nil)
+		l, err := objledger.Open(context.Background(), mem.Open(), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,7 +303,7 @@ func TestResubmissionRecord(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			l := open(t)
-			s := mem.New()
+			s := mem.Open()
 			past := time.Now().Add(-time.Hour).UTC()
 			changed, err := s.PutBytes(ctx, "k", []byte("written without its event"), nil)
 			if err != nil {
@@ -409,7 +409,7 @@ func must(t *testing.T) func([]ledger.Decision, error) []ledger.Decision {
 // negative one is the default.
 func TestGrace(t *testing.T) {
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	if _, err := s.PutBytes(ctx, "fresh", []byte("x"), nil); err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func ExampleRun() {
 	}
 	defer led.Close()
 
-	s := mem.New()
+	s := mem.Open()
 	seen, _ := s.PutBytes(ctx, "orders/0001.json", []byte(`{"id":1}`), nil)
 	_, _ = s.PutBytes(ctx, "orders/0002.json", []byte(`{"id":2}`), nil) // its event was lost
 	_, err = led.Record(ctx, "webhook", []event.Event{{Bucket: "shop", Key: seen.Key, ETag: seen.ETag,

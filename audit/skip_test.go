@@ -14,7 +14,7 @@ import (
 func TestSkip(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	for _, k := range []string{"cairn-probe/verdict.json", "cairn-locks/tree/x", "cairn-probe-x/y", "data/cairn-locks/z"} {
 		if _, err := s.PutBytes(ctx, k, []byte("x"), nil); err != nil {
 			t.Fatal(err)

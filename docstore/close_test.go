@@ -28,7 +28,7 @@ func (h hangingPuts) Put(ctx context.Context, key string, body io.Reader, size i
 // ErrClosed.
 func TestCloseEndsCommitsCallersGaveUpOn(t *testing.T) {
 	t.Parallel()
-	d := docstore.New(objstore.New(hangingPuts{mem.NewBackend("")}, nil), &docstore.Options{Strategy: docstore.CAS})
+	d := docstore.New(objstore.New(hangingPuts{mem.OpenBackend("")}, nil), &docstore.Options{Strategy: docstore.CAS})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, _, err := d.UpdateJSON(ctx, "doc.json", func(cur []byte, _ docstore.Meta) ([]byte, error) { return []byte(`{"a":1}`), nil })

@@ -19,7 +19,7 @@ import (
 func TestCreateRefusedIsNotContention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := objstore.New(faulty.New(mem.NewBackend("doc-folder"), &faulty.Options{Quirks: faulty.Quirks{FolderRefusesCreate: true}}), nil)
+	s := objstore.New(faulty.New(mem.OpenBackend("doc-folder"), &faulty.Options{Quirks: faulty.Quirks{FolderRefusesCreate: true}}), nil)
 	if _, err := s.PutBytes(ctx, "reg/inside.json", []byte("{}"), nil); err != nil {
 		t.Fatal(err)
 	}

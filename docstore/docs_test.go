@@ -18,7 +18,7 @@ import (
 )
 
 func slowMem(latency time.Duration) *objstore.Store {
-	return objstore.New(faulty.New(mem.NewBackend(""), &faulty.Options{Latency: latency}), nil)
+	return objstore.New(faulty.New(mem.OpenBackend(""), &faulty.Options{Latency: latency}), nil)
 }
 
 func TestGroupCommitExactTotal(t *testing.T) {
@@ -102,7 +102,7 @@ func TestGroupCommitIsolatesErrors(t *testing.T) {
 func TestLostResponsesAppliedOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	inner := mem.NewBackend("")
+	inner := mem.OpenBackend("")
 	f := faulty.New(inner, &faulty.Options{Rule: func(op faulty.Op, _ string) (faulty.Fault, time.Duration) {
 		if op == faulty.OpPut {
 			return faulty.LostResponse, 0
@@ -131,7 +131,7 @@ func TestLostResponsesAppliedOnce(t *testing.T) {
 func TestLostResponseBeyondHistoryIsAmbiguous(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	inner := mem.NewBackend("")
+	inner := mem.OpenBackend("")
 	victim := &struct {
 		sync.Mutex
 		armed bool
@@ -186,7 +186,7 @@ func (h hookAfterPut) Put(ctx context.Context, key string, body io.Reader, size 
 func TestNoABA(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := docstore.New(mem.New(), nil)
+	d := docstore.New(mem.Open(), nil)
 	c := docstore.Typed[string](d)
 	m1, err := c.Create(ctx, "k", "A")
 	if err != nil {
@@ -206,7 +206,7 @@ func TestNoABA(t *testing.T) {
 func TestCreateAndLoad(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := docstore.New(mem.New(), nil)
+	d := docstore.New(mem.Open(), nil)
 	c := docstore.Typed[map[string]int](d)
 	if _, _, err := c.Load(ctx, "m"); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("load missing: %v", err)
@@ -270,7 +270,7 @@ func TestContextCancelledWhileQueued(t *testing.T) {
 func TestContention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	d := docstore.New(s, &docstore.Options{NoGroupCommit: true, MaxAttempts: 1})
 	c := docstore.Typed[int](d)
 	if _, err := c.Create(ctx, "n", 0); err != nil {
@@ -290,7 +290,7 @@ func TestContention(t *testing.T) {
 func TestRegisterFallback(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	liar := objstore.New(faulty.New(mem.NewBackend(""), &faulty.Options{IgnoreConditions: true}), nil)
+	liar := objstore.New(faulty.New(mem.OpenBackend(""), &faulty.Options{IgnoreConditions: true}), nil)
 
 	strict := docstore.Typed[int](docstore.New(liar, nil))
 	if _, _, err := strict.Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v++; return nil }); !errors.Is(err, objstore.ErrNotSupported) {

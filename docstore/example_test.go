@@ -22,7 +22,7 @@ type Registry struct {
 // without a lock service and without losing a single entry.
 func Example_dataLakeRegistry() {
 	ctx := context.Background()
-	store := mem.New() // objstore.Open(ctx, "s3://bucket?…", nil) in production
+	store := mem.Open() // objstore.Open(ctx, "s3://bucket?…", nil) in production
 	reg := docstore.Typed[Registry](docstore.New(store, nil))
 
 	publish := func(dataset, file string, rows []byte) error {

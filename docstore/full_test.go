@@ -33,7 +33,7 @@ func TestFullStoreGivesUpAtOnce(t *testing.T) {
 				}
 				return faulty.None, 0
 			}
-			return objstore.New(faulty.New(mem.NewBackend(""), &opts), nil), &puts
+			return objstore.New(faulty.New(mem.OpenBackend(""), &opts), nil), &puts
 		}
 	}
 	for _, tc := range []struct {
@@ -46,7 +46,7 @@ func TestFullStoreGivesUpAtOnce(t *testing.T) {
 		{"register", injected(faulty.Options{IgnoreConditions: true}), docstore.Options{Strategy: docstore.Register, LastWriterWins: true}},
 		{"full tmpfs", func(t *testing.T) (*objstore.Store, *atomic.Int64) {
 			dir := testenv.SmallDisk(t, 1<<20)
-			b, err := fsstore.Open(dir, &fsstore.Options{NoSync: true})
+			b, err := fsstore.OpenBackend(dir, &fsstore.Options{NoSync: true})
 			if err != nil {
 				t.Fatal(err)
 			}

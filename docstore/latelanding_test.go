@@ -121,7 +121,7 @@ func TestCounterUnderLateLanding(t *testing.T) {
 		for seed := uint64(1); seed <= 3; seed++ {
 			t.Run(fmt.Sprintf("%s/seed-%d", mode, seed), func(t *testing.T) {
 				t.Parallel()
-				inner := mem.NewBackend("")
+				inner := mem.OpenBackend("")
 				f := faulty.New(inner, lateFaults(seed))
 				s := objstore.New(f, nil)
 				var stores []*docstore.Store
@@ -199,7 +199,7 @@ func TestCounterThroughNetworkFaultsOnMinIO(t *testing.T) {
 // reported ambiguous, never retried as a new version (applied twice).
 func TestRegisterUnknownWriteNotRepeated(t *testing.T) {
 	t.Parallel()
-	inner := mem.NewBackend("")
+	inner := mem.OpenBackend("")
 	var mu sync.Mutex
 	puts := 0
 	f := faulty.New(inner, &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
@@ -247,7 +247,7 @@ func TestCounterUnderServerQuirks(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			inner := mem.NewBackend("")
+			inner := mem.OpenBackend("")
 			o := lateFaults(7)
 			o.Quirks = q
 			f := faulty.New(inner, o)

@@ -192,7 +192,7 @@ func finalRead(rec []porcupine.Operation, client int, v int) []porcupine.Operati
 // faultyMem is a memory store behind every write fault: failures, lost
 // responses, lost requests and late-landing requests.
 func faultyMem(seed uint64) (*objstore.Store, *faulty.Backend, *objstore.Store) {
-	inner := mem.NewBackend("")
+	inner := mem.OpenBackend("")
 	f := faulty.New(inner, &faulty.Options{Seed: seed, FailRate: 0.05, LostResponseRate: 0.08, LostRequestRate: 0.04,
 		LateApplyRate: 0.08, LateJitter: 3 * time.Millisecond, Jitter: 300 * time.Microsecond})
 	return objstore.New(f, nil), f, objstore.New(inner, nil)
@@ -237,7 +237,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 // server applied it, and the naive client applies its addition again.
 func TestCheckerCatchesNaiveClient(t *testing.T) {
 	t.Parallel()
-	inner := mem.NewBackend("")
+	inner := mem.OpenBackend("")
 	var mu sync.Mutex
 	puts := 0
 	f := faulty.New(inner, &faulty.Options{Rule: func(op faulty.Op, _ string) (faulty.Fault, time.Duration) {

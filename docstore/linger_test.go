@@ -33,7 +33,7 @@ func waitQueued(t *testing.T, d *docstore.Store, key string, n int) {
 func TestLingerRidesWithUrgent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := docstore.New(objstore.New(mem.NewBackend(""), nil), &docstore.Options{Strategy: docstore.CAS})
+	d := docstore.New(objstore.New(mem.OpenBackend(""), nil), &docstore.Options{Strategy: docstore.CAS})
 	c := docstore.Typed[int](d)
 	add := func(n int) func(v *int, _ docstore.Meta) error {
 		return func(v *int, _ docstore.Meta) error { *v += n; return nil }

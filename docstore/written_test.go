@@ -30,7 +30,7 @@ func (c *countGets) Get(ctx context.Context, key string) (io.ReadCloser, objstor
 func TestUpdatesAfterIdleSkipTheRead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	back := &countGets{Backend: mem.NewBackend("")}
+	back := &countGets{Backend: mem.OpenBackend("")}
 	s := objstore.New(back, nil)
 	d := docstore.New(s, &docstore.Options{Strategy: docstore.CAS})
 	c := docstore.Typed[int](d)

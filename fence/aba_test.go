@@ -72,7 +72,7 @@ func TestIdenticalBytesAreIndistinguishable(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r := &racer{Backend: mem.NewBackend("aba")}
+			r := &racer{Backend: mem.OpenBackend("aba")}
 			s := objstore.New(r, nil)
 			if _, err := fence.PutBytes(ctx, s, "k", []byte("X"), 6, nil); err != nil {
 				t.Fatal(err)

@@ -23,7 +23,7 @@ func TestPutSettlesAmbiguousWrites(t *testing.T) {
 		t.Run(f.String(), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			rec := &recorder{Backend: mem.NewBackend("")}
+			rec := &recorder{Backend: mem.OpenBackend("")}
 			var puts atomic.Int64
 			fb := faulty.New(rec, &faulty.Options{LateDelay: time.Millisecond, Rule: func(op faulty.Op, _ string) (faulty.Fault, time.Duration) {
 				if op == faulty.OpPut && puts.Add(1) == 2 { // the first put after setup

@@ -19,7 +19,7 @@ import (
 func TestFencedCreateRefusedIsNotConflict(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := objstore.New(faulty.New(mem.NewBackend("fence-folder"), &faulty.Options{Quirks: faulty.Quirks{FolderRefusesCreate: true}}), nil)
+	s := objstore.New(faulty.New(mem.OpenBackend("fence-folder"), &faulty.Options{Quirks: faulty.Quirks{FolderRefusesCreate: true}}), nil)
 	if _, err := s.PutBytes(ctx, "out/inside", []byte("x"), nil); err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 // has written the output: its write is refused, and the successor's stays.
 func ExamplePut() {
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 
 	_, err := fence.PutBytes(ctx, s, "reports/daily.csv", []byte("successor's rows\n"), 8, nil)
 	fmt.Println("token 8 writes:", err == nil)
@@ -41,7 +41,7 @@ func ExamplePut() {
 // bring the object back.
 func ExampleDelete() {
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 
 	_, _ = fence.PutBytes(ctx, s, "state/job-42", []byte("running"), 3, nil)
 	fmt.Println("token 4 deletes:", fence.Delete(ctx, s, "state/job-42", 4, nil) == nil)
@@ -64,7 +64,7 @@ func ExampleDelete() {
 // A document update carries the token; a lower one changes nothing.
 func ExampleUpdate() {
 	ctx := context.Background()
-	d := docstore.New(mem.New(), nil)
+	d := docstore.New(mem.Open(), nil)
 	type job struct{ Done int }
 
 	_, _, err := fence.Update(ctx, d, "jobs/compact.json", 12, func(j *job, _ fence.DocMeta) error {
@@ -127,7 +127,7 @@ func ExampleSQLExec() {
 // refused afterwards.
 func ExamplePutKeepingMark() {
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 
 	_, _ = fence.PutBytes(ctx, s, "reports/daily.csv", []byte("successor's rows\n"), 8, nil)
 	_, err := fence.PutKeepingMark(ctx, s, "reports/daily.csv", strings.NewReader("corrected rows\n"), nil)
@@ -148,7 +148,7 @@ func ExamplePutKeepingMark() {
 // it read, then writes conditionally on that version.
 func ExampleCheckUnfenced() {
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	_, _ = fence.PutBytes(ctx, s, "reports/daily.csv", []byte("rows\n"), 8, nil)
 
 	info, _ := s.Head(ctx, "reports/daily.csv")
@@ -167,7 +167,7 @@ func ExampleCheckUnfenced() {
 // its mark; fn sees the value, never the wrapper.
 func ExampleUpdateKeepingMark() {
 	ctx := context.Background()
-	d := docstore.New(mem.New(), nil)
+	d := docstore.New(mem.Open(), nil)
 	type job struct{ Done int }
 
 	_, _, _ = fence.Update(ctx, d, "jobs/compact.json", 12, func(j *job, _ fence.DocMeta) error {

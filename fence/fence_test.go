@@ -23,7 +23,7 @@ import (
 func TestPutRules(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	const key = "out/a"
 
 	// A plain object has recorded no token: any token may replace it.
@@ -70,7 +70,7 @@ func TestPutRules(t *testing.T) {
 func TestDeleteKeepsTheToken(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	const key = "out/b"
 	if err := fence.Delete(ctx, s, key, 2, nil); err != nil {
 		t.Fatalf("deleting a missing key: %v", err)
@@ -115,7 +115,7 @@ func TestDeleteKeepsTheToken(t *testing.T) {
 func TestCallerMistakesAreInvalidArguments(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	d := docstore.New(s, nil)
 	reserved := &fence.Options{Metadata: map[string]string{"Cairn-Fence-Extra": "1"}}
 	for _, tc := range []struct {
@@ -165,7 +165,7 @@ func TestCallerMistakesAreInvalidArguments(t *testing.T) {
 func TestRefusedWithoutConditions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	inner := mem.NewBackend("")
+	inner := mem.OpenBackend("")
 	s := objstore.New(faulty.New(inner, &faulty.Options{IgnoreConditions: true}), &objstore.Options{ProbeTTL: -1})
 	cannot := func(what string, err error) {
 		t.Helper()
@@ -244,7 +244,7 @@ func TestFencedUnderFaults(t *testing.T) {
 
 func runFaulty(t *testing.T, seed uint64, q faulty.Quirks) {
 	ctx := context.Background()
-	rec := &recorder{Backend: mem.NewBackend("")}
+	rec := &recorder{Backend: mem.OpenBackend("")}
 	fb := faulty.New(rec, &faulty.Options{Seed: seed, FailRate: 0.03, LostRequestRate: 0.05, LostResponseRate: 0.08,
 		LateApplyRate: 0.15, LateJitter: 5 * time.Millisecond, Jitter: 300 * time.Microsecond, Quirks: q})
 	s := objstore.New(fb, nil)
@@ -348,7 +348,7 @@ func runFaulty(t *testing.T, seed uint64, q faulty.Quirks) {
 func TestUpdateUnderFaults(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	fb := faulty.New(mem.NewBackend(""), &faulty.Options{Seed: 7, FailRate: 0.03, LostRequestRate: 0.05, LostResponseRate: 0.08,
+	fb := faulty.New(mem.OpenBackend(""), &faulty.Options{Seed: 7, FailRate: 0.03, LostRequestRate: 0.05, LostResponseRate: 0.08,
 		LateApplyRate: 0.15, LateJitter: 5 * time.Millisecond, Jitter: 300 * time.Microsecond})
 	d := docstore.New(objstore.New(fb, nil), &docstore.Options{MaxAttempts: 50})
 	type entry struct {
@@ -442,7 +442,7 @@ func TestUpdateUnderFaults(t *testing.T) {
 func TestUpdateRules(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := docstore.New(mem.New(), nil)
+	d := docstore.New(mem.Open(), nil)
 	// A document written without fencing is adopted as the value.
 	if _, err := docstore.Typed[map[string]int](d).Create(ctx, "d.json", map[string]int{"n": 1}); err != nil {
 		t.Fatal(err)

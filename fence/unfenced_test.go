@@ -20,7 +20,7 @@ import (
 func stores(t *testing.T, f func(t *testing.T, s *objstore.Store)) {
 	t.Run("mem", func(t *testing.T) {
 		t.Parallel()
-		f(t, mem.New())
+		f(t, mem.Open())
 	})
 	t.Run("minio", func(t *testing.T) {
 		t.Parallel()
@@ -192,7 +192,7 @@ func TestUpdateKeepingMark(t *testing.T) {
 func TestReservedFieldWhateverItHolds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := docstore.New(mem.New(), nil)
+	d := docstore.New(mem.Open(), nil)
 	for i, field := range []any{-1, nil, "x", 1.5, 0} {
 		key := fmt.Sprintf("p%d.json", i)
 		_, _, err := fence.UpdateKeepingMark(ctx, d, key, func(v *map[string]any, _ fence.DocMeta) error {

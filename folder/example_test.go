@@ -13,7 +13,7 @@ import (
 // key under the destination, under locks and a crash-safe journal.
 func ExampleOps_Rename() {
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	for _, k := range []string{"drafts/2024/a.txt", "drafts/2024/b.txt", "drafts/notes.md"} {
 		_, _ = s.PutBytes(ctx, k, []byte("text of "+k), nil)
 	}

@@ -31,9 +31,9 @@ var keys = []string{"a.txt", "sub/b.bin", "sub/deeper/c", "ünï cødé 日本.t
 // stores are the stores every test runs on.
 func stores(t *testing.T) map[string]func(t *testing.T) *objstore.Store {
 	return map[string]func(t *testing.T) *objstore.Store{
-		"mem": func(t *testing.T) *objstore.Store { return mem.New() },
+		"mem": func(t *testing.T) *objstore.Store { return mem.Open() },
 		"fs": func(t *testing.T) *objstore.Store {
-			s, err := fsstore.New(t.TempDir(), nil)
+			s, err := fsstore.Open(t.TempDir(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -200,7 +200,7 @@ func TestOperations(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	s := mem.New()
+	s := mem.Open()
 	ops := folder.New(s, &folder.Options{Locker: folder.LocalLocker{L: &pathlock.Locker{}}})
 	ctx := context.Background()
 	fill(t, s, "a/", 1)
@@ -238,7 +238,7 @@ func TestBadInput(t *testing.T) {
 func TestRollForward(t *testing.T) {
 	for _, viaNextOp := range []bool{false, true} {
 		t.Run(fmt.Sprint("viaNextOp=", viaNextOp), func(t *testing.T) {
-			inner := mem.New()
+			inner := mem.Open()
 			var copies atomic.Int64
 			fb := faulty.New(inner.Backend(), &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
 				if op == faulty.OpCopy && copies.Add(1) > 7 {
@@ -284,7 +284,7 @@ func TestRollForward(t *testing.T) {
 // TestChangedAfterManifest: an object overwritten while the rename runs is
 // neither moved nor deleted; the rename reports it and finishes the rest.
 func TestChangedAfterManifest(t *testing.T) {
-	s := mem.New()
+	s := mem.Open()
 	ctx := context.Background()
 	want := fill(t, s, "src/", 2)
 	var once atomic.Bool
@@ -343,7 +343,7 @@ func (j *journalVanishes) Get(ctx context.Context, key string) (io.ReadCloser, o
 // the read (its own process finished it) is not an error: seen once in CI as
 // `cairn fs cp` failing with "intent.json: not found".
 func TestJournalFinishedWhileListing(t *testing.T) {
-	inner := mem.New()
+	inner := mem.Open()
 	var copies atomic.Int64
 	fb := faulty.New(inner.Backend(), &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
 		if op == faulty.OpCopy && copies.Add(1) > 3 {

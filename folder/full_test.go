@@ -33,7 +33,7 @@ func TestStoppedByFullDisk(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			inner := mem.NewBackend("")
+			inner := mem.OpenBackend("")
 			var full atomic.Bool
 			var dstWrites atomic.Int64
 			fb := faulty.New(inner, &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {

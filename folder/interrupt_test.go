@@ -25,7 +25,7 @@ func TestInterruptedThenAlreadyRenamed(t *testing.T) {
 	for _, elsewhere := range []bool{false, true} {
 		t.Run(fmt.Sprint("elsewhere=", elsewhere), func(t *testing.T) {
 			t.Parallel()
-			s := mem.New()
+			s := mem.Open()
 			want := fill(t, s, "src/", 5) // 30 objects
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -93,7 +93,7 @@ func TestInterruptedThenAlreadyRenamed(t *testing.T) {
 // it again is refused (the source is empty), as before.
 func TestCompletedRenameAgainIsRefused(t *testing.T) {
 	t.Parallel()
-	s := mem.New()
+	s := mem.Open()
 	fill(t, s, "src/", 1)
 	ops := folder.New(s, &folder.Options{Locker: folder.LocalLocker{L: &pathlock.Locker{}}})
 	if _, err := ops.Rename(context.Background(), "src/", "dst/", false); err != nil {
@@ -109,7 +109,7 @@ func TestCompletedRenameAgainIsRefused(t *testing.T) {
 // says so.
 func TestInterruptedBeforeIntent(t *testing.T) {
 	t.Parallel()
-	s := mem.New()
+	s := mem.Open()
 	want := fill(t, s, "src/", 1)
 	locks := folder.LocalLocker{L: &pathlock.Locker{}}
 	h, err := locks.L.Acquire(context.Background(), pathlock.Request{Write: []string{"/dst"}})
@@ -134,7 +134,7 @@ func TestInterruptedBeforeIntent(t *testing.T) {
 // holder's process as its session recorded it.
 func TestTreeLockerWaitingNamesHolder(t *testing.T) {
 	t.Parallel()
-	s := mem.New()
+	s := mem.Open()
 	holder := treelock.New(s, &treelock.Options{TTL: 5 * time.Second})
 	defer holder.Close()
 	h, err := holder.Acquire(context.Background(), treelock.Request{Write: []string{"/data/src"}})
@@ -183,7 +183,7 @@ func TestTreeLockerWaitingNamesHolder(t *testing.T) {
 // An interrupted delete run again after its roll-forward reports it done.
 func TestInterruptedDeleteThenAlreadyDeleted(t *testing.T) {
 	t.Parallel()
-	s := mem.New()
+	s := mem.Open()
 	fill(t, s, "old/", 5)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

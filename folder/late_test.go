@@ -42,7 +42,7 @@ func lateIntents(n int64, on *atomic.Bool) faulty.Rule {
 func TestLateIntentResolved(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	inner := mem.New()
+	inner := mem.Open()
 	var off atomic.Bool
 	fb := faulty.New(inner.Backend(), &faulty.Options{LateDelay: 50 * time.Millisecond, Rule: lateIntents(1, &off)})
 	s := objstore.New(fb, nil)
@@ -70,7 +70,7 @@ func TestLateIntentResolved(t *testing.T) {
 func TestLateIntentAfterGivingUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	inner := mem.New()
+	inner := mem.Open()
 	var on atomic.Bool
 	fb := faulty.New(inner.Backend(), &faulty.Options{LateDelay: 150 * time.Millisecond, Rule: lateIntents(0, &on)})
 	s := objstore.New(fb, nil)
@@ -112,7 +112,7 @@ func TestLateIntentAfterGivingUp(t *testing.T) {
 // failed, possibly without; no journal is left at the end.
 func TestRandomOpsLateLanding(t *testing.T) {
 	t.Parallel()
-	randomOps(t, mem.New())
+	randomOps(t, mem.Open())
 }
 
 // The same on MinIO, which enforces neither conditional copy destinations nor

@@ -53,7 +53,7 @@ func (h *holdFirstCopy) Copy(ctx context.Context, src, dst string, cond objstore
 func TestCopiesRunAcrossChunks(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	inner := mem.New()
+	inner := mem.Open()
 	want := fill(t, inner, "src/", 7) // 42 objects: 5 chunks of 10
 	all, err := inner.ListAll(ctx, "src/", nil)
 	if err != nil {
@@ -146,7 +146,7 @@ func (b *batchStore) deleteAll(ctx context.Context, keys []string) (map[string]e
 func TestDeletesInConcurrentBatches(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	inner := mem.New()
+	inner := mem.Open()
 	want := fill(t, inner, "src/", 42) // 252 objects, one chunk
 	b := &batchStore{Backend: inner.Backend(), second: make(chan struct{})}
 	s := objstore.New(b, nil)
@@ -198,7 +198,7 @@ func (g gone412) Delete(ctx context.Context, key string, cond objstore.Condition
 func TestDeleteOfGoneSourceAnswered412(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	inner := mem.New()
+	inner := mem.Open()
 	want := fill(t, inner, "src/", 2)
 	s := objstore.New(gone412{inner.Backend()}, nil)
 	if c, _ := s.Capabilities(ctx); !c.DeleteIfMatch {

@@ -89,7 +89,7 @@ func TestLocalLeaseDeadline(t *testing.T) {
 		{"stalled-store", func(t *testing.T) (*ledger.Ledger, *ledger.Ledger, func(bool)) {
 			// Two pipelines on one object-store ledger; a's requests stall
 			// once cut: each for 5 leases, or until its deadline.
-			shared := mem.NewBackend("")
+			shared := mem.OpenBackend("")
 			var stalled atomic.Bool
 			fb := faulty.New(shared, &faulty.Options{Rule: func(faulty.Op, string) (faulty.Fault, time.Duration) {
 				if stalled.Load() {

@@ -21,7 +21,7 @@ import (
 func TestQuiesceAfterFastWork(t *testing.T) {
 	hung := 0
 	for i := range 50 {
-		l, err := objledger.Open(context.Background(), objstore.New(mem.NewBackend(""), nil), nil, nil)
+		l, err := objledger.Open(context.Background(), objstore.New(mem.OpenBackend(""), nil), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

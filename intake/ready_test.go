@@ -49,7 +49,7 @@ func TestReadyzFollowsRecording(t *testing.T) {
 	}{
 		{"object-store ledger, injected", func(t *testing.T) (*ledger.Ledger, func(), func()) {
 			var full atomic.Bool
-			b := faulty.New(mem.NewBackend(""), &faulty.Options{Rule: func(faulty.Op, string) (faulty.Fault, time.Duration) {
+			b := faulty.New(mem.OpenBackend(""), &faulty.Options{Rule: func(faulty.Op, string) (faulty.Fault, time.Duration) {
 				if full.Load() {
 					return faulty.Full, 0
 				}

@@ -76,7 +76,7 @@ func keyIn(s, n int, prefix string) string {
 func TestWakeNotLostOnObjectStore(t *testing.T) {
 	t.Parallel()
 	const shards = 4
-	g := &gateBackend{Backend: mem.NewBackend(""), hit: make(chan struct{}), gate: make(chan struct{})}
+	g := &gateBackend{Backend: mem.OpenBackend(""), hit: make(chan struct{}), gate: make(chan struct{})}
 	kA, kB, kC, kZ := keyIn(0, shards, "A"), keyIn(0, shards, "B"), keyIn(1, shards, "C"), keyIn(2, shards, "Z")
 	g.key = "shards/002/head.json"
 	l, err := objledger.Open(context.Background(), objstore.New(g, nil), nil, &objledger.Options{Shards: shards, SweepEvery: time.Hour})
@@ -240,7 +240,7 @@ func TestBacklogDrainsUnderSteadyStream(t *testing.T) {
 	t.Parallel()
 	const shards = 8
 	ctx := context.Background()
-	l, err := objledger.Open(ctx, objstore.New(mem.NewBackend(""), nil), nil, &objledger.Options{Shards: shards, SweepEvery: time.Hour})
+	l, err := objledger.Open(ctx, objstore.New(mem.OpenBackend(""), nil), nil, &objledger.Options{Shards: shards, SweepEvery: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

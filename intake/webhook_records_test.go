@@ -37,7 +37,7 @@ var backends = map[string]func(t *testing.T) *ledger.Ledger{
 		return l
 	},
 	"objstore": func(t *testing.T) *ledger.Ledger {
-		l, err := objledger.Open(context.Background(), mem.New(), nil, nil)
+		l, err := objledger.Open(context.Background(), mem.Open(), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

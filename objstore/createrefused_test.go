@@ -15,7 +15,7 @@ import (
 // key K while K is (or was) also a folder, although K reads as absent. No
 // server run by the suite does this, so faulty plays it.
 func folderStore(name string) *objstore.Store {
-	return objstore.New(faulty.New(mem.NewBackend(name), &faulty.Options{Quirks: faulty.Quirks{FolderRefusesCreate: true}}), nil)
+	return objstore.New(faulty.New(mem.OpenBackend(name), &faulty.Options{Quirks: faulty.Quirks{FolderRefusesCreate: true}}), nil)
 }
 
 // A write-once create refused although the key reads as absent is

@@ -29,7 +29,7 @@ func TestEmptyETagIsNeverUnconditional(t *testing.T) {
 		if cond.IsZero() {
 			t.Errorf("%#v.IsZero() = true; an empty ETag is not unconditional", cond)
 		}
-		s := objstore.New(mem.NewBackend("empty-etag"), nil)
+		s := objstore.New(mem.OpenBackend("empty-etag"), nil)
 		v1, err := s.PutBytes(ctx, "k", []byte("v1"), nil)
 		if err != nil {
 			t.Fatal(err)

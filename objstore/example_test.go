@@ -13,7 +13,7 @@ import (
 // is built on.
 func ExampleStore_Put() {
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 
 	// Write-once: the second create of the same key is refused.
 	v1, _ := s.PutBytes(ctx, "datasets/2024/part-0001.parquet", []byte("rows"), &objstore.PutOptions{If: objstore.IfAbsent()})
@@ -37,7 +37,7 @@ func ExampleStore_Put() {
 // List yields keys in UTF-8 byte order, folding "folders" with a delimiter.
 func ExampleStore_List() {
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	for _, k := range []string{"logs/b.txt", "logs/a.txt", "logs/2024/x", "readme"} {
 		_, _ = s.PutBytes(ctx, k, []byte("x"), nil)
 	}
@@ -57,7 +57,7 @@ func ExampleStore_List() {
 // headers and ignores them would report false for each of them.
 func ExampleProbe() {
 	ctx := context.Background()
-	rep, err := objstore.Probe(ctx, mem.New(), nil)
+	rep, err := objstore.Probe(ctx, mem.Open(), nil)
 	if err != nil {
 		panic(err)
 	}

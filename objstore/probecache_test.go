@@ -94,7 +94,7 @@ func TestProbeVerdictSavedAndReused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	b := &identified{Backend: mem.NewBackend("verdicts"), endpoint: "http://s3.example:9000", server: "MinIO"}
+	b := &identified{Backend: mem.OpenBackend("verdicts"), endpoint: "http://s3.example:9000", server: "MinIO"}
 	clk := &clock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
 	open := func() *objstore.Store {
 		return objstore.New(b, &objstore.Options{ProbeCacheDir: dir, Now: clk.Now})
@@ -230,7 +230,7 @@ func TestProbeVerdictSavedAndReused(t *testing.T) {
 func TestSharedVerdictIsNotTrusted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	inner := mem.NewBackend("forged")
+	inner := mem.OpenBackend("forged")
 	b := &identified{Backend: faulty.New(inner, &faulty.Options{IgnoreConditions: true}), endpoint: "http://ignorant:9000", server: "Ignorant"}
 	all := objstore.Capabilities{PutIfAbsent: true, PutIfMatch: true, DeleteIfMatch: true, CopyIfAbsent: true, CopyIfMatch: true, MultipartIfAbsent: true, MultipartIfMatch: true}
 	var checks []objstore.ProbeCheck
@@ -264,7 +264,7 @@ func TestSharedVerdictIsNotTrusted(t *testing.T) {
 
 func TestProbeCheckNames(t *testing.T) {
 	t.Parallel()
-	rep, err := objstore.Probe(context.Background(), mem.New(), nil)
+	rep, err := objstore.Probe(context.Background(), mem.Open(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestProbeCheckNames(t *testing.T) {
 
 func TestProbeFailureMatchesErrProbeFailed(t *testing.T) {
 	t.Parallel()
-	b := faulty.New(mem.NewBackend("probe-failed"), &faulty.Options{IgnoreConditions: true, FailRate: 1, Ops: []faulty.Op{faulty.OpPut}})
+	b := faulty.New(mem.OpenBackend("probe-failed"), &faulty.Options{IgnoreConditions: true, FailRate: 1, Ops: []faulty.Op{faulty.OpPut}})
 	_, err := objstore.Probe(context.Background(), objstore.New(b, nil), nil)
 	if !errors.Is(err, objstore.ErrProbeFailed) || !errors.Is(err, faulty.ErrInjected) {
 		t.Errorf("Probe with failing writes: %v, want ErrProbeFailed wrapping the cause", err)
@@ -294,7 +294,7 @@ func TestProbeFailureMatchesErrProbeFailed(t *testing.T) {
 func TestSavedVerdictCheckedBeforeReuse(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	server := faulty.New(mem.NewBackend("swapped"), nil)
+	server := faulty.New(mem.OpenBackend("swapped"), nil)
 	b := &identified{Backend: server, endpoint: "http://127.0.0.1:9000", server: "SameName"}
 	dir := t.TempDir()
 	open := func() *objstore.Store { return objstore.New(b, &objstore.Options{ProbeCacheDir: dir}) }
@@ -322,7 +322,7 @@ func TestSavedVerdictCheckedBeforeReuse(t *testing.T) {
 func TestUnidentifiedServerIsAlwaysProbed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := &identified{Backend: mem.NewBackend("anonymous"), endpoint: "http://127.0.0.1:9001", server: ""}
+	b := &identified{Backend: mem.OpenBackend("anonymous"), endpoint: "http://127.0.0.1:9001", server: ""}
 	dir := t.TempDir()
 	for i := range 2 {
 		s := objstore.New(b, &objstore.Options{ProbeCacheDir: dir})

@@ -18,7 +18,7 @@ import (
 func TestProbeFaultIsNotAmbiguous(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	inner := mem.NewBackend("probe-fault")
+	inner := mem.OpenBackend("probe-fault")
 	b := faulty.New(inner, &faulty.Options{IgnoreConditions: true, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
 		if op == faulty.OpPut && strings.HasSuffix(key, "/if-absent") {
 			return faulty.LostResponse, 0

@@ -94,7 +94,7 @@ func TestProbeRequiresSatisfyingRequestsToSucceed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.b.Backend = mem.NewBackend("refuser")
+			tc.b.Backend = mem.OpenBackend("refuser")
 			rep, err := objstore.Probe(context.Background(), objstore.New(tc.b, &objstore.Options{ProbeTTL: -1}), &objstore.ProbeOptions{Racers: 4, Rounds: 1})
 			if err != nil {
 				t.Fatal(err)

@@ -31,7 +31,7 @@ type cephLike struct {
 }
 
 func newCephLike() *cephLike {
-	return &cephLike{Backend: mem.NewBackend("ceph-like"), seen: map[string]bool{}}
+	return &cephLike{Backend: mem.OpenBackend("ceph-like"), seen: map[string]bool{}}
 }
 
 func (b *cephLike) Capabilities() (objstore.Capabilities, bool) {

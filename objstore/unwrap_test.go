@@ -54,7 +54,7 @@ func TestProbeVerdictThroughWrappers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			inner := mem.NewBackend("unwrap-" + tc.name)
+			inner := mem.OpenBackend("unwrap-" + tc.name)
 			b := &identified{Backend: inner, endpoint: "http://" + tc.name + ":9000", server: "MinIO"}
 			dir := t.TempDir()
 			for i, want := range []bool{true, !tc.saved} {

@@ -98,7 +98,7 @@ func (r *recorder) count(key string) int {
 // invocation of the test's Function, as the bucket is by every sandbox.
 func sharedLedger(t *testing.T, opts *ledger.Options) *ledger.Ledger {
 	t.Helper()
-	l, err := objledger.Open(context.Background(), objstore.New(mem.NewBackend(""), nil), opts, nil)
+	l, err := objledger.Open(context.Background(), objstore.New(mem.OpenBackend(""), nil), opts, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	src, err := kafkasrc.New(cluster.ListenAddrs(), "bucket-events", nil)
+	src, err := kafkasrc.Open(ctx, cluster.ListenAddrs(), "bucket-events", nil)
 	if err != nil {
 		panic(err)
 	}

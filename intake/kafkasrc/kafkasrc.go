@@ -51,9 +51,10 @@ type Source struct {
 	o       Options
 }
 
-// New returns a source consuming topic from the brokers (host:port each);
-// opts may be nil (the defaults). Nothing connects until Run.
-func New(brokers []string, topic string, opts *Options) (*Source, error) {
+// Open returns a source consuming topic from the brokers (host:port each);
+// opts may be nil (the defaults). Nothing connects until Run (ctx is for
+// the sources' common signature).
+func Open(ctx context.Context, brokers []string, topic string, opts *Options) (*Source, error) {
 	if len(brokers) == 0 || topic == "" {
 		return nil, errors.New("kafkasrc: brokers and a topic are required")
 	}
@@ -74,7 +75,7 @@ func New(brokers []string, topic string, opts *Options) (*Source, error) {
 }
 
 // FromURL parses kafka://HOST:PORT[,HOST:PORT…]?topic=T&group=G.
-func FromURL(raw string, log *slog.Logger) (*Source, error) {
+func FromURL(ctx context.Context, raw string, log *slog.Logger) (*Source, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "kafka" || u.Host == "" {
 		return nil, fmt.Errorf("kafkasrc: %q: want kafka://HOST:PORT?topic=T&group=G", raw)
@@ -88,12 +89,12 @@ func FromURL(raw string, log *slog.Logger) (*Source, error) {
 	if q.Get("topic") == "" {
 		return nil, fmt.Errorf("kafkasrc: %q: topic= is required", raw)
 	}
-	return New(strings.Split(u.Host, ","), q.Get("topic"), &Options{Group: q.Get("group"), Logger: log})
+	return Open(ctx, strings.Split(u.Host, ","), q.Get("topic"), &Options{Group: q.Get("group"), Logger: log})
 }
 
 func init() {
 	intake.RegisterSource("kafka", func(ctx context.Context, url string, log *slog.Logger) (intake.Source, error) {
-		s, err := FromURL(url, log)
+		s, err := FromURL(ctx, url, log)
 		if err != nil {
 			return nil, err
 		}

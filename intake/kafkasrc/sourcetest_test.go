@@ -55,7 +55,7 @@ func (q *kafkaQueue) Publish(t *testing.T, body []byte) {
 }
 
 func (q *kafkaQueue) Source(t *testing.T) intake.Source {
-	src, err := kafkasrc.New(q.brokers, q.topic, nil)
+	src, err := kafkasrc.Open(t.Context(), q.brokers, q.topic, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	src, err := natssrc.New(ns.ClientURL(), "BUCKET_EVENTS", &natssrc.Options{Subject: "minio.events"})
+	src, err := natssrc.Open(ctx, ns.ClientURL(), "BUCKET_EVENTS", &natssrc.Options{Subject: "minio.events"})
 	if err != nil {
 		panic(err)
 	}

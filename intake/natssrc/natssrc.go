@@ -55,11 +55,12 @@ type Source struct {
 	o               Options
 }
 
-// New returns a source pulling from stream on the NATS servers (nats://host:port;
+// Open returns a source pulling from stream on the NATS servers (nats://host:port;
 // several comma-separated). The stream is created (file storage, capturing
 // Options.Subject) if it does not exist; an existing stream is never changed.
-// opts may be nil (the defaults). Nothing connects until Run.
-func New(servers, stream string, opts *Options) (*Source, error) {
+// opts may be nil (the defaults). Nothing connects until Run (ctx is for
+// the sources' common signature).
+func Open(ctx context.Context, servers, stream string, opts *Options) (*Source, error) {
 	if servers == "" || stream == "" {
 		return nil, errors.New("natssrc: a server URL and a stream are required")
 	}
@@ -84,7 +85,7 @@ func New(servers, stream string, opts *Options) (*Source, error) {
 
 // FromURL parses nats://HOST:PORT?stream=S&subject=X&durable=D&batch=N
 // (user:password@ in the URL authenticates).
-func FromURL(raw string, log *slog.Logger) (*Source, error) {
+func FromURL(ctx context.Context, raw string, log *slog.Logger) (*Source, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "nats" || u.Host == "" {
 		return nil, fmt.Errorf("natssrc: %q: want nats://HOST:PORT?stream=S&subject=X&durable=D", raw)
@@ -109,12 +110,12 @@ func FromURL(raw string, log *slog.Logger) (*Source, error) {
 		return nil, fmt.Errorf("natssrc: %q: stream= is required", raw)
 	}
 	u.RawQuery = ""
-	return New(u.String(), stream, &o)
+	return Open(ctx, u.String(), stream, &o)
 }
 
 func init() {
 	intake.RegisterSource("nats", func(ctx context.Context, url string, log *slog.Logger) (intake.Source, error) {
-		s, err := FromURL(url, log)
+		s, err := FromURL(ctx, url, log)
 		if err != nil {
 			return nil, err
 		}

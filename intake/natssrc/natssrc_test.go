@@ -8,7 +8,7 @@ import (
 )
 
 func TestFromURL(t *testing.T) {
-	if s, err := natssrc.FromURL("nats://user:pw@127.0.0.1:4222?stream=MINIO&subject=minio.events&durable=cairn&batch=64", nil); err != nil || s.Name() != "nats" {
+	if s, err := natssrc.FromURL(t.Context(), "nats://user:pw@127.0.0.1:4222?stream=MINIO&subject=minio.events&durable=cairn&batch=64", nil); err != nil || s.Name() != "nats" {
 		t.Fatalf("good URL: %v", err)
 	}
 	for raw, hint := range map[string]string{
@@ -19,7 +19,7 @@ func TestFromURL(t *testing.T) {
 		"nats:///nohost?stream=S":                        "nats://",
 		"nats://127.0.0.1:4222?stream=S&batch=many%20of": "positive",
 	} {
-		if _, err := natssrc.FromURL(raw, nil); err == nil || !strings.Contains(err.Error(), hint) {
+		if _, err := natssrc.FromURL(t.Context(), raw, nil); err == nil || !strings.Contains(err.Error(), hint) {
 			t.Errorf("%q: %v, want an error mentioning %q", raw, err, hint)
 		}
 	}

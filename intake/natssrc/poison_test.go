@@ -62,7 +62,7 @@ func rec(key string) string {
 func TestPoisonMessages(t *testing.T) {
 	t.Parallel()
 	natsURL := testenv.NATS(t)
-	src, err := natssrc.New(natsURL, "EV", &natssrc.Options{Subject: "ev", AckWait: time.Second})
+	src, err := natssrc.Open(t.Context(), natsURL, "EV", &natssrc.Options{Subject: "ev", AckWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

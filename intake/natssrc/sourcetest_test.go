@@ -54,7 +54,7 @@ func (q *natsQueue) Publish(t *testing.T, body []byte) {
 }
 
 func (q *natsQueue) Source(t *testing.T) intake.Source {
-	src, err := natssrc.New(q.url, q.stream, &natssrc.Options{Subject: q.subject, AckWait: 2 * time.Second})
+	src, err := natssrc.Open(t.Context(), q.url, q.stream, &natssrc.Options{Subject: q.subject, AckWait: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

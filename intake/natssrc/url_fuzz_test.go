@@ -15,7 +15,7 @@ func FuzzFromURL(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		src, err := natssrc.FromURL(raw, nil)
+		src, err := natssrc.FromURL(t.Context(), raw, nil)
 		if err != nil {
 			return
 		}

@@ -20,7 +20,7 @@ import (
 // messages are deleted once the ledger's decision on their events is
 // durable; the handler then runs. (Here the queue is the package tests'
 // in-process fake of SQS's protocol, since no SQS runs locally; in
-// production, sqssrc.New(ctx, "https://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE",
+// production, sqssrc.Open(ctx, "https://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE",
 // nil) takes its client from the AWS configuration.)
 func Example() {
 	queue := startFakeSQS()
@@ -52,7 +52,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	src, err := sqssrc.New(ctx, queue.queueURL(), &sqssrc.Options{Client: client})
+	src, err := sqssrc.Open(ctx, queue.queueURL(), &sqssrc.Options{Client: client})
 	if err != nil {
 		panic(err)
 	}

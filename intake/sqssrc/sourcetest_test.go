@@ -29,7 +29,7 @@ func (q *sqsQueue) Publish(_ *testing.T, body []byte) { q.f.send(string(body)) }
 
 func (q *sqsQueue) Source(t *testing.T) intake.Source {
 	c := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(q.f.srv.URL), Credentials: aws.AnonymousCredentials{}, RetryMaxAttempts: 1})
-	src, err := sqssrc.New(context.Background(), q.f.queueURL(), &sqssrc.Options{Client: c, Visibility: time.Second, Wait: time.Second})
+	src, err := sqssrc.Open(context.Background(), q.f.queueURL(), &sqssrc.Options{Client: c, Visibility: time.Second, Wait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

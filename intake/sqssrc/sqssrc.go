@@ -97,11 +97,11 @@ type Source struct {
 	c        *sqs.Client
 }
 
-// New returns a source receiving from the queue at queueURL (e.g.
+// Open returns a source receiving from the queue at queueURL (e.g.
 // https://sqs.eu-west-1.amazonaws.com/123456789012/uploads); opts may be nil
 // (the defaults). The client is built from the standard AWS configuration
 // chain unless Options.Client is set.
-func New(ctx context.Context, queueURL string, opts *Options) (*Source, error) {
+func Open(ctx context.Context, queueURL string, opts *Options) (*Source, error) {
 	u, err := url.Parse(queueURL)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return nil, fmt.Errorf("sqssrc: queue URL %q: want https://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE", queueURL)
@@ -182,7 +182,7 @@ func FromURL(ctx context.Context, raw string, log *slog.Logger) (*Source, error)
 		}
 	}
 	u.Scheme, u.RawQuery = "https", ""
-	return New(ctx, u.String(), &o)
+	return Open(ctx, u.String(), &o)
 }
 
 func init() {

@@ -92,7 +92,7 @@ func setupLogs(t *testing.T, vis time.Duration, opts ...func(*sqssrc.Options)) (
 	for _, fn := range opts {
 		fn(&o)
 	}
-	src, err := sqssrc.New(context.Background(), f.queueURL(), &o)
+	src, err := sqssrc.Open(context.Background(), f.queueURL(), &o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 // late, older event are decided without running anything twice.
 func Example() {
 	ctx := context.Background()
-	l, err := objledger.Open(ctx, mem.New(), nil, nil)
+	l, err := objledger.Open(ctx, mem.Open(), nil, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -19,7 +19,7 @@ func FuzzDocuments(f *testing.F) {
 	f.Add([]byte(`null`))
 	f.Add([]byte(`{"rows":{"x":{"del":true}},"work":{"y":1}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s := mem.New()
+		s := mem.Open()
 		_, _ = s.PutBytes(context.Background(), "shards/000/base-x.json", data, nil)
 		l := &Backend{s: s, heads: make([]cachedHead, 1), bases: map[string]*segment{}, shards: 1}
 		h, err := l.decodeHead(context.Background(), 0, data)

@@ -27,7 +27,7 @@ func TestCompactionLateSwapKeepsBase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	var late atomic.Bool
-	fb := faulty.New(mem.NewBackend(""), &faulty.Options{LateDelay: 500 * time.Millisecond, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+	fb := faulty.New(mem.OpenBackend(""), &faulty.Options{LateDelay: 500 * time.Millisecond, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
 		if late.Load() && op == faulty.OpPut && strings.HasSuffix(key, "/head.json") {
 			return faulty.LateApply, 0
 		}
@@ -105,7 +105,7 @@ func TestCompactionLateSwapKeepsBase(t *testing.T) {
 func TestConformanceLateLanding(t *testing.T) {
 	var seed atomic.Uint64
 	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
-		b := faulty.New(mem.NewBackend(""), &faulty.Options{Seed: seed.Add(1), LateApplyRate: 0.05, LostResponseRate: 0.05, LostRequestRate: 0.05,
+		b := faulty.New(mem.OpenBackend(""), &faulty.Options{Seed: seed.Add(1), LateApplyRate: 0.05, LostResponseRate: 0.05, LostRequestRate: 0.05,
 			LateJitter: 20 * time.Millisecond, Jitter: 300 * time.Microsecond})
 		l, err := objledger.Open(context.Background(), objstore.New(b, nil), opts, &objledger.Options{Shards: 4, CompactAt: 16,
 			Logger: slog.New(slog.DiscardHandler)})
@@ -128,7 +128,7 @@ func TestCommittedRunsResults(t *testing.T) {
 	ctx := context.Background()
 	var armed atomic.Int64 // unix nanos when armed; 0: off
 	var puts atomic.Int32
-	fb := faulty.New(mem.NewBackend(""), &faulty.Options{LateDelay: 50 * time.Millisecond, LateJitter: time.Millisecond,
+	fb := faulty.New(mem.OpenBackend(""), &faulty.Options{LateDelay: 50 * time.Millisecond, LateJitter: time.Millisecond,
 		Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
 			at := armed.Load()
 			if at == 0 || op != faulty.OpPut || !strings.HasSuffix(key, "/head.json") {
@@ -189,7 +189,7 @@ func TestFailedRecordDoesNotReleaseAnotherHoldersClaim(t *testing.T) {
 	// before the new one, so the new one's claim (n = 1) takes it.
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	inner := mem.NewBackend("")
+	inner := mem.OpenBackend("")
 	b, err := objledger.Open(ctx, objstore.New(inner, nil), &ledger.Options{Now: now}, &objledger.Options{Shards: 1, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ type requests struct {
 
 // store is a memory store whose calls r counts.
 func (r *requests) store() *objstore.Store {
-	return objstore.New(faulty.New(mem.NewBackend(""), &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+	return objstore.New(faulty.New(mem.OpenBackend(""), &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
 		switch {
 		case !strings.HasSuffix(key, r.suffix):
 		case op == faulty.OpGet:
@@ -110,7 +110,7 @@ func TestRecordAndClaimTakesLeftWork(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock, advance := testClock()
-	l, err := objledger.Open(ctx, objstore.New(mem.NewBackend(""), nil), &ledger.Options{Now: clock}, &objledger.Options{Shards: 1, SweepEvery: time.Hour})
+	l, err := objledger.Open(ctx, objstore.New(mem.OpenBackend(""), nil), &ledger.Options{Now: clock}, &objledger.Options{Shards: 1, SweepEvery: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestHintedWorkFoundAndWritten(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, wait := range []time.Duration{time.Hour, 10 * time.Millisecond} {
-		s := objstore.New(mem.NewBackend(""), nil)
+		s := objstore.New(mem.OpenBackend(""), nil)
 		l, err := objledger.OpenBackend(ctx, s, nil, &objledger.Options{Shards: 4, SweepEvery: time.Hour})
 		if err != nil {
 			t.Fatal(err)
@@ -223,7 +223,7 @@ func TestHintedWorkFoundAndWritten(t *testing.T) {
 func TestDefaultShards(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := objstore.New(mem.NewBackend(""), nil)
+	s := objstore.New(mem.OpenBackend(""), nil)
 	l, err := objledger.OpenBackend(ctx, s, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -249,7 +249,7 @@ func TestDefaultShards(t *testing.T) {
 func TestReopenKeepsShardCount(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := objstore.New(mem.NewBackend(""), nil)
+	s := objstore.New(mem.OpenBackend(""), nil)
 	l, err := objledger.OpenBackend(ctx, s, nil, &objledger.Options{Shards: 4})
 	if err != nil {
 		t.Fatal(err)

@@ -100,7 +100,7 @@ func conformanceS3(t *testing.T, server string) {
 func TestConformanceUnderFaults(t *testing.T) {
 	var seed atomic.Uint64
 	ledgertest.Run(t, ledgertest.Harness{New: func(t *testing.T, opts *ledger.Options) (*ledger.Ledger, string) {
-		b := faulty.New(mem.NewBackend(""), &faulty.Options{Seed: seed.Add(1), LostResponseRate: 0.05, LostRequestRate: 0.05, FailRate: 0.05,
+		b := faulty.New(mem.OpenBackend(""), &faulty.Options{Seed: seed.Add(1), LostResponseRate: 0.05, LostRequestRate: 0.05, FailRate: 0.05,
 			Latency: 200 * time.Microsecond, Jitter: time.Millisecond})
 		// Opening retries through the injected failures (one failed request
 		// must not stop a daemon from starting): no retry loop here.
@@ -122,7 +122,7 @@ func ev(key, seq string) event.Event {
 // the error names the probe checks that failed.
 func TestRefusesStoreIgnoringConditions(t *testing.T) {
 	t.Parallel()
-	b := faulty.New(mem.NewBackend(""), &faulty.Options{IgnoreConditions: true})
+	b := faulty.New(mem.OpenBackend(""), &faulty.Options{IgnoreConditions: true})
 	_, err := objledger.Open(context.Background(), objstore.New(b, nil), nil, nil)
 	if !errors.Is(err, objstore.ErrNotSupported) || !strings.Contains(err.Error(), "put-if-match") {
 		t.Fatalf("ledger on a store ignoring conditions: %v; want ErrNotSupported naming the failed check", err)
@@ -143,7 +143,7 @@ func TestBadURLs(t *testing.T) {
 func TestCompaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	clock, advance := testClock()
 	l, err := objledger.Open(ctx, s, &ledger.Options{Now: clock}, &objledger.Options{Shards: 2, CompactAt: 10, Grace: time.Minute})
 	if err != nil {
@@ -258,7 +258,7 @@ func TestWorkIndexNotLost(t *testing.T) {
 	ctx := context.Background()
 	// Slow index writes widen the window in which a writer can land between a
 	// claimer's read of a shard and its index write.
-	s := objstore.New(faulty.New(mem.NewBackend(""), &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+	s := objstore.New(faulty.New(mem.OpenBackend(""), &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
 		if op == faulty.OpPut && key == "work.json" {
 			return faulty.None, 5 * time.Millisecond
 		}
@@ -344,7 +344,7 @@ func TestClaimFindsWorkItsCachesMissed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock, advance := testClock()
-	s := objstore.New(mem.NewBackend(""), nil)
+	s := objstore.New(mem.OpenBackend(""), nil)
 	cfg := &objledger.Options{Shards: 32, SweepEvery: time.Hour}
 	opts := &ledger.Options{Now: clock}
 	record := func(keys ...string) {
@@ -413,7 +413,7 @@ func TestClaimFindsWorkItsCachesMissed(t *testing.T) {
 func TestOddKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l, err := objledger.Open(ctx, mem.New(), nil, &objledger.Options{Shards: 3, CompactAt: 4})
+	l, err := objledger.Open(ctx, mem.Open(), nil, &objledger.Options{Shards: 3, CompactAt: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +459,7 @@ func TestOddKeys(t *testing.T) {
 func TestCorruptHead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	l, err := objledger.Open(ctx, s, nil, &objledger.Options{Shards: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -497,7 +497,7 @@ func TestFormatUpgrade(t *testing.T) {
 	ctx := context.Background()
 	const key = "cairn-ledger.json"
 	for _, old := range []int{1, 2} {
-		s := mem.New()
+		s := mem.Open()
 		if _, err := s.PutBytes(ctx, key, fmt.Appendf(nil, `{"cairn_ledger":%d,"shards":1,"created":1}`, old), nil); err != nil {
 			t.Fatal(err)
 		}
@@ -524,7 +524,7 @@ func TestFormatUpgrade(t *testing.T) {
 			t.Fatalf("head after a claim: %s %v; want no stored work", data, err)
 		}
 	}
-	s := mem.New()
+	s := mem.Open()
 	if _, err := s.PutBytes(ctx, key, []byte(`{"cairn_ledger":4,"shards":4,"created":1}`), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +540,7 @@ func TestFormatUpgrade(t *testing.T) {
 func TestHeadDoesNotGrowWithBacklog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	cfg := &objledger.Options{Shards: 1, CompactAt: 64}
 	l, err := objledger.Open(ctx, s, nil, cfg)
 	if err != nil {

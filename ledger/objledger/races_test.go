@@ -40,7 +40,7 @@ func keyIn(prefix string, s, n, skip int) string {
 // unclaimed (they did, about half the time, by the shuffle; found in review).
 func TestBlockedVersionsDoNotStarveOtherShards(t *testing.T) {
 	ctx := context.Background()
-	l, err := Open(ctx, objstore.New(mem.NewBackend(""), nil), &ledger.Options{EveryVersion: true}, &Options{Shards: 2})
+	l, err := Open(ctx, objstore.New(mem.OpenBackend(""), nil), &ledger.Options{EveryVersion: true}, &Options{Shards: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestPurgeDuringCompactionStaysPurged(t *testing.T) {
 	ctx := context.Background()
 	var block atomic.Bool
 	reached, release := make(chan struct{}), make(chan struct{})
-	s := objstore.New(&pauseBase{Backend: mem.NewBackend(""), hook: func(key string) {
+	s := objstore.New(&pauseBase{Backend: mem.OpenBackend(""), hook: func(key string) {
 		if strings.Contains(key, "/base-") && block.CompareAndSwap(true, false) {
 			close(reached)
 			<-release

@@ -21,7 +21,7 @@ import (
 func TestSegmentTiers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	clock, advance := testClock()
 	l, err := objledger.Open(ctx, s, &ledger.Options{Now: clock}, &objledger.Options{Shards: 1, CompactAt: 8, Grace: time.Hour})
 	if err != nil {

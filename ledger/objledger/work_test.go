@@ -132,7 +132,7 @@ func BenchmarkHeadClone(b *testing.B) {
 // say, computed afresh.
 func TestDerivedWorkIsTheRows(t *testing.T) {
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	clock, advance := NewTestClock()
 	var ls []*Backend
 	for range 2 {

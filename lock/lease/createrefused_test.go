@@ -20,7 +20,7 @@ import (
 func TestLeaseCreateRefusedIsNotHeld(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := objstore.New(faulty.New(mem.NewBackend("lease-folder"), &faulty.Options{Quirks: faulty.Quirks{FolderRefusesCreate: true}}), nil)
+	s := objstore.New(faulty.New(mem.OpenBackend("lease-folder"), &faulty.Options{Quirks: faulty.Quirks{FolderRefusesCreate: true}}), nil)
 	if _, err := s.PutBytes(ctx, "locks/deploy/child", []byte("x"), nil); err != nil {
 		t.Fatal(err)
 	}

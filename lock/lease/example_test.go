@@ -17,7 +17,7 @@ import (
 // fence), so that a holder that lost its lease cannot overwrite its successor.
 func ExampleManager_Acquire() {
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	a := lease.New(s, nil)
 	b := lease.New(s, nil)
 
@@ -51,7 +51,7 @@ func ExampleManager_Acquire() {
 // next fencing token, which is all that stops the paused holder.
 func ExampleOptions() {
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	paused := clockwork.NewFakeClock() // never advanced
 	a := lease.New(s, &lease.Options{TTL: 30 * time.Second, Clock: paused})
 	la, err := a.Acquire(ctx, "jobs/compact")

@@ -21,7 +21,7 @@ func TestForceRelease(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		s := mem.New()
+		s := mem.Open()
 		a := lease.New(s, &lease.Options{TTL: ttl, Holder: "worker-a"})
 		b := lease.New(s, &lease.Options{TTL: ttl, Holder: "worker-b"})
 		ops := lease.New(s, &lease.Options{TTL: ttl, Holder: "operator"})

@@ -26,7 +26,7 @@ func TestLateAcquireHeldByNobody(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		var late atomic.Bool
-		fb := faulty.New(mem.NewBackend(""), &faulty.Options{LateDelay: 100 * time.Millisecond, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+		fb := faulty.New(mem.OpenBackend(""), &faulty.Options{LateDelay: 100 * time.Millisecond, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
 			if late.Load() && op == faulty.OpPut {
 				return faulty.LateApply, 0
 			}
@@ -92,7 +92,7 @@ func TestContentionLateLandingMinIO(t *testing.T) {
 	contentionOn(t, b, 15)
 }
 
-func contention(t *testing.T, seed uint64) { contentionOn(t, mem.NewBackend(""), seed) }
+func contention(t *testing.T, seed uint64) { contentionOn(t, mem.OpenBackend(""), seed) }
 
 func contentionOn(t *testing.T, inner objstore.Backend, seed uint64) {
 	ctx := context.Background()

@@ -34,7 +34,7 @@ func TestTryAcquireReleaseTokens(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		s := mem.New()
+		s := mem.Open()
 		a, b := lease.New(s, &lease.Options{TTL: ttl}), lease.New(s, &lease.Options{TTL: ttl})
 		la, err := a.TryAcquire(ctx, "locks/x")
 		if err != nil || la.Token() != 1 {
@@ -72,7 +72,7 @@ func TestTryAcquireReleaseTokens(t *testing.T) {
 func TestWaiterDoesNotStealALiveLease(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		s := mem.New()
+		s := mem.Open()
 		la, err := lease.New(s, &lease.Options{TTL: ttl}).Acquire(context.Background(), "l")
 		if err != nil {
 			t.Fatal(err)
@@ -92,7 +92,7 @@ func TestTakeoverAfterSilence(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		s := mem.New()
+		s := mem.Open()
 		la, err := lease.New(s, &lease.Options{TTL: ttl}).Acquire(ctx, "l")
 		if err != nil {
 			t.Fatal(err)
@@ -120,7 +120,7 @@ func TestPausedHolderLosesLease(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		s := mem.New()
+		s := mem.Open()
 		m := lease.New(s, &lease.Options{TTL: ttl})
 		la, err := m.Acquire(ctx, "l")
 		if err != nil {

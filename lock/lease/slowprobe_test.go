@@ -73,7 +73,7 @@ func TestProbeBeforeTheClockStarts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clock := clockwork.NewFakeClock()
-			s := objstore.New(slowProbe{mem.NewBackend("slow"), clock, time.Second}, &objstore.Options{ProbeTTL: -1})
+			s := objstore.New(slowProbe{mem.OpenBackend("slow"), clock, time.Second}, &objstore.Options{ProbeTTL: -1})
 			deadline, release := tc.acquire(t, s, clock)
 			defer release()
 			if left := deadline.Sub(clock.Now()); left < ttl {

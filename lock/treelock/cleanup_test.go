@@ -138,7 +138,7 @@ func TestKilledHolderCollectedMinIO(t *testing.T) {
 func TestFencingTokens(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	a, b := treelock.New(s, nil), treelock.New(s, nil)
 	defer a.Close()
 	defer b.Close()
@@ -176,7 +176,7 @@ func TestFencingTokens(t *testing.T) {
 func TestCloseDeletesSession(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	a := treelock.New(s, &treelock.Options{TTL: time.Hour})
 	h, err := a.Acquire(ctx, treelock.Request{Write: []string{"/x"}})
 	if err != nil {
@@ -209,7 +209,7 @@ func TestSessionDeletedByOthersIsLost(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		s := mem.New()
+		s := mem.Open()
 		const ttl = 300 * time.Millisecond
 		m := treelock.New(s, &treelock.Options{TTL: ttl})
 		defer m.Close()

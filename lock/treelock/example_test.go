@@ -16,7 +16,7 @@ import (
 // reports whether the locks were held to the end (see Held.Release).
 func ExampleManager_Acquire() {
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	a := treelock.New(s, nil)
 	defer a.Close()
 	b := treelock.New(s, nil)

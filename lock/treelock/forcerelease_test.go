@@ -18,7 +18,7 @@ func TestForceRelease(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		s := mem.New()
+		s := mem.Open()
 		const ttl = 300 * time.Millisecond
 		a := treelock.New(s, &treelock.Options{TTL: ttl})
 		defer a.Close()

@@ -32,7 +32,7 @@ var conflict = pathlocktest.Conflict
 func TestExhaustiveOracle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	a, b := treelock.New(s, nil), treelock.New(s, nil)
 	defer a.Close()
 	defer b.Close()
@@ -64,7 +64,7 @@ func TestCrashedSessionReleased(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		s := mem.New()
+		s := mem.Open()
 		const ttl = 300 * time.Millisecond
 		a := treelock.New(s, &treelock.Options{TTL: ttl})
 		if _, err := a.Acquire(ctx, treelock.Request{Write: []string{"/jobs/x"}}); err != nil {
@@ -98,7 +98,7 @@ func TestCrashedSessionReleased(t *testing.T) {
 func TestRandomLoadInvariant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := objstore.New(faulty.New(mem.NewBackend(""), &faulty.Options{Jitter: 300 * time.Microsecond}), nil)
+	s := objstore.New(faulty.New(mem.OpenBackend(""), &faulty.Options{Jitter: 300 * time.Microsecond}), nil)
 	paths := []string{"/a", "/a/x", "/a/y", "/b", "/b/x", "/b/x/1"}
 	holds := newHolds()
 	var wg sync.WaitGroup
@@ -142,7 +142,7 @@ func TestLateLandingStepLeavesNoEntry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		var late atomic.Bool
-		fb := faulty.New(mem.NewBackend(""), &faulty.Options{LateDelay: 150 * time.Millisecond, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+		fb := faulty.New(mem.OpenBackend(""), &faulty.Options{LateDelay: 150 * time.Millisecond, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
 			if late.Load() && op == faulty.OpPut && strings.Contains(key, "/paths/") {
 				return faulty.LateApply, 0
 			}
@@ -184,7 +184,7 @@ func TestLateLandingStepLeavesNoEntry(t *testing.T) {
 func TestRandomLoadLateLanding(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	fb := faulty.New(mem.NewBackend(""), &faulty.Options{Seed: 15, Jitter: 300 * time.Microsecond,
+	fb := faulty.New(mem.OpenBackend(""), &faulty.Options{Seed: 15, Jitter: 300 * time.Microsecond,
 		LateApplyRate: 0.05, LostRequestRate: 0.05, LostResponseRate: 0.05, LateJitter: 30 * time.Millisecond})
 	s := objstore.New(fb, nil)
 	paths := []string{"/a", "/a/x", "/b", "/b/x"}

@@ -18,7 +18,7 @@ import (
 func TestWatchStaysBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		s := mem.New()
+		s := mem.Open()
 		const ttl = time.Second
 		b := treelock.New(s, &treelock.Options{TTL: ttl})
 		defer b.Close()

@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { testmain.Run(m) }
 // With no faults but with latency, the wrapper keeps every guarantee.
 func TestConformance(t *testing.T) {
 	objstoretest.Run(t, objstoretest.Harness{New: func(t *testing.T) objstoretest.Instance {
-		inner := mem.NewBackend(t.Name())
+		inner := mem.OpenBackend(t.Name())
 		b := faulty.New(inner, &faulty.Options{Jitter: 200 * time.Microsecond})
 		return objstoretest.Instance{Store: objstore.New(b, nil), Uploads: inner.Uploads}
 	}})
@@ -41,7 +41,7 @@ func TestFaultKinds(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.fault.String(), func(t *testing.T) {
 			t.Parallel()
-			inner := mem.NewBackend("")
+			inner := mem.OpenBackend("")
 			b := faulty.New(inner, &faulty.Options{Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
 				if op == faulty.OpPut {
 					return tc.fault, 0
@@ -67,7 +67,7 @@ func TestFaultKinds(t *testing.T) {
 // The same seed gives the same faults, so a failing run can be replayed.
 func TestSeedReplays(t *testing.T) {
 	run := func(seed uint64) []bool {
-		b := faulty.New(mem.NewBackend(""), &faulty.Options{Seed: seed, FailRate: 0.3, LostResponseRate: 0.2})
+		b := faulty.New(mem.OpenBackend(""), &faulty.Options{Seed: seed, FailRate: 0.3, LostResponseRate: 0.2})
 		s := objstore.New(b, nil)
 		var out []bool
 		for range 50 {
@@ -90,7 +90,7 @@ func TestSeedReplays(t *testing.T) {
 // making them unconditional.
 func TestProbeCatchesIgnoredConditions(t *testing.T) {
 	ctx := context.Background()
-	liar := faulty.New(mem.NewBackend(""), &faulty.Options{IgnoreConditions: true})
+	liar := faulty.New(mem.OpenBackend(""), &faulty.Options{IgnoreConditions: true})
 	s := objstore.New(liar, nil)
 	rep, err := objstore.Probe(ctx, s, nil)
 	if err != nil {
@@ -126,7 +126,7 @@ func TestProbeCatchesIgnoredConditions(t *testing.T) {
 func TestLateApply(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	inner := mem.NewBackend("")
+	inner := mem.OpenBackend("")
 	late := true
 	var mu sync.Mutex
 	b := faulty.New(inner, &faulty.Options{LateDelay: 50 * time.Millisecond, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
@@ -188,7 +188,7 @@ func TestLateApply(t *testing.T) {
 // creates and for updates.
 func TestProbeCatchesRacyConditions(t *testing.T) {
 	ctx := context.Background()
-	racy := faulty.New(mem.NewBackend(""), &faulty.Options{RacyConditions: true})
+	racy := faulty.New(mem.OpenBackend(""), &faulty.Options{RacyConditions: true})
 	rep, err := objstore.Probe(ctx, objstore.New(racy, nil), &objstore.ProbeOptions{NoCache: true})
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +214,7 @@ func TestProbeCatchesRacyConditions(t *testing.T) {
 
 func TestQuirks(t *testing.T) {
 	ctx := context.Background()
-	f := faulty.New(mem.NewBackend(""), &faulty.Options{Quirks: faulty.Quirks{MissingIfMatchNotFound: true, DeleteMissingOK: true}})
+	f := faulty.New(mem.OpenBackend(""), &faulty.Options{Quirks: faulty.Quirks{MissingIfMatchNotFound: true, DeleteMissingOK: true}})
 	s := objstore.New(f, nil)
 	if _, err := s.PutBytes(ctx, "missing", []byte("x"), &objstore.PutOptions{If: objstore.IfMatch("0123456789abcdef0123456789abcdef")}); !errors.Is(err, objstore.ErrNotFound) {
 		t.Errorf("if-match on a missing key: %v, want ErrNotFound (the AWS answer)", err)
@@ -232,7 +232,7 @@ func TestQuirks(t *testing.T) {
 	if err := s.Delete(ctx, "k", objstore.IfMatch(v.ETag)); err != nil {
 		t.Errorf("conditional delete of a missing key: %v, want nil (the versitygw answer)", err)
 	}
-	c := objstore.New(faulty.New(mem.NewBackend(""), &faulty.Options{Quirks: faulty.Quirks{ConflictRate: 1}}), nil)
+	c := objstore.New(faulty.New(mem.OpenBackend(""), &faulty.Options{Quirks: faulty.Quirks{ConflictRate: 1}}), nil)
 	if _, err := c.PutBytes(ctx, "k", []byte("x"), &objstore.PutOptions{If: objstore.IfAbsent()}); !errors.Is(err, objstore.ErrConflict) {
 		t.Errorf("conditional put at ConflictRate 1: %v, want ErrConflict", err)
 	}
@@ -246,7 +246,7 @@ func TestQuirks(t *testing.T) {
 func TestFull(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	inner := mem.NewBackend("")
+	inner := mem.OpenBackend("")
 	s := objstore.New(faulty.New(inner, &faulty.Options{Rule: func(faulty.Op, string) (faulty.Fault, time.Duration) { return faulty.Full, 0 }}), nil)
 	if _, err := objstore.New(inner, nil).PutBytes(ctx, "old", []byte("old"), nil); err != nil {
 		t.Fatal(err)

@@ -65,7 +65,7 @@ func TestNeverOutsideRoot(t *testing.T) {
 		mustWrite(filepath.Join(filepath.Dir(d), "x"))
 	}
 
-	b, err := fsstore.Open(root, &fsstore.Options{NoSync: true})
+	b, err := fsstore.OpenBackend(root, &fsstore.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +329,7 @@ func TestSymlinkOutOfRootIsInvalidKey(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(outside, "x"), []byte(secret), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b, err := fsstore.Open(filepath.Join(base, "root"), nil)
+	b, err := fsstore.OpenBackend(filepath.Join(base, "root"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
-	s, err := fsstore.New(dir, nil)
+	s, err := fsstore.Open(dir, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -94,7 +94,7 @@ type Options struct {
 	// NoSync skips fsync. Only for scratch data: a crash may then lose
 	// acknowledged writes. Default: false (every write is durable when it returns).
 	NoSync bool
-	// NoCreate makes Open fail when the directory does not exist. Default: false
+	// NoCreate makes Open and OpenBackend fail when the directory does not exist. Default: false
 	// (the directory is created).
 	NoCreate bool
 }
@@ -161,12 +161,14 @@ func init() {
 				return nil, fmt.Errorf("%w: unknown file URL parameter %q (known: nosync, nocreate)", objstore.ErrInvalidURL, k)
 			}
 		}
-		return Open(u.Path, &o)
+		return OpenBackend(u.Path, &o)
 	})
 }
 
-// Open opens (and by default creates) the directory dir as a Backend.
-func Open(dir string, opts *Options) (*Backend, error) {
+// OpenBackend opens (and by default creates) the directory dir as a
+// Backend, for wrappers and the backend's own methods; Open is the Store
+// over it.
+func OpenBackend(dir string, opts *Options) (*Backend, error) {
 	b := &Backend{dir: dir}
 	if opts != nil {
 		b.opts = *opts
@@ -383,9 +385,10 @@ func (b *Backend) releaseUpload(id string) {
 	}
 }
 
-// New opens dir and returns a Store over it.
-func New(dir string, opts *Options) (*objstore.Store, error) {
-	b, err := Open(dir, opts)
+// Open opens (and by default creates) the directory dir and returns a Store
+// over it.
+func Open(dir string, opts *Options) (*objstore.Store, error) {
+	b, err := OpenBackend(dir, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -144,7 +144,7 @@ func TestKilledWriter(t *testing.T) {
 		time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		_ = cmd.Wait()
-		s, err := fsstore.New(dir, nil)
+		s, err := fsstore.Open(dir, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +166,7 @@ func TestKilledWriter(t *testing.T) {
 // killedWriter is TestKilledWriter's child: it overwrites one object in the
 // directory store $CAIRN_FS_KILL_CHILD until it is killed.
 func killedWriter() int {
-	s, err := fsstore.New(os.Getenv(envKillChild), nil)
+	s, err := fsstore.Open(os.Getenv(envKillChild), nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -190,7 +190,7 @@ func killedWriter() int {
 // Delete removed).
 func TestPutBesideDeletesOfEmptyFolders(t *testing.T) {
 	t.Parallel()
-	s, err := fsstore.New(t.TempDir(), &fsstore.Options{NoSync: true})
+	s, err := fsstore.Open(t.TempDir(), &fsstore.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestPutBesideDeletesOfEmptyFolders(t *testing.T) {
 func TestNestedStoreBookkeepingHidden(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	inner, err := fsstore.New(filepath.Join(root, "meta"), nil)
+	inner, err := fsstore.Open(filepath.Join(root, "meta"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestNestedStoreBookkeepingHidden(t *testing.T) {
 		t.Fatal(err)
 	}
 	inner.Close()
-	outer, err := fsstore.New(root, nil)
+	outer, err := fsstore.Open(root, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 // be described by its own ETag and metadata.
 func TestCrashBetweenSidecarAndData(t *testing.T) {
 	ctx := context.Background()
-	b, err := Open(t.TempDir(), &Options{NoSync: true})
+	b, err := OpenBackend(t.TempDir(), &Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ func TestMain(m *testing.M) { testmain.Run(m) }
 
 func newFS(t *testing.T) (*fsstore.Backend, string) {
 	dir := t.TempDir()
-	b, err := fsstore.Open(dir, nil)
+	b, err := fsstore.OpenBackend(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestConformance(t *testing.T) {
 
 func BenchmarkFS(b *testing.B) {
 	objstoretest.Bench(b, func(b *testing.B) *objstore.Store {
-		s, err := fsstore.New(b.TempDir(), nil)
+		s, err := fsstore.Open(b.TempDir(), nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -20,7 +20,7 @@ func TestFullDisk(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := testenv.SmallDisk(t, 1<<20)
-	s, err := fsstore.New(dir, &fsstore.Options{NoSync: true})
+	s, err := fsstore.Open(dir, &fsstore.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func TestRemoveStale(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	live, err := fsstore.Open(dir, nil)
+	live, err := fsstore.OpenBackend(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestRemoveStale(t *testing.T) {
 	}
 	// A dead writer's leftovers: a temporary file and an upload whose locks
 	// no one holds (their writer's files were closed by its death).
-	dead, err := fsstore.Open(dir, nil)
+	dead, err := fsstore.OpenBackend(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestRemoveStale(t *testing.T) {
 	newLegacy := write("abcdef0123456789abcdef01", time.Minute)  // an older cairn's, maybe live
 
 	// Open removes them already; RemoveStale finds nothing more.
-	b, err := fsstore.Open(dir, nil)
+	b, err := fsstore.OpenBackend(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 // probes, and is what examples and unit tests run on.
 func Example() {
 	ctx := context.Background()
-	s := mem.New()
+	s := mem.Open()
 	defer s.Close()
 	if _, err := s.PutBytes(ctx, "jobs/42.json", []byte(`{"state":"queued"}`), &objstore.PutOptions{If: objstore.IfAbsent()}); err != nil {
 		panic(err)

@@ -1,7 +1,7 @@
 // Package mem is an in-memory objstore backend for examples and unit tests. It
 // enforces every condition atomically (one mutex), so its declared capabilities
 // are all true. Stores opened by URL as mem://NAME are shared by name within the
-// process; New returns a private one.
+// process; Open returns a private one.
 package mem
 
 import (
@@ -45,13 +45,14 @@ type Backend struct {
 	nextID  int
 }
 
-// NewBackend returns an empty in-memory backend.
-func NewBackend(name string) *Backend {
+// OpenBackend returns an empty in-memory backend named name (its String is
+// mem://name), for wrappers; Open is the Store over a new one.
+func OpenBackend(name string) *Backend {
 	return &Backend{name: name, now: time.Now, objects: map[string]*object{}, uploads: map[string]*upload{}}
 }
 
-// New returns a Store over a new, empty in-memory backend.
-func New() *objstore.Store { return objstore.New(NewBackend(""), nil) }
+// Open returns a Store over a new, empty in-memory backend.
+func Open() *objstore.Store { return objstore.New(OpenBackend(""), nil) }
 
 var (
 	namedMu sync.Mutex
@@ -69,7 +70,7 @@ func init() {
 		defer namedMu.Unlock()
 		b, ok := named[name]
 		if !ok {
-			b = NewBackend(name)
+			b = OpenBackend(name)
 			named[name] = b
 		}
 		return b, nil

@@ -13,7 +13,7 @@ func TestMain(m *testing.M) { testmain.Run(m) }
 
 func TestConformance(t *testing.T) {
 	objstoretest.Run(t, objstoretest.Harness{New: func(t *testing.T) objstoretest.Instance {
-		b := mem.NewBackend(t.Name())
+		b := mem.OpenBackend(t.Name())
 		return objstoretest.Instance{Store: objstore.New(b, nil), Uploads: b.Uploads}
 	}})
 }
@@ -21,7 +21,7 @@ func TestConformance(t *testing.T) {
 // The prefix wrapper must keep every guarantee of the store under it.
 func TestConformancePrefixed(t *testing.T) {
 	objstoretest.Run(t, objstoretest.Harness{New: func(t *testing.T) objstoretest.Instance {
-		b := mem.NewBackend(t.Name())
+		b := mem.OpenBackend(t.Name())
 		p, err := objstore.Prefixed(b, "tenant/a")
 		if err != nil {
 			t.Fatal(err)
@@ -31,5 +31,5 @@ func TestConformancePrefixed(t *testing.T) {
 }
 
 func BenchmarkMem(b *testing.B) {
-	objstoretest.Bench(b, func(b *testing.B) *objstore.Store { return objstore.New(mem.NewBackend(b.Name()), nil) })
+	objstoretest.Bench(b, func(b *testing.B) *objstore.Store { return objstore.New(mem.OpenBackend(b.Name()), nil) })
 }

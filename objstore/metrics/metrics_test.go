@@ -24,7 +24,7 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	objstoretest.Run(t, objstoretest.Harness{New: func(t *testing.T) objstoretest.Instance {
-		b := mem.NewBackend(t.Name())
+		b := mem.OpenBackend(t.Name())
 		return objstoretest.Instance{Store: objstore.New(m.Wrap(b, "test"), nil), Uploads: b.Uploads}
 	}})
 }
@@ -36,7 +36,7 @@ func TestCountsOutcomes(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	s := objstore.New(m.Wrap(mem.NewBackend(""), "lake"), nil)
+	s := objstore.New(m.Wrap(mem.OpenBackend(""), "lake"), nil)
 	if _, err := s.PutBytes(ctx, "k", []byte("12345"), &objstore.PutOptions{If: objstore.IfAbsent()}); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestKeepsBatchDeletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	b := &batchMem{Backend: mem.NewBackend("")}
+	b := &batchMem{Backend: mem.OpenBackend("")}
 	s := objstore.New(m.Wrap(b, "lake"), nil)
 	keys := []string{"a", "b", "c"}
 	for _, k := range keys {

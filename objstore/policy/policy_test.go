@@ -22,7 +22,7 @@ var rules = policy.Rules{CreateOnly: []string{"datasets/"}, CAS: []string{"metas
 // Outside the protected prefixes the wrapper changes nothing.
 func TestConformance(t *testing.T) {
 	objstoretest.Run(t, objstoretest.Harness{New: func(t *testing.T) objstoretest.Instance {
-		b := mem.NewBackend("")
+		b := mem.OpenBackend("")
 		return objstoretest.Instance{Store: objstore.New(policy.Wrap(b, rules), nil), Uploads: b.Uploads}
 	}})
 }
@@ -30,7 +30,7 @@ func TestConformance(t *testing.T) {
 func TestWrapEnforces(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := objstore.New(policy.Wrap(mem.NewBackend(""), rules), nil)
+	s := objstore.New(policy.Wrap(mem.OpenBackend(""), rules), nil)
 	put := func(key string, cond objstore.Condition) error {
 		_, err := s.PutBytes(ctx, key, []byte("x"), &objstore.PutOptions{If: cond})
 		return err

@@ -20,7 +20,7 @@ func Example() {
 	defer s.Close()
 	fmt.Println(s)
 
-	b, err := s3store.NewBackend(ctx, s3store.Options{Bucket: "photos", Endpoint: "http://127.0.0.1:9000",
+	b, err := s3store.OpenBackend(ctx, "photos", &s3store.Options{Endpoint: "http://127.0.0.1:9000",
 		Region: "us-east-1", PathStyle: true, AccessKeyID: "minioadmin", SecretAccessKey: "minioadmin"})
 	if err != nil {
 		panic(err)

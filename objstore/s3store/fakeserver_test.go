@@ -84,7 +84,7 @@ func (f *fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func fakeBackend(t *testing.T, f *fakeS3) *s3store.Backend {
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
-	b, err := s3store.NewBackend(t.Context(), s3store.Options{Bucket: "bkt", Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
+	b, err := s3store.OpenBackend(t.Context(), "bkt", &s3store.Options{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
 		AccessKeyID: "test", SecretAccessKey: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func TestIfMatchQuotedOrBare(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	b, err := s3store.NewBackend(t.Context(), s3store.Options{Bucket: "bkt", Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
+	b, err := s3store.OpenBackend(t.Context(), "bkt", &s3store.Options{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
 		AccessKeyID: "test", SecretAccessKey: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestConditionalDeleteOfMissingKeyAnswered412(t *testing.T) {
 				w.WriteHeader(http.StatusNotFound)
 			}
 		}))
-		b, err := s3store.NewBackend(t.Context(), s3store.Options{Bucket: "bkt", Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
+		b, err := s3store.OpenBackend(t.Context(), "bkt", &s3store.Options{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
 			AccessKeyID: "test", SecretAccessKey: "test"})
 		if err != nil {
 			t.Fatal(err)

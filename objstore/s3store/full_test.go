@@ -25,7 +25,7 @@ func TestFullServerIsUnwritable(t *testing.T) {
 	}))
 	defer srv.Close()
 	ctx := context.Background()
-	b, err := s3store.NewBackend(ctx, s3store.Options{Bucket: "full", Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
+	b, err := s3store.OpenBackend(ctx, "full", &s3store.Options{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
 		AccessKeyID: "k", SecretAccessKey: "s"})
 	if err != nil {
 		t.Fatal(err)

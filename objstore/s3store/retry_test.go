@@ -63,7 +63,7 @@ func TestConditionalWriteIsNotRetriedAfterLostResponse(t *testing.T) {
 	bucket := u.Host
 	proxy, srv := newLossyProxy(t, ep.URL)
 	ctx := context.Background()
-	b, err := s3store.NewBackend(ctx, s3store.Options{Bucket: bucket, Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
+	b, err := s3store.OpenBackend(ctx, bucket, &s3store.Options{Endpoint: srv.URL, Region: "us-east-1", PathStyle: true,
 		AccessKeyID: ep.AccessKey, SecretAccessKey: ep.SecretKey})
 	if err != nil {
 		t.Fatal(err)
@@ -119,12 +119,12 @@ func TestBadInput(t *testing.T) { // not parallel: it sets the environment
 	// Wrong credentials.
 	_, url := testenv.NewBucket(t, ep)
 	b, _ := objstore.ParseURL(url)
-	bad, _ := s3store.NewBackend(ctx, s3store.Options{Bucket: b.Host, Endpoint: ep.URL, PathStyle: true, AccessKeyID: "nobody", SecretAccessKey: "wrong"})
+	bad, _ := s3store.OpenBackend(ctx, b.Host, &s3store.Options{Endpoint: ep.URL, PathStyle: true, AccessKeyID: "nobody", SecretAccessKey: "wrong"})
 	if _, err := objstore.New(bad, nil).PutBytes(ctx, "k", nil, nil); err == nil || !strings.Contains(err.Error(), "credentials") {
 		t.Errorf("wrong credentials: %v, want an error that names the credentials", err)
 	}
 	// Unreachable endpoint.
-	gone, _ := s3store.NewBackend(ctx, s3store.Options{Bucket: "b", Endpoint: "http://127.0.0.1:1", PathStyle: true, AccessKeyID: "a", SecretAccessKey: "b"})
+	gone, _ := s3store.OpenBackend(ctx, "b", &s3store.Options{Endpoint: "http://127.0.0.1:1", PathStyle: true, AccessKeyID: "a", SecretAccessKey: "b"})
 	if _, err := objstore.New(gone, nil).Head(ctx, "k"); err == nil || !strings.Contains(err.Error(), "cannot reach") {
 		t.Errorf("unreachable endpoint: %v, want 'cannot reach'", err)
 	}

@@ -53,10 +53,8 @@ import (
 	"github.com/cairn-s3/cairn/objstore"
 )
 
-// Options configure a Backend.
+// Options configure a Backend; a nil *Options means all defaults.
 type Options struct {
-	// Bucket is required.
-	Bucket string
 	// Endpoint, e.g. "http://127.0.0.1:9000". Default: AWS_ENDPOINT_URL_S3 or
 	// AWS_ENDPOINT_URL if set, else AWS.
 	Endpoint string
@@ -86,11 +84,11 @@ type Backend struct {
 
 func init() {
 	objstore.Register("s3", func(ctx context.Context, u *url.URL) (objstore.Backend, error) {
-		o, prefix, err := optionsFromURL(u)
+		bucket, o, prefix, err := optionsFromURL(u)
 		if err != nil {
 			return nil, err
 		}
-		b, err := NewBackend(ctx, o)
+		b, err := OpenBackend(ctx, bucket, &o)
 		if err != nil {
 			return nil, err
 		}
@@ -103,10 +101,12 @@ func init() {
 	})
 }
 
-func optionsFromURL(u *url.URL) (Options, string, error) {
-	o := Options{Bucket: u.Host}
-	if o.Bucket == "" {
-		return o, "", fmt.Errorf("%w: s3 URL without a bucket: use s3://bucket/prefix", objstore.ErrInvalidURL)
+// optionsFromURL parses s3://bucket/prefix?… into the bucket, the options
+// and the key prefix.
+func optionsFromURL(u *url.URL) (bucket string, o Options, prefix string, err error) {
+	bucket = u.Host
+	if bucket == "" {
+		return "", o, "", fmt.Errorf("%w: s3 URL without a bucket: use s3://bucket/prefix", objstore.ErrInvalidURL)
 	}
 	q := u.Query()
 	for k := range q {
@@ -115,7 +115,7 @@ func optionsFromURL(u *url.URL) (Options, string, error) {
 		case "endpoint":
 			eu, err := url.Parse(v)
 			if err != nil || (eu.Scheme != "http" && eu.Scheme != "https") || eu.Host == "" {
-				return o, "", fmt.Errorf("%w: endpoint=%q must be an http:// or https:// URL", objstore.ErrInvalidURL, v)
+				return "", o, "", fmt.Errorf("%w: endpoint=%q must be an http:// or https:// URL", objstore.ErrInvalidURL, v)
 			}
 			o.Endpoint = v
 		case "region":
@@ -125,7 +125,7 @@ func optionsFromURL(u *url.URL) (Options, string, error) {
 		case "path_style", "use_path_style", "s3ForcePathStyle", "create_bucket":
 			b, err := strconv.ParseBool(v)
 			if err != nil {
-				return o, "", fmt.Errorf("%w: %s=%q is not a boolean", objstore.ErrInvalidURL, k, v)
+				return "", o, "", fmt.Errorf("%w: %s=%q is not a boolean", objstore.ErrInvalidURL, k, v)
 			}
 			if k == "create_bucket" {
 				o.CreateBucket = b
@@ -133,16 +133,32 @@ func optionsFromURL(u *url.URL) (Options, string, error) {
 				o.PathStyle = b
 			}
 		default:
-			return o, "", fmt.Errorf("%w: unknown s3 URL parameter %q (known: endpoint, region, path_style, profile, create_bucket)", objstore.ErrInvalidURL, k)
+			return "", o, "", fmt.Errorf("%w: unknown s3 URL parameter %q (known: endpoint, region, path_style, profile, create_bucket)", objstore.ErrInvalidURL, k)
 		}
 	}
-	return o, strings.TrimPrefix(u.Path, "/"), nil
+	return bucket, o, strings.TrimPrefix(u.Path, "/"), nil
 }
 
-// NewBackend returns a Backend for o.Bucket. It does not contact the server.
-func NewBackend(ctx context.Context, o Options) (*Backend, error) {
-	if o.Bucket == "" {
+// Open returns a Store over the bucket (OpenBackend); opts may be nil (the
+// defaults). It does not contact the server.
+func Open(ctx context.Context, bucket string, opts *Options) (*objstore.Store, error) {
+	b, err := OpenBackend(ctx, bucket, opts)
+	if err != nil {
+		return nil, err
+	}
+	return objstore.New(b, nil), nil
+}
+
+// OpenBackend returns the Backend for the bucket, for wrappers and the
+// backend's own methods (Client, EnsureBucket); opts may be nil (the
+// defaults). It does not contact the server.
+func OpenBackend(ctx context.Context, bucket string, opts *Options) (*Backend, error) {
+	if bucket == "" {
 		return nil, fmt.Errorf("%w: no bucket given", objstore.ErrInvalidURL)
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
 	}
 	var lo []func(*config.LoadOptions) error
 	if o.Region != "" {
@@ -173,11 +189,11 @@ func NewBackend(ctx context.Context, o Options) (*Backend, error) {
 		so.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 		so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 	})
-	where := "s3://" + o.Bucket
+	where := "s3://" + bucket
 	if o.Endpoint != "" {
 		where += " at " + o.Endpoint
 	}
-	return &Backend{c: c, bucket: o.Bucket, where: where}, nil
+	return &Backend{c: c, bucket: bucket, where: where}, nil
 }
 
 // Client returns the underlying SDK client.

@@ -17,14 +17,14 @@ func FuzzOptionsFromURL(f *testing.F) {
 		if err != nil {
 			return
 		}
-		o, prefix, err := optionsFromURL(u)
+		bucket, _, prefix, err := optionsFromURL(u)
 		if err != nil {
 			if !errors.Is(err, objstore.ErrInvalidURL) {
 				t.Fatalf("error %v does not wrap ErrInvalidURL", err)
 			}
 			return
 		}
-		if o.Bucket == "" {
+		if bucket == "" {
 			t.Fatalf("accepted %q without a bucket", raw)
 		}
 		_ = prefix

@@ -168,7 +168,7 @@ func NewBucket(t testing.TB, ep S3Endpoint) (*s3store.Backend, string) {
 	bucket := UniqueName("cairn-test")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := s3store.NewBackend(ctx, s3store.Options{Bucket: bucket, Endpoint: ep.URL, Region: "us-east-1", PathStyle: true,
+	b, err := s3store.OpenBackend(ctx, bucket, &s3store.Options{Endpoint: ep.URL, Region: "us-east-1", PathStyle: true,
 		AccessKeyID: ep.AccessKey, SecretAccessKey: ep.SecretKey})
 	if err != nil {
 		t.Fatal(err)
@@ -421,7 +421,7 @@ func ThroughFaultProxy(t testing.TB, ep S3Endpoint, bucket string) (*faultproxy.
 	t.Cleanup(p.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := s3store.NewBackend(ctx, s3store.Options{Bucket: bucket, Endpoint: p.URL, Region: "us-east-1", PathStyle: true,
+	b, err := s3store.OpenBackend(ctx, bucket, &s3store.Options{Endpoint: p.URL, Region: "us-east-1", PathStyle: true,
 		AccessKeyID: ep.AccessKey, SecretAccessKey: ep.SecretKey})
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 
 func memStore(t *testing.T) *objstore.Store {
 	t.Helper()
-	s := objstore.New(mem.NewBackend(""), nil)
+	s := objstore.New(mem.OpenBackend(""), nil)
 	t.Cleanup(func() { s.Close() })
 	return s
 }
@@ -38,7 +38,7 @@ func memStore(t *testing.T) *objstore.Store {
 func fsStore(t *testing.T) (*objstore.Store, string) {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := fsstore.New(dir, nil)
+	s, err := fsstore.Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -223,7 +223,7 @@ func (r *racyRegistry) get(name string) *racyBackend {
 	if b, ok := r.m[name]; ok {
 		return b
 	}
-	b := &racyBackend{Backend: mem.NewBackend(name)}
+	b := &racyBackend{Backend: mem.OpenBackend(name)}
 	r.m[name] = b
 	return b
 }
@@ -246,12 +246,12 @@ func TestPlainPutThatCannotReadOnlyCreates(t *testing.T) {
 	t.Parallel()
 	registerBlind.Do(func() {
 		objstore.Register("fenceblind", func(_ context.Context, u *url.URL) (objstore.Backend, error) {
-			b, _ := blindBackends.LoadOrStore(u.Host, mem.NewBackend(u.Host))
+			b, _ := blindBackends.LoadOrStore(u.Host, mem.OpenBackend(u.Host))
 			return blindBackend{b.(*mem.Backend)}, nil
 		})
 	})
 	host := testenv.UniqueName("blind")
-	b, _ := blindBackends.LoadOrStore(host, mem.NewBackend(host))
+	b, _ := blindBackends.LoadOrStore(host, mem.OpenBackend(host))
 	s := objstore.New(b.(*mem.Backend), nil)
 	ctx := context.Background()
 	if _, err := fence.PutBytes(ctx, s, "out/x.txt", []byte("the holder's\n"), 6, nil); err != nil {

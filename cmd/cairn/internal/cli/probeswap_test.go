@@ -184,7 +184,7 @@ func TestSavedVerdictDoesNotVouchForAnotherServer(t *testing.T) {
 	bucket := strings.TrimPrefix(strings.Fields(b.String())[0], "s3://")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	fb, err := s3store.NewBackend(ctx, s3store.Options{Bucket: bucket, Endpoint: fakes.URL, Region: "us-east-1", PathStyle: true,
+	fb, err := s3store.OpenBackend(ctx, bucket, &s3store.Options{Endpoint: fakes.URL, Region: "us-east-1", PathStyle: true,
 		AccessKeyID: fakes.AccessKey, SecretAccessKey: fakes.SecretKey})
 	if err != nil {
 		t.Fatal(err)

@@ -78,7 +78,7 @@ func putTestStore(t *testing.T, undeclared, loseFirst bool) (*putTestBackend, st
 		})
 	})
 	host := testenv.UniqueName("puttest")
-	b := &putTestBackend{Backend: mem.NewBackend(host), undeclared: undeclared}
+	b := &putTestBackend{Backend: mem.OpenBackend(host), undeclared: undeclared}
 	b.loseFirst.Store(loseFirst)
 	putTestBackends.Store(host, b)
 	return b, "puttest://" + host

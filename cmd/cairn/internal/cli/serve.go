@@ -212,7 +212,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 	}
 	if f.sqsQueueURL != "" {
 		// The queue URL keeps its scheme (SQS-compatible servers over http).
-		s, err := sqssrc.New(ctx, f.sqsQueueURL, &sqssrc.Options{Logger: log})
+		s, err := sqssrc.Open(ctx, f.sqsQueueURL, &sqssrc.Options{Logger: log})
 		if err != nil {
 			return usagef("--sqs-queue-url: %s", safetext.Redact(err.Error()))
 		}

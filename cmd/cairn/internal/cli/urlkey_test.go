@@ -163,7 +163,7 @@ func TestKeyFlagIsByteExact(t *testing.T) {
 			t.Errorf("lock status --key %q: exit %d, %q, %s", l, code, out, stderr)
 		}
 	}
-	b, err := fsstore.Open(filepath.Join(dir, "store"), nil)
+	b, err := fsstore.OpenBackend(filepath.Join(dir, "store"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -232,7 +232,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return Report{}, errors.New("demo: Store, Ledger and Dir are required")
 	}
 	if o.Sink == nil {
-		sink, err := fsstore.New(filepath.Join(o.Dir, "effects"), &fsstore.Options{NoSync: true})
+		sink, err := fsstore.Open(filepath.Join(o.Dir, "effects"), &fsstore.Options{NoSync: true})
 		if err != nil {
 			return Report{}, fmt.Errorf("demo: the effects sink: %w", err)
 		}

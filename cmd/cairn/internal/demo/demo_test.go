@@ -57,7 +57,7 @@ func TestRunStoreFails(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer led.Close()
-			store := objstore.New(faulty.New(mem.NewBackend(""), c.opts), nil)
+			store := objstore.New(faulty.New(mem.OpenBackend(""), c.opts), nil)
 			defer store.Close()
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
@@ -103,9 +103,9 @@ func TestCrashEffectsExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer led.Close()
-	store := objstore.New(mem.NewBackend(""), nil)
+	store := objstore.New(mem.OpenBackend(""), nil)
 	defer store.Close()
-	sink := objstore.New(mem.NewBackend(""), nil)
+	sink := objstore.New(mem.OpenBackend(""), nil)
 	defer sink.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
