@@ -209,6 +209,7 @@ func New(l *ledger.Ledger, h Handler, opts *Options) (*Pipeline, error) {
 	p.runner = &runner{l: l, o: &p.o, log: log, m: m, act: &p.act, comp: p.comp,
 		h: refusalGuard{p: p, next: h}} // refused messages never reach h (refused.go)
 	p.disp = newDispatcher(l, &p.o, log, m, p.runner, p.everyVersion)
+	p.comp.running = func() int { return int(p.disp.inflight.Load()) }
 	p.rec = newRecorder(l, &p.o, log, m, p.disp, p.everyVersion, p.closed)
 	return p, nil
 }
