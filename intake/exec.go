@@ -16,6 +16,55 @@ import (
 	"github.com/cairn-s3/cairn/ledger"
 )
 
+// How an exec handler is kept from outliving its daemon and its lease (the
+// package doc's "Exec handlers and the daemon's death" says what is
+// guaranteed):
+//
+// An exec handler does not outlive the daemon that started it, nor its own
+// claim's lease, so neither a restarted daemon nor another instance ever runs
+// a key beside its previous holder's handler. An ExecHandler's command runs in
+// a process group of its own, led by a shell that kills the group when the
+// daemon dies (however it dies: it waits for EOF on a pipe only the daemon
+// holds), and
+//
+//   - when the command exits, whatever it left in its group (backgrounded
+//     work, grandchildren) is killed before Handle returns;
+//   - on Linux, with ExecHandler.StateDir set, every run is recorded there
+//     (process group, the leader's start time, the boot id, and a
+//     CAIRN_HANDLER_RUN marker in the environment its descendants inherit)
+//     before it starts, and ExecHandler.Reap, called before the first claim,
+//     kills and waits out every run recorded by a process that is gone (a
+//     daemon killed with kill -9): the next claim of a key cannot start beside
+//     its previous holder's orphan. The start time keeps a reused pid from
+//     being mistaken for an orphan; runs of live processes sharing the
+//     directory are left alone;
+//   - with ExecHandler.Watchdog set (cairn serve sets it), a watchdog process
+//     holds each run's lease deadline (the daemon sends it before the command
+//     starts and after each renewal) and kills the run when it passes, even
+//     while the daemon is stopped; and it kills the runs the moment the
+//     daemon exits, however it exits, without waiting for a restart (that matters when another machine may claim the
+//     work once the lease expires); the command itself also gets SIGKILL on
+//     the daemon's death (Linux's parent-death signal, sent when the forking
+//     thread exits: the fork happens on a locked thread, but a goroutine
+//     that exits while locked to a thread that forked a handler earlier would
+//     kill that handler, which is then retried).
+//
+// Limits: a process that leaves the handler's process group (setsid,
+// setpgid) and clears CAIRN_HANDLER_RUN from its environment escapes all of
+// this (run such handlers under systemd or in a cgroup, which kill whole
+// trees); a process stuck in the kernel (D state) cannot be killed until it
+// returns, and Reap fails rather than claim beside it. If the daemon and its
+// watchdog and the group's leader are all killed and the daemon does not come
+// back, orphans run to their end, and another machine may claim their work
+// once the lease expires. On systems other than Linux there is no /proc to
+// record and find processes by, and no watchdog: the process group is killed
+// on cancellation (the lease's deadline included), by its leader when the
+// daemon dies, and when the command exits; a stopped daemon's handlers run on
+// until it resumes. The watchdog is a process like the others: what freezes
+// the whole machine or cairn's cgroup (a paused VM, a cgroup freezer) stops it
+// too; its deadlines are on CLOCK_BOOTTIME, so once thawed (or resumed from a
+// suspend) it kills every run whose deadline passed at once, but not before.
+
 // ExitRetry is the exit status with which an exec handler asks for a retry
 // later (EX_TEMPFAIL from sysexits.h).
 const ExitRetry = 75

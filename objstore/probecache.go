@@ -16,6 +16,24 @@ import (
 	"time"
 )
 
+// Why a Store never trusts the verdict shared in the bucket (the package
+// doc's Probe verdicts):
+//
+// The verdict in the bucket is never trusted: it is a record, not an input.
+// Anyone who may write the bucket's probe prefix can write it, and everyone
+// who runs the probe needs exactly that permission, so it cannot tell a probe
+// from a forgery; and nothing a client can check cheaply (a format, a
+// conditional write, the Last-Modified date) proves a probe wrote it. Trusting
+// a false "enforced" would make cairn rely on conditions the server ignores
+// and lose updates silently; a false "not enforced" would switch documents to
+// the register layout and make them read as missing. Both are worse than one
+// probe per machine per day. So a Store decides only from its own probe or the
+// verdict its own user saved locally; the bucket's copy tells people and tools
+// what the last probe found (read-only users can read it), and each new probe
+// compares itself with it ([ProbeReport].PreviousShared names the checks on
+// which they disagree: the server changed, or the shared verdict was false)
+// before replacing it.
+
 // DefaultProbeTTL is how long a saved probe verdict is reused by default.
 const DefaultProbeTTL = 24 * time.Hour
 
