@@ -220,8 +220,7 @@ type Options struct {
 	// Defaults: 1s and 5m.
 	RetryBase, RetryMax time.Duration
 	// Now is the clock (tests). Default: time.Now; PostgreSQL uses the database
-	// server's clock and DynamoDB the endpoint's (estimated from its answers'
-	// Date headers) unless Now is set.
+	// server's clock unless Now is set.
 	Now func() time.Time
 	// MustExist opens only a ledger that already exists, for commands that
 	// read one (or change its records) but must never make one: nothing is

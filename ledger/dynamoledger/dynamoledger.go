@@ -70,14 +70,12 @@
 //   - A record's revision starts at its creation time in microseconds, so a
 //     record purged and made again never takes a revision that a request
 //     still in flight for its predecessor was conditioned on.
-//   - Lease expiry (and every time stored) is judged by the endpoint's
-//     clock, as estimated from the Date headers of its answers (see
-//     serverClock), not by each worker's: workers whose clocks differ by
-//     minutes neither take over each other's running leases nor write
-//     leases that others take for expired. A clock in sync with the
-//     endpoint's is used as is; one off is corrected to within about a
-//     second (the Date header's resolution, and an allowance for a server
-//     that stamps it late). Options.Now, if set, is used instead (tests).
+//   - Lease expiry is judged by the clock of the process that claims
+//     (Options.Now, else the local clock): keep the machines' clocks in sync
+//     (NTP) to within a small part of a lease. (An estimate of the
+//     endpoint's clock from its answers' Date headers was tried and taken
+//     out: one answer with a wrong Date moved it by the whole error, and a
+//     second worker took over a running lease.)
 //
 // # Limits
 //
@@ -161,7 +159,7 @@ type Backend struct {
 	retention time.Duration
 	opts      ledger.Options
 	where     string
-	clock     *serverClock // the endpoint's, unless opts.Now is set
+	local     func() time.Time // the local clock (tests skew it)
 	held      heldRows     // rows of the claims this handle holds
 	recent    recentRows   // rows this handle last wrote or read (Record starts from them)
 	claiming  claiming     // records this handle's claims are writing now
@@ -239,8 +237,8 @@ func parseURL(raw string) (urlConfig, error) {
 // Schema is the table the ledger needs, for the error when it is missing.
 const Schema = `key pk (HASH, string) and sk (RANGE, string); global secondary indexes "work" (wp string HASH, ws number RANGE) and "age" (ap string HASH, as number RANGE), both projecting (INCLUDE) bucket, key, ident and status, and "keys" (kp string HASH, ks string RANGE) projecting (INCLUDE) bucket, key and ident; on-demand billing (PAY_PER_REQUEST)`
 
-// open opens the ledger; local is the local clock the endpoint's is
-// measured against (nil: time.Now; tests skew it).
+// open opens the ledger; local is the local clock (nil: time.Now; tests
+// skew it).
 func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClient, local func() time.Time) (*Backend, error) {
 	uc, err := parseURL(raw)
 	if err != nil {
@@ -273,9 +271,7 @@ func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClie
 	if local == nil {
 		local = time.Now
 	}
-	clock := &serverClock{local: local}
 	c := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
-		o.APIOptions = append(o.APIOptions, clock.middleware)
 		if uc.endpoint != "" {
 			o.BaseEndpoint = aws.String(uc.endpoint)
 		}
@@ -283,7 +279,7 @@ func open(ctx context.Context, raw string, opts *ledger.Options, hc aws.HTTPClie
 			o.HTTPClient = hc
 		}
 	})
-	b := &Backend{c: c, table: uc.table, retention: uc.retention, opts: driver.Defaults(opts), where: "dynamodb://" + uc.table, clock: clock,
+	b := &Backend{c: c, table: uc.table, retention: uc.retention, opts: driver.Defaults(opts), where: "dynamodb://" + uc.table, local: local,
 		queues: map[id]*keyQueue{}}
 	if uc.endpoint != "" {
 		b.where += " at " + uc.endpoint
@@ -443,14 +439,14 @@ func (b *Backend) wrap(what string, err error) error {
 	return fmt.Errorf("dynamodb ledger: %s on %s: %w", what, b.where, err)
 }
 
-// now is the ledger's clock, to the millisecond (what is stored): the
-// endpoint's (see serverClock), or Options.Now if set (tests).
+// now is the ledger's clock, to the millisecond (what is stored): the local
+// clock, or Options.Now if set (tests).
 func (b *Backend) now() time.Time {
 	var t time.Time
 	if b.opts.Now != nil {
 		t = b.opts.Now()
 	} else {
-		t = b.clock.now()
+		t = b.local()
 	}
 	return driver.FromUnixMilli(driver.UnixMilli(t))
 }
@@ -505,7 +501,7 @@ func (b *Backend) change(ctx context.Context, i id, cur *row, loaded bool, fn fu
 			w.nonces = append(w.nonces, cur.nonces[:min(len(cur.nonces), keptNonces-1)]...)
 			cond, vals = aws.String("#rev = :rev"), map[string]types.AttributeValue{":rev": num(cur.rev)}
 		} else {
-			w.rev = b.clock.now().UnixMicro() // the endpoint's time, whatever this machine's clock says
+			w.rev = b.local().UnixMicro()
 		}
 		sent[n] = struct {
 			w   *row

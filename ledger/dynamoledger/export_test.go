@@ -3,7 +3,6 @@ package dynamoledger
 import (
 	"context"
 	"strconv"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -25,16 +24,6 @@ func ExpiresAt(ctx context.Context, l *ledger.Ledger, bucket, key string) (int64
 		return 0, nil
 	}
 	return strconv.ParseInt(v.Value, 10, 64)
-}
-
-// OpenWithLocalClock is Open with local as the process's clock (a clock
-// skewed from the real one, as another machine's may be).
-func OpenWithLocalClock(ctx context.Context, url string, opts *ledger.Options, local func() time.Time) (*ledger.Ledger, error) {
-	b, err := open(ctx, url, opts, nil, local)
-	if err != nil {
-		return nil, err
-	}
-	return ledger.New(b), nil
 }
 
 // SetFormat writes format into the ledger's descriptor (as an older build
