@@ -636,6 +636,7 @@ func (p *prober) raceRound(ctx context.Context, k string, cond Condition, status
 	type result struct {
 		body string
 		err  error
+		seen bool // a 5xx loser whose write a read-back found stored
 	}
 	results := make([]result, n)
 	start := make(chan struct{})
@@ -645,7 +646,15 @@ func (p *prober) raceRound(ctx context.Context, k string, cond Condition, status
 			<-start
 			body := fmt.Sprintf("racer %d", i)
 			_, err := p.put(ctx, k, body, cond)
-			results[i] = result{body, err}
+			seen := false
+			if errors.Is(err, ErrAmbiguous) && serverStatus(err) >= 500 {
+				// Resolve it as cairn does (by reading back): a write found
+				// stored is one the caller will take as applied.
+				if got, gerr := p.get(ctx, k); gerr == nil && got == body {
+					seen = true
+				}
+			}
+			results[i] = result{body, err, seen}
 		})
 	}
 	close(start)
@@ -660,6 +669,8 @@ func (p *prober) raceRound(ctx context.Context, k string, cond Condition, status
 			statuses["412"] = true
 		case errors.Is(r.err, ErrConflict):
 			statuses["409"] = true
+		case errors.Is(r.err, ErrAmbiguous) && serverStatus(r.err) >= 500 && r.seen:
+			winners++ // applied, as its writer will conclude
 		case errors.Is(r.err, ErrAmbiguous) && serverStatus(r.err) >= 500:
 			// The server answered, with an error that does not say whether
 			// the write was applied (Ceph RGW 16.2's racing If-Match

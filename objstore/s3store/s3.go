@@ -28,6 +28,9 @@ package s3store
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -488,7 +491,8 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, opts objstore
 	}
 	out, err := b.c.ListObjectsV2(ctx, in)
 	var de *smithy.DeserializationError
-	if errors.As(err, &de) {
+	var se *xml.SyntaxError
+	if errors.As(err, &de) && errors.As(err, &se) && strings.HasPrefix(se.Msg, "illegal character code") {
 		// Ceph RGW 16.2 URL-encodes the keys but writes the continuation
 		// token (the page's last key) and the start key raw: a control character in it is a
 		// character reference XML 1.0 forbids, and no parser reads the page.
@@ -695,8 +699,20 @@ func (b *Backend) CompleteMultipart(ctx context.Context, key, id string, parts [
 		return objstore.Info{}, b.mapErr(err, true)
 	}
 	if aws.ToString(out.ETag) == "" {
-		// Ceph RGW 16.2 answers without an ETag: ask.
-		return b.Head(ctx, key)
+		// Ceph RGW 16.2 answers without an ETag: ask, and take the answer
+		// only if it is this upload's (S3's multipart ETag, computed from
+		// the parts): a HEAD can show a later writer's object, or an older
+		// one if the completion did not apply after all.
+		want, ok := multipartETag(parts)
+		h, herr := b.Head(ctx, key)
+		if herr == nil && ok && h.ETag == want {
+			return h, nil
+		}
+		what := "it shows another object"
+		if herr != nil {
+			what = herr.Error()
+		}
+		return objstore.Info{}, fmt.Errorf("%w: complete multipart upload of %q: answered without an ETag, and a HEAD cannot tell it is ours (%s)", objstore.ErrAmbiguous, key, what)
 	}
 	var size int64
 	for _, p := range parts {
@@ -787,4 +803,18 @@ func (b *Backend) DeleteBatch(ctx context.Context, keys []string) (map[string]er
 		maps.Copy(failed, chunkFailed)
 	}
 	return failed, nil
+}
+
+// multipartETag is S3's ETag for an upload of parts: the MD5 of the parts'
+// binary MD5s, "-", their number; ok is false if a part's ETag is no MD5.
+func multipartETag(parts []objstore.Part) (string, bool) {
+	h := md5.New()
+	for _, p := range parts {
+		d, err := hex.DecodeString(p.ETag)
+		if err != nil || len(d) != md5.Size {
+			return "", false
+		}
+		h.Write(d)
+	}
+	return hex.EncodeToString(h.Sum(nil)) + "-" + strconv.Itoa(len(parts)), true
 }
