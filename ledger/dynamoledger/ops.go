@@ -127,6 +127,7 @@ func (b *Backend) RecordAndClaim(ctx context.Context, source string, evs []event
 		return nil
 	})
 	if err != nil {
+		b.giveBack(cs)
 		return nil, nil, err
 	}
 	switch {
@@ -138,12 +139,28 @@ func (b *Backend) RecordAndClaim(ctx context.Context, source string, evs []event
 	case len(older) > 0 && len(cs) < n:
 		got, _, err := b.claimRows(ctx, older, n-len(cs), now, lease)
 		if err != nil {
+			b.giveBack(cs)
 			return nil, nil, err
 		}
 		cs = append(cs, got...)
 	}
 	driver.SortClaims(cs)
 	return out, cs, nil
+}
+
+// giveBack releases the claims a RecordAndClaim made in its recording
+// writes before it failed: its caller gets no claims, and they would
+// otherwise stay claimed by no one for a whole lease, an attempt spent.
+// Best effort: a release that fails leaves the claim to its lease.
+func (b *Backend) giveBack(cs []ledger.Claim) {
+	if len(cs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range cs {
+		_ = b.Release(ctx, c)
+	}
 }
 
 // due reads the work due at now in shards, up to n of it, earliest first.
