@@ -3,6 +3,7 @@ package dynamoledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -87,7 +88,16 @@ func (b *Backend) decideKey(ctx context.Context, k id, cur *row, evs []event.Eve
 					}
 				}
 				b.gmu.Unlock()
-				<-call.done
+				select {
+				case <-call.done: // decided, or made the leader: see below
+				default:
+					// Taken into a write in flight: its caller is not held
+					// past its deadline by another caller's write (found
+					// in review: 6s for a 600ms deadline). Whether that
+					// write lands is unknown, as for a write of its own
+					// cut short.
+					return nil, nil, fmt.Errorf("dynamodb ledger: gave up while another call's write of the record was in flight; it may still land: %w", ctx.Err())
+				}
 			}
 			if !call.lead {
 				if call.err != nil && isContext(call.err) && ctx.Err() == nil {

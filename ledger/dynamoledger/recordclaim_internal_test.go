@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,5 +68,59 @@ func TestRecordAndClaimFailureGivesClaimsBack(t *testing.T) {
 	more, err := l.Claim(ctx, 10, time.Hour)
 	if err != nil || len(more) != 1 || more[0].Key != "good" {
 		t.Fatalf("Claim after the failure: %+v %v, want good's work", more, err)
+	}
+}
+
+// putStall delays the first and second PutItem it carries.
+type putStall struct {
+	base          http.RoundTripper
+	n             atomic.Int32
+	first, second time.Duration
+}
+
+func (p *putStall) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".PutItem") {
+		switch p.n.Add(1) {
+		case 1:
+			time.Sleep(p.first)
+		case 2:
+			time.Sleep(p.second)
+		}
+	}
+	return p.base.RoundTrip(req)
+}
+
+// A Record call decided in another call's write returns at its own
+// deadline, not when that write ends (found in review: a 600ms deadline
+// returned after 6s, the other write's stall).
+func TestGroupMemberReturnsAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := "dynamodb://" + testenv.UniqueName("cairn-member") + "?endpoint=" + testenv.DynamoDB(t) + "&region=us-east-1&create_table=true"
+	ps := &putStall{base: &http.Transport{}}
+	b, err := open(ctx, url, nil, &http.Client{Transport: ps}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := ledger.New(b)
+	defer l.Close()
+	ev := func(seq string) event.Event {
+		return event.Event{Bucket: "b", Key: "k", Sequencer: seq, Kind: event.Created, Name: "ObjectCreated:Put", ETag: "e" + seq}
+	}
+	ps.n.Store(0)
+	ps.first, ps.second = 300*time.Millisecond, 6*time.Second
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = l.Record(ctx, "s", []event.Event{ev("01")}) }) // leads write 1
+	time.Sleep(100 * time.Millisecond)
+	wg.Go(func() { _, _ = l.Record(ctx, "s", []event.Event{ev("02")}) }) // leads write 2, which stalls
+	time.Sleep(50 * time.Millisecond)
+	dctx, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = l.Record(dctx, "s", []event.Event{ev("03")}) // decided in write 2
+	took := time.Since(start)
+	wg.Wait()
+	if took > 3*time.Second { // far below the 6s stall: only waiting for it reaches this
+		t.Errorf("a Record with a 600ms deadline returned after %s (%v): it waited for another caller's write", took.Round(time.Millisecond), err)
 	}
 }
