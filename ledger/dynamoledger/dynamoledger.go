@@ -160,9 +160,9 @@ type Backend struct {
 	opts      ledger.Options
 	where     string
 	local     func() time.Time // the local clock (tests skew it)
-	held      heldRows     // rows of the claims this handle holds
-	recent    recentRows   // rows this handle last wrote or read (Record starts from them)
-	claiming  claiming     // records this handle's claims are writing now
+	held      heldRows         // rows of the claims this handle holds
+	recent    recentRows       // rows this handle last wrote or read (Record starts from them)
+	claiming  claiming         // records this handle's claims are writing now
 	gmu       sync.Mutex
 	queues    map[id]*keyQueue // Record calls waiting on a write of their key (group.go)
 }
