@@ -81,10 +81,18 @@ func (d *dispatcher) lend() int {
 	d.mu.Lock()
 	draining := d.draining
 	d.mu.Unlock()
-	if draining {
+	if draining || d.pastDeadline() {
 		return 0
 	}
 	return d.reserve(d.o.Concurrency)
+}
+
+// pastDeadline tells whether Options.Deadline has passed: no attempt may
+// start any more, so nothing is claimed, and a claim in hand is given back
+// (a handler started then would be stopped at once, released, claimed
+// again: a loop until shutdown).
+func (d *dispatcher) pastDeadline() bool {
+	return !d.o.Deadline.IsZero() && !time.Now().Before(d.o.Deadline)
 }
 
 // handOver takes back the lent slots of a RecordAndClaim that started at
@@ -174,7 +182,7 @@ func (d *dispatcher) launchAll(hctx context.Context, cs []ledger.Claim, claimedA
 func (d *dispatcher) launch(hctx context.Context, c ledger.Claim, claimedAt time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.draining {
+	if d.draining || d.pastDeadline() {
 		deadline := claimedAt.Add(d.o.Lease - leaseMargin(d.o.Lease))
 		if limit := time.Now().Add(drainReleaseTimeout); limit.Before(deadline) {
 			deadline = limit // d.mu is held
@@ -222,6 +230,10 @@ func (d *dispatcher) loop(ctx, hctx context.Context, cancelHandlers context.Canc
 	eager, owed := true, true
 	asked := false // ShortLived: a wake asked for claims, and they have not run dry yet
 	for ctx.Err() == nil {
+		if d.pastDeadline() {
+			<-ctx.Done() // no attempt may start any more: claim nothing
+			continue
+		}
 		if d.o.ShortLived && !asked {
 			select {
 			case <-d.wake:
