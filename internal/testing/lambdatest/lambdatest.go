@@ -78,7 +78,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,7 +213,7 @@ func Start(t testing.TB, f Function) *Emulator {
 	// flag parser never sees its arguments, and through setpriv, so that it
 	// dies with the emulator even if the emulator is killed outright.
 	wrapper := filepath.Join(dir, "bootstrap")
-	if err := os.WriteFile(wrapper, []byte(wrapperScript(boot, f.Args)), 0o755); err != nil {
+	if err := os.WriteFile(wrapper, []byte(services.BootstrapScript(boot, f.Args)), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	timeout := f.Timeout
@@ -234,27 +233,6 @@ func Start(t testing.TB, f Function) *Emulator {
 	t.Cleanup(e.Stop)
 	return e
 }
-
-// wrapperScript is a shell script that execs the bootstrap with args (under
-// setpriv --pdeathsig KILL where it exists), so the bootstrap keeps the pid
-// the emulator started.
-func wrapperScript(boot string, args []string) string {
-	var b strings.Builder
-	b.WriteString("#!/bin/sh\nexec")
-	if runtime.GOOS == "linux" {
-		if sp, err := exec.LookPath("setpriv"); err == nil {
-			b.WriteString(" " + shellQuote(sp) + " --pdeathsig KILL --")
-		}
-	}
-	b.WriteString(" " + shellQuote(boot))
-	for _, a := range args {
-		b.WriteString(" " + shellQuote(a))
-	}
-	b.WriteString("\n")
-	return b.String()
-}
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // URL is the emulator's invoke URL (http://127.0.0.1:PORT + InvokePath).
 func (e *Emulator) URL() string { return e.srv.URL + InvokePath }

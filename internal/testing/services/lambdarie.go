@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 )
 
@@ -95,3 +96,25 @@ func startLambdaRIE(ctx context.Context, bin string, command []string, o Options
 	}
 	return s, nil
 }
+
+// BootstrapScript is a shell script that execs the bootstrap boot with args
+// (under setpriv --pdeathsig KILL where it exists, so the bootstrap dies with
+// the emulator), keeping the pid the emulator started; the emulator is given
+// the script, so its own flag parser never sees the bootstrap's arguments.
+func BootstrapScript(boot string, args []string) string {
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\nexec")
+	if runtime.GOOS == "linux" {
+		if sp, err := exec.LookPath("setpriv"); err == nil {
+			b.WriteString(" " + shellQuote(sp) + " --pdeathsig KILL --")
+		}
+	}
+	b.WriteString(" " + shellQuote(boot))
+	for _, a := range args {
+		b.WriteString(" " + shellQuote(a))
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -26,11 +26,8 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cairn-s3/cairn/internal/testing/services"
@@ -150,7 +147,7 @@ func Start(ctx context.Context, o Options) (*Sandbox, error) {
 	// is one, so that it dies with the emulator even if the emulator is
 	// killed outright.
 	wrapper := filepath.Join(o.Dir, "bootstrap")
-	if err := os.WriteFile(wrapper, []byte(script(boot, o.Args)), 0o755); err != nil {
+	if err := os.WriteFile(wrapper, []byte(services.BootstrapScript(boot, o.Args)), 0o755); err != nil {
 		return nil, err
 	}
 	srv, err := services.StartLambdaRIE(ctx, o.RIE, []string{wrapper}, services.Options{
@@ -161,24 +158,6 @@ func Start(ctx context.Context, o Options) (*Sandbox, error) {
 	return &Sandbox{srv: srv, dir: o.Dir, timeout: o.Timeout, turn: make(chan struct{}, 1),
 		client: &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}}, nil
 }
-
-func script(boot string, args []string) string {
-	var b strings.Builder
-	b.WriteString("#!/bin/sh\nexec")
-	if runtime.GOOS == "linux" {
-		if sp, err := exec.LookPath("setpriv"); err == nil {
-			b.WriteString(" " + quote(sp) + " --pdeathsig KILL --")
-		}
-	}
-	b.WriteString(" " + quote(boot))
-	for _, a := range args {
-		b.WriteString(" " + quote(a))
-	}
-	b.WriteString("\n")
-	return b.String()
-}
-
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // Log is the path of the file holding the emulator's and the function's
 // output.
