@@ -306,7 +306,25 @@ const (
 	opRelease  = "release"
 )
 
+// migrate brings the schema up to date. A transient conflict (another
+// process opening the same fresh SQLite file converts it to WAL while this
+// one opens its connection: SQLite answers SQLITE_BUSY at once there, without
+// waiting on busy_timeout) runs the whole migration again after a jittered
+// backoff until ctx ends, as inTx does for every other transaction.
 func (l *Backend) migrate(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		err := l.migrateOnce(ctx)
+		if err == nil || l.d.Transient == nil || !l.d.Transient(err) {
+			return err
+		}
+		if conflictBackoff.Wait(ctx, attempt-1) != nil {
+			return fmt.Errorf("ledger (%s) migrating: a transient conflict persisted over %d attempts until the context ended (%v): %w",
+				l.d.Name, attempt, context.Cause(ctx), err)
+		}
+	}
+}
+
+func (l *Backend) migrateOnce(ctx context.Context) error {
 	if l.opts.MustExist {
 		// Nothing is created in a database that holds no ledger.
 		q := `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cairn_schema')`
