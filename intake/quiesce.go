@@ -25,7 +25,7 @@ func (p *Pipeline) Quiesce(ctx context.Context) error {
 	var target uint64 // the first Claim round that counts; 0: not idle yet
 	var launched uint64
 	for {
-		busy := !p.disp.quiet() || len(p.rec.subs) > 0
+		busy := !p.disp.quiet() || p.rec.pending.Load() > 0
 		switch {
 		case busy, target != 0 && p.disp.launches.Load() != launched:
 			target = 0

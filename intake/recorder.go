@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairn-s3/cairn/event"
@@ -26,9 +27,17 @@ type recorder struct {
 	d            *dispatcher
 	everyVersion bool // RecordAndClaim claims nothing
 
-	subs   chan *submission
-	closed <-chan struct{} // closed when Run returns
-	health recordHealth    // recent recordings' outcomes, for readiness
+	subs chan *submission
+	// pending counts submissions sent to subs and not yet answered: the
+	// loop holds one it took off subs before it marks the dispatcher
+	// recording, and Quiesce must see it then too.
+	pending atomic.Int64
+	closed  <-chan struct{} // closed when Run returns
+	// afterReceive, if set (by tests), runs when the loop has taken a
+	// batch's first submission off the queue, before it marks the
+	// dispatcher recording.
+	afterReceive func()
+	health  recordHealth    // recent recordings' outcomes, for readiness
 }
 
 func newRecorder(l *ledger.Ledger, o *Options, log *slog.Logger, m *metrics, d *dispatcher, everyVersion bool, closed <-chan struct{}) *recorder {
@@ -53,11 +62,14 @@ func (r *recorder) submit(ctx context.Context, source string, evs []event.Event)
 	default:
 	}
 	s := &submission{source: source, evs: evs, done: make(chan struct{})}
+	r.pending.Add(1)
 	select {
 	case r.subs <- s:
 	case <-r.closed:
+		r.pending.Add(-1)
 		return nil, ErrClosed
 	case <-ctx.Done():
+		r.pending.Add(-1)
 		return nil, ctx.Err()
 	}
 	select {
@@ -100,6 +112,9 @@ func (r *recorder) loop(ctx, hctx context.Context) {
 			r.failPending()
 			return
 		}
+		if r.afterReceive != nil {
+			r.afterReceive()
+		}
 		batch := []*submission{first}
 		n := len(first.evs)
 	fill:
@@ -114,6 +129,7 @@ func (r *recorder) loop(ctx, hctx context.Context) {
 		}
 		r.d.recorderBusy()
 		leftover = r.record(ctx, hctx, batch) || leftover
+		r.pending.Add(-int64(len(batch)))
 		if r.everyVersion || len(r.subs) == 0 {
 			// Idle (or, with EveryVersion, RecordAndClaim claims nothing):
 			// what the batches left unclaimed is the dispatcher's.
@@ -129,6 +145,7 @@ func (r *recorder) failPending() {
 		case s := <-r.subs:
 			s.err = ErrClosed
 			close(s.done)
+			r.pending.Add(-1)
 		default:
 			return
 		}
