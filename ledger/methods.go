@@ -262,10 +262,10 @@ const MinPurgeAge = time.Hour
 // nothing is deleted and Purge returns an error saying so.
 func (l *Ledger) Purge(ctx context.Context, olderThan time.Time, includeDead bool) (int, error) {
 	if age := time.Since(olderThan); age < MinPurgeAge {
-		return 0, fmt.Errorf("ledger: purge: refused to purge records updated %s ago or later (less than %s): "+
-			"a purged key's next fencing tokens start from the claiming machine's clock, which stays above the purged record's tokens "+
-			"only for records older than the machines' clocks can disagree; purge records older than %s (e.g. --older-than 30d)",
-			age.Round(time.Second), MinPurgeAge, MinPurgeAge)
+		return 0, fmt.Errorf("ledger: purge: refused to purge records updated up to %s (%s before now, under ledger.MinPurgeAge, %s), nothing deleted: "+
+			"a purged key's next fencing tokens start from the claiming machine's clock, which is above the purged record's tokens "+
+			"only for records older than the machines' clocks can disagree; purge records older than %s or more (e.g. --older-than 30d)",
+			olderThan.UTC().Format(time.RFC3339), age.Round(time.Second), MinPurgeAge, MinPurgeAge)
 	}
 	return l.b.Purge(ctx, olderThan, includeDead)
 }
