@@ -65,6 +65,7 @@ func Run(t *testing.T, h Harness) {
 		{"TokensAfterPurge", testTokensAfterPurge},
 		{"EveryVersion", testEveryVersion},
 		{"VersionRemovals", testVersionRemovals},
+		{"TokensAcrossVersions", testTokensAcrossVersions},
 		{"Unordered", testUnordered},
 		{"ListAndCounts", testList},
 		{"DuplicateStormGoroutines", testStorm},
