@@ -35,8 +35,8 @@ type Daemon struct {
 	// Jobs run periodically until Run returns (see Job).
 	Jobs []Job
 	// Retention purges processed records older than this (ledger Purge,
-	// without the dead ones) as Run starts and then every PurgeEvery.
-	// Default 0: never.
+	// without the dead ones) as Run starts and then every PurgeEvery; at
+	// least ledger.MinPurgeAge. Default 0: never.
 	Retention time.Duration
 	// PurgeEvery is the interval between purges. Default DefaultPurgeEvery
 	// (hourly).

@@ -37,8 +37,8 @@ func (f *hungRenew) Renew(ctx context.Context, c ledger.Claim, lease time.Durati
 	return f.Backend.Renew(ctx, c, lease)
 }
 
-// stallHandler is the handlers of TestLocalLeaseDeadline: token 1 runs until
-// its context ends (a long job), later tokens return at once. Both check
+// stallHandler is the handlers of TestLocalLeaseDeadline: the first attempt
+// runs until its context ends (a long job), later ones return at once. Both check
 // that no two runs of the key overlap.
 func stallHandler(t *testing.T, h *handled, first func()) intake.Handler {
 	return intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
@@ -50,7 +50,7 @@ func stallHandler(t *testing.T, h *handled, first func()) intake.Handler {
 		if d, ok := intake.LeaseDeadline(ctx); !ok || d.IsZero() {
 			t.Errorf("token %d: no lease deadline", w.Token)
 		}
-		if w.Token == 1 {
+		if w.Attempt == 1 {
 			first()
 			select {
 			case <-ctx.Done():
@@ -113,7 +113,7 @@ func TestLocalLeaseDeadline(t *testing.T) {
 			a, b, cut := tc.setup(t)
 			h := newHandled()
 			outcomes := make(chan string, 8)
-			onOutcome := func(w intake.Work, outcome string, err error) { outcomes <- fmt.Sprint(w.Token, " ", outcome) }
+			onOutcome := func(w intake.Work, outcome string, err error) { outcomes <- fmt.Sprint(w.Attempt, " ", outcome) }
 			started := make(chan struct{})
 			reg := prometheus.NewRegistry()
 			pa, err := intake.New(a, stallHandler(t, h, func() { cut(true); close(started) }),
@@ -127,7 +127,7 @@ func TestLocalLeaseDeadline(t *testing.T) {
 			}
 			<-started
 			if b != a {
-				pb, err := intake.New(b, stallHandler(t, h, func() { t.Error("token 1 claimed twice") }),
+				pb, err := intake.New(b, stallHandler(t, h, func() { t.Error("attempt 1 claimed twice") }),
 					&intake.Options{Lease: lease, Poll: 20 * time.Millisecond, OnOutcome: onOutcome})
 				if err != nil {
 					t.Fatal(err)
@@ -140,7 +140,7 @@ func TestLocalLeaseDeadline(t *testing.T) {
 				case o := <-outcomes:
 					got[o] = true
 				case <-time.After(30 * time.Second):
-					t.Fatalf("outcomes so far %v; token 2 never processed", got)
+					t.Fatalf("outcomes so far %v; attempt 2 never processed", got)
 				}
 			}
 			cut(false) // a's ledger answers again: its metrics are read, its pipeline stops
@@ -152,7 +152,7 @@ func TestLocalLeaseDeadline(t *testing.T) {
 				case o := <-outcomes:
 					got[o] = true
 				case <-time.After(30 * time.Second):
-					t.Fatalf("outcomes %v, want token 1 lease_lost", got)
+					t.Fatalf("outcomes %v, want attempt 1 lease_lost", got)
 				}
 			}
 			if got["1 processed"] {

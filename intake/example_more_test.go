@@ -30,7 +30,7 @@ func ExampleHandlerFunc() {
 
 	handled := make(chan string, 1)
 	h := intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
-		handled <- fmt.Sprintf("handled %s/%s (token %d)", w.Event.Bucket, w.Event.Key, w.Token)
+		handled <- fmt.Sprintf("handled %s/%s (attempt %d)", w.Event.Bucket, w.Event.Key, w.Attempt)
 		return "ok", nil
 	})
 	p, err := intake.New(led, h, nil)
@@ -54,6 +54,6 @@ func ExampleHandlerFunc() {
 	<-stopped
 	// Output:
 	// decision: new <nil>
-	// handled invoices/2024/03/inv-0042.pdf (token 1)
+	// handled invoices/2024/03/inv-0042.pdf (attempt 1)
 	// invalid: true
 }

@@ -35,7 +35,7 @@ func Example() {
 			return "fenced off", nil // a newer holder already wrote: do nothing
 		}
 		served[w.Event.Key] = row{w.Event.ETag, w.Token}
-		handled <- fmt.Sprintf("%s %s → %s (token %d)", w.Event.Kind, w.Event.Key, w.Event.ETag, w.Token)
+		handled <- fmt.Sprintf("%s %s → %s (attempt %d)", w.Event.Kind, w.Event.Key, w.Event.ETag, w.Attempt)
 		return "ok", nil
 	})
 	p, err := intake.New(led, h, &intake.Options{Concurrency: 1})
@@ -65,5 +65,5 @@ func Example() {
 	// decision: new
 	// decision: duplicate
 	// decision: stale
-	// created cats/tom.jpg → bbb (token 1)
+	// created cats/tom.jpg → bbb (attempt 1)
 }

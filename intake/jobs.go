@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/cairn-s3/cairn/ledger"
 )
 
 // A Job is periodic work a Daemon runs beside its sources until Run returns:
@@ -75,6 +77,9 @@ func (d *Daemon) jobs(log *slog.Logger) ([]Job, error) {
 	var js []Job
 	if d.Retention < 0 || d.PurgeEvery < 0 {
 		return nil, errors.New("intake: Daemon.Retention and Daemon.PurgeEvery must not be negative (0: never purge, and hourly)")
+	}
+	if d.Retention > 0 && d.Retention < ledger.MinPurgeAge {
+		return nil, fmt.Errorf("intake: Daemon.Retention %s is under ledger.MinPurgeAge (%s), which the fencing tokens of purged keys rest on: give at least %s (e.g. 30 days), or 0 to never purge", d.Retention, ledger.MinPurgeAge, ledger.MinPurgeAge)
 	}
 	if d.Retention > 0 {
 		every := d.PurgeEvery

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/intake"
+	"github.com/cairn-s3/cairn/ledger"
 )
 
 // syncBuffer is a log destination safe for concurrent writers.
@@ -34,10 +35,11 @@ func (s *syncBuffer) String() string {
 
 // TestDaemonJobsAndPurge: a Daemon runs its jobs (a failing run is logged and
 // the job goes on), purges finished records past Retention as it starts, and
-// stops its jobs when ctx ends.
+// stops its jobs when ctx ends. The ledger's clock is two hours behind, so
+// that its record is older than the shortest retention (ledger.MinPurgeAge).
 func TestDaemonJobsAndPurge(t *testing.T) {
 	t.Parallel()
-	l := newLedger(t, nil)
+	l := newLedger(t, &ledger.Options{Now: func() time.Time { return time.Now().Add(-2 * time.Hour) }})
 	ctx := context.Background()
 	if _, err := l.Record(ctx, "test", []event.Event{ev("old", 1)}); err != nil {
 		t.Fatal(err)
@@ -70,12 +72,10 @@ func TestDaemonJobsAndPurge(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	d := &intake.Daemon{Pipeline: p, Logger: log, Jobs: []intake.Job{job}, Retention: time.Nanosecond, PurgeEvery: time.Millisecond}
+	d := &intake.Daemon{Pipeline: p, Logger: log, Jobs: []intake.Job{job}, Retention: ledger.MinPurgeAge, PurgeEvery: time.Millisecond}
 	go func() { done <- d.Run(rctx) }()
 	for <-runs < 3 {
 	}
-	// The record finished within the ledger's clock resolution of the first
-	// purge may be purged by a later one.
 	for !strings.Contains(logs.String(), "purged finished records") {
 		time.Sleep(time.Millisecond)
 	}
@@ -92,15 +92,23 @@ func TestDaemonJobsAndPurge(t *testing.T) {
 	}
 }
 
-// TestDaemonJobChecked: a Job without an interval is refused before anything starts.
+// TestDaemonJobChecked: a Job without an interval, and a Retention under
+// ledger.MinPurgeAge, are refused before anything starts.
 func TestDaemonJobChecked(t *testing.T) {
 	t.Parallel()
 	p, err := intake.New(newLedger(t, nil), intake.HandlerFunc(func(context.Context, intake.Work) (string, error) { return "", nil }), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &intake.Daemon{Pipeline: p, Jobs: []intake.Job{{Name: "x", Run: func(context.Context) error { return nil }}}}
-	if err := d.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "positive Every") {
-		t.Fatalf("Run: %v, want a refusal naming Every", err)
+	for _, tc := range []struct {
+		d    *intake.Daemon
+		want string
+	}{
+		{&intake.Daemon{Pipeline: p, Jobs: []intake.Job{{Name: "x", Run: func(context.Context) error { return nil }}}}, "positive Every"},
+		{&intake.Daemon{Pipeline: p, Retention: time.Minute}, "MinPurgeAge"},
+	} {
+		if err := tc.d.Run(context.Background()); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("Run: %v, want a refusal naming %s", err, tc.want)
+		}
 	}
 }

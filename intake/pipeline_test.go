@@ -231,7 +231,7 @@ func (f *flakyRenew) Renew(ctx context.Context, c ledger.Claim, lease time.Durat
 }
 
 // TestLeaseLost: a worker cut off from the ledger loses its lease; the work is
-// claimed again with a higher token; when the first worker reconnects its
+// claimed again (attempt 2) with a higher token; when the first worker reconnects its
 // renewal is refused, its handler's context is cancelled, and its result is
 // dropped, so the second holder's is the one recorded.
 func TestLeaseLost(t *testing.T) {
@@ -239,14 +239,14 @@ func TestLeaseLost(t *testing.T) {
 	l.blocked.Store(true)
 	outcomes := make(chan string, 4)
 	p, err := intake.New(ledger.New(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
-		if w.Token == 1 {
+		if w.Attempt == 1 {
 			<-ctx.Done() // stalls until its lease is known lost
 			return "stale holder", nil
 		}
 		l.blocked.Store(false) // the first worker reconnects
 		return "second holder", nil
 	}), &intake.Options{Lease: intake.MinLease, Poll: 10 * time.Millisecond,
-		OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- fmt.Sprint(w.Token, " ", outcome) }})
+		OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- fmt.Sprint(w.Attempt, " ", outcome) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,13 +256,13 @@ func TestLeaseLost(t *testing.T) {
 	}
 	got := map[string]bool{<-outcomes: true, <-outcomes: true}
 	if !got["2 processed"] || !got["1 lease_lost"] {
-		t.Fatalf("outcomes %v, want token 2 processed and token 1 lease_lost", got)
+		t.Fatalf("outcomes %v, want attempt 2 processed and attempt 1 lease_lost", got)
 	}
 	rs, err := l.Get(context.Background(), "b", "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs[0].Status != ledger.Processed || rs[0].Result != "second holder" || rs[0].Token != 2 {
+	if rs[0].Status != ledger.Processed || rs[0].Result != "second holder" || rs[0].Attempts != 2 {
 		t.Fatalf("record: %+v", rs[0])
 	}
 }
@@ -396,7 +396,7 @@ func TestSettleRetried(t *testing.T) {
 }
 
 // TestSettleGivenUp: a ledger that cannot record an outcome until the lease
-// ran out: settling stops then, counted; the work is claimed again (token 2)
+// ran out: settling stops then, counted; the work is claimed again (attempt 2)
 // and processed. A refusal (lease lost) is never retried.
 func TestSettleGivenUp(t *testing.T) {
 	t.Parallel()
@@ -407,7 +407,7 @@ func TestSettleGivenUp(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		outcomes := make(chan string, 4)
 		p, err := intake.New(ledger.New(l), intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) { return "done", nil }), &intake.Options{Lease: intake.MinLease, Poll: 10 * time.Millisecond, Registerer: reg,
-			OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- fmt.Sprint(w.Token, " ", outcome) }})
+			OnOutcome: func(w intake.Work, outcome string, err error) { outcomes <- fmt.Sprint(w.Attempt, " ", outcome) }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -427,11 +427,11 @@ func TestSettleGivenUp(t *testing.T) {
 		}
 		l.failing.Store(0) // the ledger recovers: the work runs again and is recorded
 		if got := <-outcomes; got != "2 processed" {
-			t.Fatalf("outcome %q, want token 2 processed", got)
+			t.Fatalf("outcome %q, want attempt 2 processed", got)
 		}
 		waitFor(t, func() bool {
 			rs, err := l.Get(context.Background(), "b", "k")
-			return err == nil && rs[0].Status == ledger.Processed && rs[0].Token == 2
+			return err == nil && rs[0].Status == ledger.Processed && rs[0].Attempts == 2
 		})
 	})
 	t.Run("refused", func(t *testing.T) {

@@ -28,13 +28,15 @@ func ExampleOpen() {
 	ds, _ := l.Record(ctx, "webhook", []event.Event{put, put})
 	fmt.Println(ds[0].Outcome, ds[1].Outcome)
 	cs, _ := l.Claim(ctx, 10, time.Minute)
-	fmt.Println("claimed", len(cs), cs[0].Key, "token", cs[0].Token)
+	// cs[0].Token is the claim's fencing token: commit the work's effects
+	// conditionally on it (package fence).
+	fmt.Println("claimed", len(cs), cs[0].Key, "attempt", cs[0].Attempts)
 	fmt.Println(l.Complete(ctx, cs[0], "loaded"))
 	rs, _ := l.Get(ctx, "lake", "orders/1.json")
 	fmt.Println(rs[0].Status, rs[0].Result, rs[0].Seen)
 	// Output:
 	// new duplicate
-	// claimed 1 orders/1.json token 1
+	// claimed 1 orders/1.json attempt 1
 	// <nil>
 	// processed loaded 2
 }

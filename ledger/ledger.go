@@ -43,6 +43,13 @@
 //     Fail and Renew with an older token fail with ErrSuperseded, and after the
 //     lease expired with ErrLeaseLost. A Complete repeated by the token that
 //     completed the record succeeds and changes nothing (a retry).
+//   - A key's tokens never go backwards, also when its record is purged and
+//     made again: a row's first claim takes the claiming clock in Unix
+//     milliseconds (the database server's on PostgreSQL), later ones count up
+//     by one. This rests on the clocks of the machines that claim agreeing
+//     within the purge age, which Purge holds at MinPurgeAge (1h) or more,
+//     and on a row being claimed less than once per millisecond on average.
+//     Rows claimed before this rule keep counting from their small tokens.
 //   - Lease expiry on PostgreSQL is judged by the database server's clock, so
 //     workers on many machines never compare their own clocks.
 //

@@ -111,6 +111,13 @@ func (l *Ledger) RecordAndClaim(ctx context.Context, source string, evs []event.
 // failed records whose time has come and claimed records whose lease ran out,
 // the earliest due (NextAttempt) first. When more than n leases ran out at
 // once, the candidates among them are those whose lease ran out first.
+//
+// Each claim carries a fencing token above every earlier one of its record:
+// the record's first claim takes the claim's clock in Unix milliseconds, and
+// each later claim one more than the last. So a key whose record was purged
+// and made again by a newer event starts above the purged record's tokens
+// (see MinPurgeAge), and a fence that kept the key's highest token accepts
+// the new holder and still refuses the old ones.
 func (l *Ledger) Claim(ctx context.Context, n int, lease time.Duration) ([]Claim, error) {
 	if n <= 0 {
 		return nil, nil
@@ -242,9 +249,24 @@ func (l *Ledger) Replay(ctx context.Context, s Selection) (int, error) {
 	return l.b.Replay(ctx, s)
 }
 
+// MinPurgeAge is the youngest records Purge deletes: olderThan must be at
+// least this long before now. A key whose record was purged starts its
+// fencing tokens again from the claiming machine's clock (see Claim), above
+// every token of the purged record only if that record was last updated
+// longer ago than the machines' clocks disagree.
+const MinPurgeAge = time.Hour
+
 // Purge deletes processed records last updated before olderThan, and failed
-// and dead ones too if includeDead; never pending or claimed work.
+// and dead ones too if includeDead; never pending or claimed work. olderThan
+// must be at least MinPurgeAge before now (this machine's clock), else
+// nothing is deleted and Purge returns an error saying so.
 func (l *Ledger) Purge(ctx context.Context, olderThan time.Time, includeDead bool) (int, error) {
+	if age := time.Since(olderThan); age < MinPurgeAge {
+		return 0, fmt.Errorf("ledger: purge: refused to purge records updated up to %s (%s before now, under ledger.MinPurgeAge, %s), nothing deleted: "+
+			"a purged key's next fencing tokens start from the claiming machine's clock, which is above the purged record's tokens "+
+			"only for records older than the machines' clocks can disagree; purge records older than %s or more (e.g. --older-than 30d)",
+			olderThan.UTC().Format(time.RFC3339), age.Round(time.Second), MinPurgeAge, MinPurgeAge)
+	}
 	return l.b.Purge(ctx, olderThan, includeDead)
 }
 

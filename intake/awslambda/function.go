@@ -59,7 +59,7 @@ type Options struct {
 	// (outside Lambda). Default 60s.
 	Timeout time.Duration
 	// Retention: a jobs invocation (JobsPayload) purges processed records
-	// older than this. Default 0: never.
+	// older than this (at least ledger.MinPurgeAge). Default 0: never.
 	Retention time.Duration
 	// Jobs run once, in order, on each jobs invocation (JobsPayload), before
 	// it runs what is due (their Every is not used; the schedule that sends
@@ -120,6 +120,9 @@ func New(l *ledger.Ledger, h intake.Handler, opts *Options) (*Function, error) {
 	}
 	if o.StopBefore < 0 || o.Retention < 0 {
 		return nil, errors.New("awslambda: StopBefore and Retention must not be negative")
+	}
+	if o.Retention > 0 && o.Retention < ledger.MinPurgeAge {
+		return nil, fmt.Errorf("awslambda: a Retention of %v is under ledger.MinPurgeAge (%v), which the fencing tokens of purged keys rest on: give at least %v (e.g. 30 days), or 0 to never purge", o.Retention, ledger.MinPurgeAge, ledger.MinPurgeAge)
 	}
 	if o.Pipeline.Lease != 0 && o.Pipeline.Lease < intake.MinLease {
 		return nil, fmt.Errorf("awslambda: a lease of %v is shorter than intake.MinLease (%v)", o.Pipeline.Lease, intake.MinLease)

@@ -434,7 +434,7 @@ func TestNewRefusesLocalLedger(t *testing.T) {
 func TestNewRefusesBadOptions(t *testing.T) {
 	t.Parallel()
 	l := sharedLedger(t, nil)
-	for _, o := range []*awslambda.Options{{Poison: "drop"}, {StopBefore: -1}, {Pipeline: intake.Options{Lease: time.Second}}} {
+	for _, o := range []*awslambda.Options{{Poison: "drop"}, {StopBefore: -1}, {Pipeline: intake.Options{Lease: time.Second}}, {Retention: time.Minute}} {
 		if _, err := awslambda.New(l, newRecorder(), o); err == nil {
 			t.Errorf("New(%+v) accepted", o)
 		}

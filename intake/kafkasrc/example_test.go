@@ -54,7 +54,7 @@ func Example() {
 	defer led.Close()
 	handled := make(chan string, 1)
 	p, err := intake.New(led, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
-		handled <- fmt.Sprintf("%s/%s from %s, token %d", w.Event.Bucket, w.Event.Key, w.Source, w.Token)
+		handled <- fmt.Sprintf("%s/%s from %s, attempt %d", w.Event.Bucket, w.Event.Key, w.Source, w.Attempt)
 		return "ok", nil
 	}), nil)
 	if err != nil {
@@ -72,5 +72,5 @@ func Example() {
 	stop()
 	wg.Wait()
 	// Output:
-	// photos/2026/cat.jpg from kafka, token 1
+	// photos/2026/cat.jpg from kafka, attempt 1
 }

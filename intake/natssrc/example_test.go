@@ -64,7 +64,7 @@ func Example() {
 	defer led.Close()
 	handled := make(chan string, 1)
 	p, err := intake.New(led, intake.HandlerFunc(func(ctx context.Context, w intake.Work) (string, error) {
-		handled <- fmt.Sprintf("%s/%s from %s, token %d", w.Event.Bucket, w.Event.Key, w.Source, w.Token)
+		handled <- fmt.Sprintf("%s/%s from %s, attempt %d", w.Event.Bucket, w.Event.Key, w.Source, w.Attempt)
 		return "ok", nil
 	}), nil)
 	if err != nil {
@@ -82,5 +82,5 @@ func Example() {
 	stop()
 	wg.Wait()
 	// Output:
-	// photos/2026/cat.jpg from nats, token 1
+	// photos/2026/cat.jpg from nats, attempt 1
 }

@@ -8,9 +8,9 @@
 // Decide holds the ledger's acceptance rules: a backend reads a key's row,
 // calls Decide inside its transaction and stores what Decide returns, so that
 // every backend decides alike. Ident and SortSeq are how rows are keyed and
-// ordered, SortClaims the order Claim returns its claims in; UnixMilli and
-// FromUnixMilli are how times are stored; Defaults and Backoff are how the
-// shared ledger.Options are read.
+// ordered, SortClaims the order Claim returns its claims in, ClaimToken the
+// fencing token a claim takes; UnixMilli and FromUnixMilli are how times are
+// stored; Defaults and Backoff are how the shared ledger.Options are read.
 //
 // # Errors
 //
@@ -64,6 +64,32 @@ func UnixMilli(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixMilli()
+}
+
+// ClaimToken is the fencing token a claim at nowMS (Unix milliseconds, the
+// claim's clock, as the record's other times) takes from a record whose
+// token is prev: prev+1, except a record's first claim (prev 0: a record
+// never claimed, or made again after Ledger.Purge deleted its key's record),
+// which takes nowMS (1 if the clock is before 1970). Tokens must never go
+// backwards for a key, since a fence at the handler's target keeps the
+// highest it has seen; the record that held the key's earlier tokens is
+// gone after a purge, so the clock carries them over: its first token was
+// its first claim's time and grew by one per claim, so the new record starts
+// above them provided the clocks agree within the purge age (at least
+// ledger.MinPurgeAge, which Ledger.Purge enforces) and the old record was
+// claimed less than once per millisecond on average. A record with a small
+// token from before this rule goes on counting by one; its next life starts
+// at the clock.
+//
+// A backend claims with ClaimToken in every path that claims (Claim,
+// RecordAndClaim), in one statement or compare-and-swap with the rest of
+// the claim, so that concurrent claims stay ordered as before; in SQL:
+// token = CASE WHEN token = 0 THEN ClaimToken(0, now) ELSE token + 1 END.
+func ClaimToken(prev, nowMS int64) int64 {
+	if prev != 0 {
+		return prev + 1
+	}
+	return max(1, nowMS)
 }
 
 // FromUnixMilli reverses UnixMilli (in UTC).

@@ -182,8 +182,8 @@ func TestLostAnswers(t *testing.T) {
 			}
 			var cs []ledger.Claim
 			step("claim", func() (err error) { cs, err = l.Claim(ctx, 10, time.Minute); return })
-			if len(cs) != 1 || cs[0].Token != 1 || cs[0].Attempts != 1 {
-				t.Fatalf("claims %+v, want one with token 1", cs)
+			if len(cs) != 1 || cs[0].Token < 1 || cs[0].Attempts != 1 {
+				t.Fatalf("claims %+v, want one, its first claim", cs)
 			}
 			if more, err := l.Claim(ctx, 10, time.Minute); err != nil || len(more) != 0 {
 				t.Fatalf("claimed again: %+v %v", more, err)
@@ -193,8 +193,8 @@ func TestLostAnswers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r[0].Status != ledger.Processed || r[0].Seen != 2 || r[0].Token != 1 || r[0].Seq != "02" || r[0].Result != "done" {
-				t.Fatalf("record %+v, want processed at 02, seen twice, token 1", r[0])
+			if r[0].Status != ledger.Processed || r[0].Seen != 2 || r[0].Token != cs[0].Token || r[0].Attempts != 1 || r[0].Seq != "02" || r[0].Result != "done" {
+				t.Fatalf("record %+v, want processed at 02, seen twice, by the one claim (token %d)", r[0], cs[0].Token)
 			}
 			cmu.Lock()
 			clk = clk.Add(48 * time.Hour)

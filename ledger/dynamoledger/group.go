@@ -166,7 +166,7 @@ func (b *Backend) lead(ctx context.Context, k id, first *keyCall) {
 		}
 		if took {
 			now := first.now
-			r.Status, r.Token, r.LeaseUntil, r.Attempts, r.RunGen, r.Updated = ledger.Claimed, r.Token+1, now.Add(d.lease), r.Attempts+1, r.Gen, now
+			r.Status, r.Token, r.LeaseUntil, r.Attempts, r.RunGen, r.Updated = ledger.Claimed, driver.ClaimToken(r.Token, driver.UnixMilli(now)), now.Add(d.lease), r.Attempts+1, r.Gen, now
 		}
 		return r, out, nil
 	})

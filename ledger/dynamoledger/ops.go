@@ -429,7 +429,7 @@ func (b *Backend) claimRow(ctx context.Context, i id, cur *row, loaded bool, now
 			if blocked {
 				return nil, nil, errSkip
 			}
-			l := lockRef{cur.ident, cur.rec.Token + 1}
+			l := lockRef{cur.ident, driver.ClaimToken(cur.rec.Token, driver.UnixMilli(now))}
 			if locked != nil && *locked != l {
 				b.dropLock(ctx, i.bucket, i.key, *locked)
 				locked = nil
@@ -444,7 +444,7 @@ func (b *Backend) claimRow(ctx context.Context, i id, cur *row, loaded bool, now
 			locked = &l
 		}
 		r := cur.rec
-		r.Status, r.Token, r.LeaseUntil, r.Attempts, r.RunGen, r.Updated = ledger.Claimed, r.Token+1, now.Add(lease), r.Attempts+1, r.Gen, now
+		r.Status, r.Token, r.LeaseUntil, r.Attempts, r.RunGen, r.Updated = ledger.Claimed, driver.ClaimToken(r.Token, driver.UnixMilli(now)), now.Add(lease), r.Attempts+1, r.Gen, now
 		return &r, nil, nil
 	})
 	if err != nil && locked != nil {

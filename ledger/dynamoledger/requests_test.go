@@ -136,7 +136,7 @@ func TestRequestsPerEvent(t *testing.T) {
 		t.Fatalf("RecordAndClaim of %d new events claimed %d", n, len(cs))
 	}
 	for i, c := range cs {
-		if ds[i].Outcome != ledger.Accepted || c.Token != 1 || c.Attempts != 1 || c.Status != ledger.Claimed {
+		if ds[i].Outcome != ledger.Accepted || c.Token < 1 || c.Attempts != 1 || c.Status != ledger.Claimed {
 			t.Fatalf("decision %s, claim %+v", ds[i].Outcome, c)
 		}
 		if err := l.Complete(ctx, c, "ok"); err != nil {

@@ -8,7 +8,8 @@
 //
 // The cases are grouped by area, one file each: recording and reading
 // (record.go), claims, leases and contention (claim.go), settling claims
-// (settle.go), replay and purge (replay.go), and several processes
+// (settle.go), replay and purge (replay.go, with the tokens of a key whose
+// record was purged), and several processes
 // (process.go). A failing case fails through t.Fatal.
 package ledgertest
 
@@ -61,8 +62,10 @@ func Run(t *testing.T, h Harness) {
 		{"OddKeys", testOddKeys},
 		{"Lookup", testLookup},
 		{"ReplayAndPurge", testReplayPurge},
+		{"TokensAfterPurge", testTokensAfterPurge},
 		{"EveryVersion", testEveryVersion},
 		{"VersionRemovals", testVersionRemovals},
+		{"TokensAcrossVersions", testTokensAcrossVersions},
 		{"Unordered", testUnordered},
 		{"ListAndCounts", testList},
 		{"DuplicateStormGoroutines", testStorm},

@@ -265,7 +265,7 @@ func testRecordAndClaim(t *testing.T, h Harness) {
 	// Two claims of this batch's new work (all due at once: which two is the
 	// backend's choice); never the row another holder has (old), never twice
 	// one key.
-	if len(cs) != 2 || cs[0].Key == cs[1].Key || cs[0].Token != 1 || cs[0].Attempts != 1 || cs[0].Status != ledger.Claimed {
+	if len(cs) != 2 || cs[0].Key == cs[1].Key || cs[0].Token < 1 || cs[0].Attempts != 1 || cs[0].Status != ledger.Claimed {
 		t.Fatalf("claims %+v", cs)
 	}
 	rest := must(l.Claim(ctx, 10, time.Minute))(t)
@@ -281,7 +281,7 @@ func testRecordAndClaim(t *testing.T, h Harness) {
 	}
 	clk.Add(11 * time.Second)
 	again := must(l.Claim(ctx, 10, time.Minute))(t)
-	if len(again) != 1 || again[0].Key != cs[1].Key || again[0].Token != 2 {
+	if len(again) != 1 || again[0].Key != cs[1].Key || again[0].Token != cs[1].Token+1 {
 		t.Fatalf("takeover of an expired RecordAndClaim claim of %s: %+v", cs[1].Key, again)
 	}
 	if err := l.Complete(ctx, cs[1], ""); !errors.Is(err, ledger.ErrSuperseded) {

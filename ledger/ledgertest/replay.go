@@ -3,6 +3,7 @@ package ledgertest
 // Replay and Purge.
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +78,78 @@ func testReplayPurge(t *testing.T, h Harness) {
 	// done/c has waited since its replay, fresh/e since it arrived.
 	if got := must(l.OldestPending(ctx))(t); !got.Equal(clk.Now().Add(-48 * time.Hour).Truncate(time.Millisecond)) {
 		t.Fatalf("OldestPending = %v, want %v", got, clk.Now().Add(-48*time.Hour))
+	}
+}
+
+// testTokensAfterPurge: a key's fencing tokens never go backwards, also when
+// its record is purged and a newer event makes it again. A fence at the
+// handler's target keeps the key's highest token: a new record that counted
+// from 1 again would be refused there for ever (its work retried into a dead
+// letter), and a fence reset for it would let a stale holder of the purged
+// record through. And Purge refuses an age under ledger.MinPurgeAge, on which
+// that rests, deleting nothing.
+func testTokensAfterPurge(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	clk := newClock()
+	l, _ := h.New(t, &ledger.Options{Now: clk.Now, MaxAttempts: 10})
+	must(l.Record(ctx, "s", []event.Event{ev("k", "01")}))(t)
+	// Four claims of the record: released, failed, its lease run out,
+	// completed.
+	var highest int64
+	for i := range 4 {
+		cs := must(l.Claim(ctx, 1, time.Minute))(t)
+		if len(cs) != 1 || cs[0].Key != "k" || cs[0].Token <= highest {
+			t.Fatalf("claim %d: %+v, want k with a token above %d", i+1, cs, highest)
+		}
+		c := cs[0]
+		highest = c.Token
+		var err error
+		switch i {
+		case 0:
+			err = l.Release(ctx, c)
+		case 1:
+			err = l.Fail(ctx, c, "boom", true)
+			clk.Add(time.Hour) // past its retry time
+		case 2:
+			clk.Add(2 * time.Minute) // past its lease
+		case 3:
+			err = l.Complete(ctx, c, "done")
+		}
+		if err != nil {
+			t.Fatalf("claim %d (token %d): %v", i+1, c.Token, err)
+		}
+	}
+	clk.Add(48 * time.Hour)
+	for _, ago := range []time.Duration{0, time.Minute, ledger.MinPurgeAge - time.Minute} {
+		n, err := l.Purge(ctx, time.Now().Add(-ago), true)
+		if err == nil || n != 0 || !strings.Contains(err.Error(), "fencing token") {
+			t.Fatalf("purge of records updated up to %s ago: %d, %v; want nothing purged and an error naming fencing tokens", ago, n, err)
+		}
+	}
+	if rs := must(l.Lookup(ctx, "b", []string{"k"}))(t); len(rs) != 1 {
+		t.Fatalf("a refused purge deleted k: %v", rs)
+	}
+	if n := must(l.Purge(ctx, clk.Now().Add(-24*time.Hour), false))(t); n != 1 {
+		t.Fatalf("purged %d, want 1 (k)", n)
+	}
+	if _, err := l.Get(ctx, "b", "k"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("k after its purge: %v, want ErrNotFound", err)
+	}
+	// The key again, by a newer event: its first claim is above every token
+	// the purged record gave, and the next counts up from there.
+	if ds := must(l.Record(ctx, "s", []event.Event{ev("k", "02")}))(t); ds[0].Outcome != ledger.Accepted {
+		t.Fatalf("k after its purge: %+v, want accepted", ds)
+	}
+	cs := must(l.Claim(ctx, 1, time.Minute))(t)
+	if len(cs) != 1 || cs[0].Key != "k" || cs[0].Token <= highest {
+		t.Fatalf("k's first claim after its record was purged: %+v, want a token above %d, the highest its purged record gave (a fence that kept it refuses any lower one)", cs, highest)
+	}
+	clk.Add(2 * time.Minute)
+	again := must(l.Claim(ctx, 1, time.Minute))(t)
+	if len(again) != 1 || again[0].Token != cs[0].Token+1 {
+		t.Fatalf("takeover after the lease ran out: %+v, want token %d", again, cs[0].Token+1)
+	}
+	if err := l.Complete(ctx, again[0], ""); err != nil {
+		t.Fatal(err)
 	}
 }

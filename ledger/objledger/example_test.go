@@ -28,12 +28,14 @@ func Example() {
 		fmt.Println(d.Seq, d.Outcome)
 	}
 	cs, _ := l.Claim(ctx, 10, time.Minute)
-	fmt.Println("claimed", len(cs), cs[0].Key, "token", cs[0].Token)
+	// cs[0].Token is the claim's fencing token: commit the work's effects
+	// conditionally on it (package fence).
+	fmt.Println("claimed", len(cs), cs[0].Key, "attempt", cs[0].Attempts)
 	fmt.Println(l.Complete(ctx, cs[0], "loaded"))
 	// Output:
 	// 0A new
 	// 0A duplicate
 	// 05 stale
-	// claimed 1 orders/2026-11-23.parquet token 1
+	// claimed 1 orders/2026-11-23.parquet attempt 1
 	// <nil>
 }

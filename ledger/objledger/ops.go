@@ -141,7 +141,7 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 // claimRow is w claimed: a new token, a lease, one more attempt.
 func claimRow(w *row, now int64, lease time.Duration) *row {
 	n := *w
-	n.Status, n.Token, n.LeaseUntil, n.Attempts, n.RunGen, n.Updated = string(ledger.Claimed), w.Token+1, now+lease.Milliseconds(), w.Attempts+1, w.Gen, now
+	n.Status, n.Token, n.LeaseUntil, n.Attempts, n.RunGen, n.Updated = string(ledger.Claimed), driver.ClaimToken(w.Token, now), now+lease.Milliseconds(), w.Attempts+1, w.Gen, now
 	return &n
 }
 

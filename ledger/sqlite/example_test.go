@@ -42,7 +42,9 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("claimed", len(cs), cs[0].Key, "token", cs[0].Token)
+	// cs[0].Token is the claim's fencing token: commit the work's effects
+	// conditionally on it (package fence).
+	fmt.Println("claimed", len(cs), cs[0].Key, "attempt", cs[0].Attempts)
 	fmt.Println("complete:", l.Complete(ctx, cs[0], "loaded"))
 	n, _ := l.Counts(ctx)
 	fmt.Println("processed:", n[ledger.Processed])
@@ -50,7 +52,7 @@ func Example() {
 	// 0A new
 	// 0A duplicate
 	// 05 stale
-	// claimed 1 orders/2026-11-23.parquet token 1
+	// claimed 1 orders/2026-11-23.parquet attempt 1
 	// complete: <nil>
 	// processed: 1
 }

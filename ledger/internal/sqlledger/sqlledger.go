@@ -791,7 +791,7 @@ func (l *Backend) Claim(ctx context.Context, n int, lease time.Duration) ([]ledg
 // claimed is r claimed at now: Claim's statement in Go.
 func claimed(r *ledger.Record, now time.Time, lease time.Duration) ledger.Record {
 	c := *r
-	c.Status, c.Token, c.LeaseUntil, c.Attempts, c.RunGen, c.Updated = ledger.Claimed, c.Token+1, now.Add(lease), c.Attempts+1, c.Gen, now
+	c.Status, c.Token, c.LeaseUntil, c.Attempts, c.RunGen, c.Updated = ledger.Claimed, driver.ClaimToken(c.Token, ms(now)), now.Add(lease), c.Attempts+1, c.Gen, now
 	return c
 }
 
@@ -810,14 +810,14 @@ func (l *Backend) claimTx(ctx context.Context, tx *sql.Tx, now time.Time, n int,
       AND ((o.status = 'claimed' AND o.lease_until >= ?) OR (o.status IN ('pending', 'failed', 'claimed') AND o.seq_sort < l.seq_sort)))`
 		perKeyArgs = append(perKeyArgs, nowMS)
 	}
-	q := `UPDATE cairn_ledger SET status = 'claimed', token = token + 1, lease_until = ?, attempts = attempts + 1,
+	q := `UPDATE cairn_ledger SET status = 'claimed', token = CASE WHEN token = 0 THEN ? ELSE token + 1 END, lease_until = ?, attempts = attempts + 1,
 run_gen = gen, updated = ?, rev = rev + 1
 WHERE (bucket, ident) IN (
   SELECT l.bucket, l.ident FROM cairn_ledger l
   WHERE ((l.status IN ('pending', 'failed') AND l.next_at <= ?) OR (l.status = 'claimed' AND l.lease_until < ?)) ` + perKey + `
   LIMIT ? ` + l.d.SkipLocked + `)
 RETURNING ` + cols
-	qargs := append([]any{nowMS + lease.Milliseconds(), nowMS, nowMS, nowMS}, perKeyArgs...)
+	qargs := append([]any{driver.ClaimToken(0, nowMS), nowMS + lease.Milliseconds(), nowMS, nowMS, nowMS}, perKeyArgs...)
 	qargs = append(qargs, n)
 	if l.d.SkipLocked != "" {
 		// PostgreSQL plans the OR above as a bitmap scan: it reads every
@@ -841,7 +841,7 @@ RETURNING ` + cols
 		q = `WITH p AS (` + arm(`l.status = 'pending' AND l.next_at <= ?`, `l.next_at`) + `),
 f AS (` + arm(`l.status = 'failed' AND l.next_at <= ?`, `l.next_at`) + `),
 x AS (` + arm(`l.status = 'claimed' AND l.lease_until < ?`, `l.lease_until`) + `)
-UPDATE cairn_ledger SET status = 'claimed', token = token + 1, lease_until = ?, attempts = attempts + 1,
+UPDATE cairn_ledger SET status = 'claimed', token = CASE WHEN token = 0 THEN ? ELSE token + 1 END, lease_until = ?, attempts = attempts + 1,
 run_gen = gen, updated = ?, rev = rev + 1
 WHERE (bucket, key, ident) IN (SELECT c.bucket, c.key, c.ident FROM (SELECT * FROM p UNION ALL SELECT * FROM f UNION ALL SELECT * FROM x) c
   ORDER BY c.next_at LIMIT ?)
@@ -850,7 +850,7 @@ RETURNING ` + cols
 		for range 3 {
 			qargs = append(append(append(qargs, nowMS), perKeyArgs...), n)
 		}
-		qargs = append(qargs, nowMS+lease.Milliseconds(), nowMS, n)
+		qargs = append(qargs, driver.ClaimToken(0, nowMS), nowMS+lease.Milliseconds(), nowMS, n)
 	}
 	rows, err := tx.QueryContext(ctx, l.q(q), qargs...)
 	if err != nil {

@@ -23,7 +23,9 @@ func TestLedgerCommandsDynamoDB(t *testing.T) {
 	}
 	ctx := context.Background()
 	base := "dynamodb://" + testenv.UniqueName("cairn-cli") + "?region=us-east-1&endpoint=" + testenv.DynamoDB(t)
-	l, err := ledger.Open(ctx, base+"&create_table=true", nil)
+	// Recorded two hours ago, as the ledger's clock tells, so that the
+	// processed record is older than the shortest retention (1h).
+	l, err := ledger.Open(ctx, base+"&create_table=true", &ledger.Options{Now: func() time.Time { return time.Now().Add(-2 * time.Hour) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +64,7 @@ func TestLedgerCommandsDynamoDB(t *testing.T) {
 		{[]string{"ledger", "ls", "--status", "dead"}, 0, "boom"},
 		{[]string{"replay", "--dry-run", "--json"}, 0, `"replayed":1`},
 		{[]string{"replay", "--bucket", "b", "--key", cs[0].Key}, 0, "replayed 1 records"},
-		{[]string{"ledger", "purge", "--older-than", "1ns"}, 0, "purged 1 records"}, // the processed one; never pending work
+		{[]string{"ledger", "purge", "--older-than", "1h"}, 0, "purged 1 records"}, // the processed one; never pending work
 	} {
 		code, out, stderr := run(t, append(tc.args, "--ledger", base)...)
 		if code != tc.code || !strings.Contains(out+stderr, tc.want) {

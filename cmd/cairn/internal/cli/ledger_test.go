@@ -121,7 +121,8 @@ func TestReplayAndPurgeCommands(t *testing.T) {
 		{[]string{"replay", "--bucket", "b", "--key", "k"}, 0, "replayed 1 records"},
 		{[]string{"replay"}, 0, "replayed 0 records"},
 		{[]string{"ledger", "show", "b/k", "--json"}, 0, `"replays":1`},
-		{[]string{"ledger", "purge", "--older-than", "1ns", "--include-dead"}, 0, "purged 0 records"}, // pending work is never purged
+		{[]string{"ledger", "purge", "--older-than", "59m", "--include-dead"}, cli.ExitUsage, "at least 1h"},
+		{[]string{"ledger", "purge", "--older-than", "1h", "--include-dead"}, 0, "purged 0 records"}, // pending work is never purged
 	} {
 		code, out, stderr := run(t, append(tc.args, "--ledger", path)...)
 		if code != tc.code || !strings.Contains(out+stderr, tc.want) {

@@ -91,6 +91,9 @@ func purgeCmd(e *env, url *string) *cobra.Command {
 			if olderThan <= 0 {
 				return usagef("--older-than %s: give a positive retention such as 30d (0 would purge records finished a moment ago)", olderThan)
 			}
+			if olderThan < ledger.MinPurgeAge {
+				return usagef("--older-than %s: give a retention of at least %s such as 30d (a purged key's next fencing tokens come from the claiming machine's clock, above the purged record's only for records older than clocks can disagree)", olderThan, ledger.MinPurgeAge)
+			}
 			l, err := openExistingLedger(cmd.Context(), *url)
 			if err != nil {
 				return err

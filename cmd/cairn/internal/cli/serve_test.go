@@ -396,14 +396,14 @@ func TestServeAuditEvery(t *testing.T) {
 }
 
 // overlapScript is an exec handler that proves a key's handlers never
-// overlap. Token 1 holds the key for $HOLD seconds in a grandchild (sleep,
+// overlap. Attempt 1 holds the key for $HOLD seconds in a grandchild (sleep,
 // waited for) and in backgrounded work that outlives the script; every run
 // first checks that no process of an earlier token is still alive (a zombie
 // runs nothing) and logs "overlap" if one is. A process is its pid and its
 // start time (field 22 of /proc/PID/stat): pids wrap (pid_max is 32,768 on
 // some machines) and a pid alone can name a newer, unrelated process.
 const overlapScript = `#!/bin/sh
-tok=$CAIRN_FENCING_TOKEN
+tok=$CAIRN_ATTEMPT # the claim's ordinal: 1, then 2 after the restart (fencing tokens start at the claim's clock)
 st() { cut -d' ' -f22 "/proc/$1/stat" 2>/dev/null; }
 while read -r kind t pid start; do
   case $kind in start|child) ;; *) continue ;; esac
