@@ -249,9 +249,9 @@ func (e *env) runFolder(ctx context.Context, f fsFlags, args []string, run func(
 		}
 		fmt.Fprintln(w)
 	} else if rep, ok := res.(folder.RecoverReport); ok {
-		fmt.Fprintf(e.stdout, "recovered %d interrupted operations; removed %d orphaned journals\n", len(rep.Finished), rep.Orphans)
+		fmt.Fprintf(e.stdout, "recovered %d interrupted operations; removed %d orphaned journals%s\n", len(rep.Finished), rep.Orphans, tombstones(rep))
 	} else if rep, ok := res.(fsRecoverReport); ok {
-		fmt.Fprintf(e.stdout, "recovered %d interrupted operations; removed %d orphaned journals", len(rep.Finished), rep.Orphans)
+		fmt.Fprintf(e.stdout, "recovered %d interrupted operations; removed %d orphaned journals%s", len(rep.Finished), rep.Orphans, tombstones(rep.RecoverReport))
 		if rep.Stale != nil {
 			fmt.Fprintf(e.stdout, "; removed %d stale temporary files and uploads (%s)", rep.Stale.Files, progress.Bytes(rep.Stale.Bytes))
 		}
@@ -263,6 +263,14 @@ func (e *env) runFolder(ctx context.Context, f fsFlags, args []string, run func(
 // fsRecoverReport is what 'fs recover' did: the folder package's report and,
 // on a store that keeps temporary data of its own (file://), what stale
 // temporary data of dead writers it removed.
+// tombstones says how many finished journals a recover removed, if any.
+func tombstones(rep folder.RecoverReport) string {
+	if rep.Tombstones == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" and %d finished journals kept past their hour (tombstones)", rep.Tombstones)
+}
+
 type fsRecoverReport struct {
 	folder.RecoverReport
 	Stale *fsstore.Stale `json:"stale,omitempty"`
