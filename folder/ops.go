@@ -377,6 +377,9 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 		if err := ops.phase(ctx, in, "copy", check, jt, func(ctx context.Context, e entry) error {
 			tried.Add(1)
 			done, err := ops.copyOne(ctx, in, e, conflicts, fresh)
+			if err != nil && !mayHaveLanded(ctx, err) {
+				tried.Add(-1)
+			}
 			if done {
 				skipped.Add(1)
 			}
@@ -685,6 +688,9 @@ func (ops *Ops) deletePhase(ctx context.Context, in *intent, check func() error,
 		return ops.phase(ctx, in, "delete", check, jt, func(ctx context.Context, e entry) error {
 			tried.Add(1)
 			if err := ops.deleteOne(ctx, in, e, c); err != nil {
+				if !mayHaveLanded(ctx, err) {
+					tried.Add(-1)
+				}
 				return err
 			}
 			deleted.Add(1)
@@ -749,6 +755,9 @@ func (ops *Ops) deletePhase(ctx context.Context, in *intent, check func() error,
 					tried.Add(int64(len(batch)))
 					failed, err := ops.s.DeleteMany(gctx, batch, 1)
 					if err != nil {
+						if !mayHaveLanded(gctx, err) {
+							tried.Add(-int64(len(batch)))
+						}
 						return err
 					}
 					for k, err := range failed {
@@ -1252,6 +1261,13 @@ func (e *InterruptedError) State() string {
 		return fmt.Sprintf("all %d objects copied to %s; %s of %d deleted from %s%s", e.Objects, e.Dst, e.atLeast(e.Deleted), e.Objects, e.Src, e.paren("deletes"))
 	}
 	return fmt.Sprintf("all %d objects done; only the journal's removal was left", e.Objects)
+}
+
+// mayHaveLanded: a request that failed with err may still have been
+// applied (its outcome is unknown, or its context ended while it was on
+// its way), rather than refused.
+func mayHaveLanded(ctx context.Context, err error) bool {
+	return errors.Is(err, objstore.ErrAmbiguous) || ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // atLeast is n, preceded by "at least" when steps were under way.
