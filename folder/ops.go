@@ -377,7 +377,7 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 		if err := ops.phase(ctx, in, "copy", check, jt, func(ctx context.Context, e entry) error {
 			tried.Add(1)
 			done, err := ops.copyOne(ctx, in, e, conflicts, fresh)
-			if err != nil && !mayHaveLanded(ctx, err) {
+			if err != nil && !mayHaveLanded(err) {
 				tried.Add(-1)
 			}
 			if done {
@@ -688,7 +688,7 @@ func (ops *Ops) deletePhase(ctx context.Context, in *intent, check func() error,
 		return ops.phase(ctx, in, "delete", check, jt, func(ctx context.Context, e entry) error {
 			tried.Add(1)
 			if err := ops.deleteOne(ctx, in, e, c); err != nil {
-				if !mayHaveLanded(ctx, err) {
+				if !mayHaveLanded(err) {
 					tried.Add(-1)
 				}
 				return err
@@ -755,7 +755,7 @@ func (ops *Ops) deletePhase(ctx context.Context, in *intent, check func() error,
 					tried.Add(int64(len(batch)))
 					failed, err := ops.s.DeleteMany(gctx, batch, 1)
 					if err != nil {
-						if !mayHaveLanded(gctx, err) {
+						if !mayHaveLanded(err) {
 							tried.Add(-int64(len(batch)))
 						}
 						return err
@@ -1265,9 +1265,9 @@ func (e *InterruptedError) State() string {
 
 // mayHaveLanded: a request that failed with err may still have been
 // applied (its outcome is unknown, or its context ended while it was on
-// its way), rather than refused.
-func mayHaveLanded(ctx context.Context, err error) bool {
-	return errors.Is(err, objstore.ErrAmbiguous) || ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+// its way), rather than refused (a full disk).
+func mayHaveLanded(err error) bool {
+	return errors.Is(err, objstore.ErrAmbiguous) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // atLeast is n, preceded by "at least" when steps were under way.
