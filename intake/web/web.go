@@ -6,8 +6,9 @@
 // front-end build, and every view works without JavaScript.
 //
 // Routes: GET / (the page), GET /api/v1/status (the same as JSON), POST
-// /api/v1/replay (the API's action) and POST /actions/replay (the page's
-// forms). Who may use them:
+// /api/v1/replay (the API's action), POST /actions/replay (the page's
+// forms) and POST /actions/login and /actions/logout (the operator's
+// session). Who may use them:
 //
 //   - Reading (GET / and GET /api/v1/status) is open to anyone who can reach
 //     the port unless Options.ReadToken is set. What it shows is bucket names,
@@ -29,6 +30,19 @@
 //     scheme's default port is the same as none) or one of
 //     Options.AllowedOrigins (the origin a TLS-terminating proxy serves the
 //     page at, say).
+//   - The operator gives the token once per login: the page's login form
+//     (CSRF token and operator token, same origin) sets a cookie
+//     cairn_operator holding a random session id, never the token (HttpOnly,
+//     SameSite=Strict, Path=/, Secure when the page is served over TLS or
+//     its Origin is https, Max-Age 15 minutes). The session ends 15 minutes
+//     after the login whether used or not (not sliding), at logout (the
+//     server forgets it), or when the process stops. The page shown to a
+//     session carries that session's own CSRF token in its forms and no
+//     token fields; a replay with the cookie needs that CSRF token (a cookie
+//     without the page, or the page without the cookie, does nothing), and
+//     the Origin check and the count the page showed apply as before. Forms
+//     posted without a session still work with the page's CSRF token and
+//     the operator token as a field. A live session also grants reading.
 //   - A replay is of one record, named by bucket and key, or explicitly of
 //     all records of a status (default dead): {"all": true} in the API, the
 //     page's separate "Replay all N dead letters" form. A request with neither
@@ -224,14 +238,21 @@ type handler struct {
 	operator, read secret
 	origins        []string // AllowedOrigins, normalised
 	flashes        *flashes
+	sessions       *sessions
+	now            func() time.Time // the clock sessions end by
 	groups         groupCache
 }
 
 // Handler returns the page (GET /), the API (GET /api/v1/status, POST
-// /api/v1/replay) and the form action (POST /actions/replay), to mount on
-// the daemon's mux. The page reads and replays through l, which must not be
-// nil; opts may be nil (the defaults).
+// /api/v1/replay) and the form actions (POST /actions/replay,
+// /actions/login, /actions/logout), to mount on the daemon's mux. The page
+// reads and replays through l, which must not be nil; opts may be nil (the
+// defaults).
 func Handler(l *ledger.Ledger, opts *Options) http.Handler {
+	return newHandler(l, opts).routes()
+}
+
+func newHandler(l *ledger.Ledger, opts *Options) *handler {
 	if l == nil {
 		panic("web: Handler needs a ledger")
 	}
@@ -242,24 +263,30 @@ func Handler(l *ledger.Ledger, opts *Options) http.Handler {
 	if o.Title == "" {
 		o.Title = "cairn"
 	}
-	h := &handler{l: l, o: o, csrf: rand.Text(), operator: newSecret(o.OperatorToken), read: newSecret(o.ReadToken), flashes: newFlashes()}
+	h := &handler{l: l, o: o, csrf: rand.Text(), operator: newSecret(o.OperatorToken), read: newSecret(o.ReadToken), flashes: newFlashes(), sessions: newSessions(), now: time.Now}
 	for _, s := range o.AllowedOrigins {
 		if n, ok := normOrigin(s); ok {
 			h.origins = append(h.origins, n)
 		}
 	}
+	return h
+}
+
+func (h *handler) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", h.page)
 	mux.HandleFunc("GET /api/v1/status", h.apiStatus)
 	mux.HandleFunc("POST /api/v1/replay", h.apiReplay)
 	mux.HandleFunc("POST /actions/replay", h.formReplay)
+	mux.HandleFunc("POST /actions/login", h.formLogin)
+	mux.HandleFunc("POST /actions/logout", h.formLogout)
 	return mux
 }
 
 // Mount adds the page's routes (Handler's) to mux.
 func Mount(mux *http.ServeMux, l *ledger.Ledger, opts *Options) {
 	h := Handler(l, opts)
-	for _, p := range []string{"GET /{$}", "GET /api/v1/status", "POST /api/v1/replay", "POST /actions/replay"} {
+	for _, p := range []string{"GET /{$}", "GET /api/v1/status", "POST /api/v1/replay", "POST /actions/replay", "POST /actions/login", "POST /actions/logout"} {
 		mux.Handle(p, h)
 	}
 }
@@ -353,8 +380,16 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 		DeadTotal          int
 		Filtered           bool
 		NextURL, FirstURL  string
+		// LoggedIn: the request carries a live operator session (its
+		// forms then carry the session's CSRF token and no token field)
+		// until LoginUntil.
+		LoggedIn   bool
+		LoginUntil time.Time
 	}{Status: st, Title: h.o.Title, CSRF: h.csrf, Flash: h.flashes.get(r.URL.Query().Get("flash")), DeadTotal: st.Counts[string(ledger.Dead)],
 		Filtered: q.active()}
+	if se, ok, _ := h.sessionOf(r); ok && st.Actions {
+		data.LoggedIn, data.LoginUntil, data.CSRF = true, se.until, se.csrf
+	}
 	if st.DeadNext != "" {
 		v := q.query()
 		v.Set("after", st.DeadNext)
