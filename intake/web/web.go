@@ -124,6 +124,8 @@ type Options struct {
 	// Activity, if set, returns processed counts per minute, oldest first.
 	Activity func() []int
 	// LastAudit, if set, returns the last audit's report (nil if none yet).
+	// Default: the summary the last audit, however it was run, left in the
+	// ledger (package audit's Summary, under ledger.AuditNote).
 	LastAudit func() *Audit
 	// Refusals, if set, returns the messages the intake refused since it
 	// started (intake.Pipeline.Refusals), the most recent first.
@@ -158,6 +160,56 @@ type Audit struct {
 	Counts      map[string]int
 	Findings    []AuditFinding
 	Detail      any
+	// By: who ran it (host/pid, or "serve host/pid"); DryRun: it
+	// resubmitted nothing (Resubmitted is what it would have); Seconds it
+	// took; MoreFindings not listed in Findings; Error why it failed.
+	By           string
+	DryRun       bool
+	Seconds      float64
+	MoreFindings int
+	Error        string
+}
+
+// auditNote is the JSON of package audit's Summary, as far as the page
+// shows it (the page does not import package audit).
+type auditNote struct {
+	By           string         `json:"by"`
+	Started      time.Time      `json:"started"`
+	Seconds      float64        `json:"seconds"`
+	DryRun       bool           `json:"dry_run"`
+	Listed       int64          `json:"listed"`
+	Counts       map[string]int `json:"counts"`
+	Resubmitted  int            `json:"resubmitted"`
+	MoreFindings int            `json:"more_findings"`
+	Error        string         `json:"error"`
+	Findings     []struct {
+		Key        string `json:"key"`
+		Class      string `json:"class"`
+		ETag       string `json:"etag"`
+		LedgerETag string `json:"ledger_etag"`
+	} `json:"findings"`
+}
+
+// lastAudit reads the last audit's summary from the ledger: nil if none
+// (or the backend keeps no notes); /api/v1/status returns it unchanged.
+func lastAudit(ctx context.Context, l *ledger.Ledger) (*Audit, error) {
+	b, err := l.Note(ctx, ledger.AuditNote)
+	if errors.Is(err, ledger.ErrNoNotes) || (err == nil && b == nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var n auditNote
+	if err := json.Unmarshal(b, &n); err != nil {
+		return &Audit{Error: "the last audit's summary in the ledger is unreadable: " + err.Error()}, nil
+	}
+	a := &Audit{Started: n.Started, Listed: n.Listed, Resubmitted: n.Resubmitted, Counts: n.Counts, Detail: json.RawMessage(b),
+		By: n.By, DryRun: n.DryRun, Seconds: n.Seconds, MoreFindings: n.MoreFindings, Error: n.Error}
+	for _, f := range n.Findings {
+		a.Findings = append(a.Findings, AuditFinding{Class: f.Class, Key: f.Key, ETag: f.ETag, LedgerETag: f.LedgerETag})
+	}
+	return a, nil
 }
 
 // AuditFinding is one object the audit found out of step with the ledger.
@@ -351,6 +403,8 @@ func (h *handler) status(ctx context.Context, q deadQuery) (*Status, error) {
 	}
 	if h.o.LastAudit != nil {
 		st.Audit = h.o.LastAudit()
+	} else if st.Audit, err = lastAudit(ctx, l); err != nil {
+		return nil, err
 	}
 	st.Refusals = []Refusal{}
 	if h.o.Refusals != nil {
