@@ -130,6 +130,11 @@ type Options struct {
 	// Refusals, if set, returns the messages the intake refused since it
 	// started (intake.Pipeline.Refusals), the most recent first.
 	Refusals func() []Refusal
+	// RecentRefusals, if set, returns the latest refused messages one by one
+	// (intake.Pipeline.RecentRefusals), the most recent first; RefusedTotal
+	// how many were refused since the start (intake.Pipeline.RefusedTotal).
+	RecentRefusals func() []RecentRefusal
+	RefusedTotal   func() int64
 	// Title of the page. Default "cairn".
 	Title string
 }
@@ -247,6 +252,19 @@ type Refusal struct {
 	Detail string    `json:"detail"`
 }
 
+// RecentRefusal is one refused message as the page lists it (the fields of
+// intake.RecentRefusal): when, from which source, why, the key kept or
+// refused (exact in the API, escaped on the page), and what was done.
+type RecentRefusal struct {
+	Time   time.Time `json:"time"`
+	Source string    `json:"source"`
+	Reason string    `json:"reason"`
+	Count  int       `json:"count"`
+	Key    string    `json:"key,omitempty"`
+	Answer string    `json:"answer"`
+	Detail string    `json:"detail,omitempty"`
+}
+
 // Status is what the page shows; GET /api/v1/status returns it as JSON.
 type Status struct {
 	Now           time.Time       `json:"now"`
@@ -281,6 +299,12 @@ type Status struct {
 	Refusals        []Refusal    `json:"refusals"`
 	Audit           *Audit       `json:"last_audit,omitempty"`
 	Actions         bool         `json:"actions_enabled"`
+
+	// RefusedTotal is how many messages the intake refused since it
+	// started (cairn_intake_rejected_total's sum); RecentRefusals the
+	// latest (at most 20), the most recent first.
+	RefusedTotal   int64           `json:"refused_total"`
+	RecentRefusals []RecentRefusal `json:"recent_refusals"`
 }
 
 type handler struct {
@@ -409,6 +433,13 @@ func (h *handler) status(ctx context.Context, q deadQuery) (*Status, error) {
 	st.Refusals = []Refusal{}
 	if h.o.Refusals != nil {
 		st.Refusals = append(st.Refusals, h.o.Refusals()...)
+	}
+	st.RecentRefusals = []RecentRefusal{}
+	if h.o.RecentRefusals != nil {
+		st.RecentRefusals = append(st.RecentRefusals, h.o.RecentRefusals()...)
+	}
+	if h.o.RefusedTotal != nil {
+		st.RefusedTotal = h.o.RefusedTotal()
 	}
 	return st, nil
 }

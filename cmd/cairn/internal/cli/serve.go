@@ -280,6 +280,14 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		}
 		return out
 	}
+	wo.RefusedTotal = p.RefusedTotal
+	wo.RecentRefusals = func() []web.RecentRefusal {
+		var out []web.RecentRefusal
+		for _, r := range p.RecentRefusals() {
+			out = append(out, web.RecentRefusal(r))
+		}
+		return out
+	}
 	// The last audit, however it was run (this job, cairn audit, another
 	// process), is the one its summary in the ledger names: the page reads it.
 	wo.Activity = p.Activity
