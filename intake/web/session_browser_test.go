@@ -1,14 +1,12 @@
 package web_test
 
 import (
-	"context"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/cairn-s3/cairn/intake/web"
@@ -18,8 +16,8 @@ import (
 
 // TestOperatorLoginInChromium: in a real Chromium the operator logs in once,
 // replays two dead letters without giving the token again, and logs out;
-// the page's script cannot read the cookie (HttpOnly), the cookie is
-// SameSite=Strict and not the token, and after the logout the forms ask for
+// the page's script cannot read the cookie (HttpOnly; its other attributes
+// are checked by TestOperatorLogin), and after the logout the forms ask for
 // the token again (issue 38).
 func TestOperatorLoginInChromium(t *testing.T) {
 	bin := testenv.Chromium(t)
@@ -29,7 +27,6 @@ func TestOperatorLoginInChromium(t *testing.T) {
 	ctx := browser(t, bin)
 	var before, after, fieldsLoggedIn, fieldsLoggedOut int
 	var state, flash1, flash2, script, bye string
-	var cookies []*network.Cookie
 	var shot []byte
 	err := chromedp.Run(ctx,
 		chromedp.Navigate(srv.URL+"/"),
@@ -41,11 +38,6 @@ func TestOperatorLoginInChromium(t *testing.T) {
 		chromedp.Text(`#login-state`, &state, chromedp.ByID),
 		chromedp.Evaluate(`document.querySelectorAll("input[name=token]").length`, &fieldsLoggedIn),
 		chromedp.Evaluate(`document.cookie`, &script),
-		chromedp.ActionFunc(func(ctx context.Context) error {
-			var err error
-			cookies, err = network.GetCookies().Do(ctx)
-			return err
-		}),
 		chromedp.FullScreenshot(&shot, 100),
 		chromedp.Click(`form.replay button`, chromedp.ByQuery),
 		chromedp.WaitVisible(`//section[@id="flash"][contains(., "dead-0.jpg")]`, chromedp.BySearch),
@@ -67,9 +59,6 @@ func TestOperatorLoginInChromium(t *testing.T) {
 	}
 	if !strings.Contains(state, "Logged in as operator until") || script != "" {
 		t.Fatalf("logged in: %q; the page's script reads cookies %q", state, script)
-	}
-	if len(cookies) != 1 || !cookies[0].HTTPOnly || cookies[0].SameSite != network.CookieSameSiteStrict || strings.Contains(cookies[0].Value, "op-secret") {
-		t.Fatalf("cookies in the browser: %+v", cookies)
 	}
 	if !strings.Contains(flash1, "replayed 1 record") || !strings.Contains(flash2, "replayed 1 record") || bye != "logged out" {
 		t.Fatalf("flashes %q, %q, %q", flash1, flash2, bye)
