@@ -132,6 +132,9 @@ type Options struct {
 	// listed (counted in Listed) but neither judged nor resubmitted. cairn
 	// serve skips cairn's own objects so (cairn.OwnKey), as its intake does.
 	Skip func(key string) bool
+	// By names who ran the audit in its Summary. Default: this process,
+	// as host/pid; cairn serve's audit job says "serve host/pid".
+	By string
 	// Objects, if set, replaces the LIST: e.g. the rows of an S3 Inventory
 	// report (see Inventory). Objects outside Prefixes are skipped. Gone
 	// objects are not looked for (an inventory's rows are not in key order).
@@ -159,6 +162,9 @@ type Report struct {
 	DryRun      bool           `json:"dry_run,omitempty"`
 	Started     time.Time      `json:"started"`
 	Seconds     float64        `json:"seconds"`
+	// SummaryError, if set, says why the audit's Summary could not be kept
+	// in the ledger (the audit itself is done).
+	SummaryError string `json:"summary_error,omitempty"`
 }
 
 type auditor struct {
@@ -174,9 +180,26 @@ type auditor struct {
 // Run audits s, the bucket (or a prefix of it) whose events carry the bucket
 // name bucket (what the ledger keys records by), against the ledger l, and
 // resubmits to l what it finds out of step; opts may be nil (the defaults).
+//
+// Every audit, finished or failed, then leaves its Summary in the ledger
+// (see Summary); Report.SummaryError says if that failed.
 func Run(ctx context.Context, s *objstore.Store, l *ledger.Ledger, bucket string, opts *Options) (*Report, error) {
+	rep, o, err := run(ctx, s, l, bucket, opts)
+	if rep == nil {
+		return nil, err
+	}
+	if serr := recordSummary(ctx, l, rep, o, err); serr != nil {
+		rep.SummaryError = serr.Error()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+func run(ctx context.Context, s *objstore.Store, l *ledger.Ledger, bucket string, opts *Options) (*Report, Options, error) {
 	if s == nil || l == nil || bucket == "" {
-		return nil, errors.New("audit: a store, a ledger and a bucket name are required")
+		return nil, Options{}, errors.New("audit: a store, a ledger and a bucket name are required")
 	}
 	var o Options
 	if opts != nil {
@@ -204,17 +227,17 @@ func Run(ctx context.Context, s *objstore.Store, l *ledger.Ledger, bucket string
 	a.rep.Started = a.now
 	prefixes, err := a.fanOut(ctx)
 	if err != nil {
-		return nil, err
+		return a.failed(o, err)
 	}
 	if o.Objects != nil {
 		if err := a.fromObjects(ctx); err != nil {
-			return nil, err
+			return a.failed(o, err)
 		}
 	} else if o.Parallel <= 1 {
 		// One pass: the listing and the ledger, both in key order, merged.
 		for _, p := range o.Prefixes {
 			if err := a.merge(ctx, p); err != nil {
-				return nil, err
+				return a.failed(o, err)
 			}
 		}
 	} else {
@@ -224,17 +247,25 @@ func Run(ctx context.Context, s *objstore.Store, l *ledger.Ledger, bucket string
 			g.Go(func() error { return a.listPrefix(gctx, p) })
 		}
 		if err := g.Wait(); err != nil {
-			return nil, err
+			return a.failed(o, err)
 		}
 		for _, p := range o.Prefixes {
 			if err := a.gone(ctx, p); err != nil {
-				return nil, err
+				return a.failed(o, err)
 			}
 		}
 	}
 	slices.SortFunc(a.rep.Findings, func(x, y Finding) int { return strings.Compare(x.Key, y.Key) })
 	a.rep.Seconds = time.Since(a.now).Seconds()
-	return a.rep, nil
+	return a.rep, o, nil
+}
+
+// failed is an audit stopped by err, with what it had found.
+func (a *auditor) failed(o Options, err error) (*Report, Options, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.rep.Seconds = time.Since(a.now).Seconds()
+	return a.rep, o, err
 }
 
 // fromObjects judges Options.Objects under the prefixes.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -307,7 +308,11 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 	jt := &journalTimer{}
 	defer func() { res.JournalSeconds += jt.seconds() }()
 	phase := "manifest"
-	var copied, deleted atomic.Int64
+	// copied and deleted count confirmed steps; tried counts the steps of
+	// the current phase begun, so tried minus the phase's confirmed ones is
+	// how many were under way when it stopped (a request the client gave
+	// up on can still land).
+	var copied, deleted, tried atomic.Int64
 	// However it stops — its context ended, or a request failed (a full
 	// disk, a store gone away) — an operation says what it left and what
 	// finishes it: the journal is written, so a roll-forward will.
@@ -317,6 +322,12 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 		if err != nil && !errors.Is(err, ErrLockLost) && !errors.As(err, &ie) && !errors.As(err, &ce) {
 			err = &InterruptedError{Op: in.Op, Src: in.Src, Dst: in.Dst, Journal: in.ID, Phase: phase,
 				Objects: in.Objects, Copied: copied.Load(), Deleted: deleted.Load(), Failed: ctx.Err() == nil, Err: err}
+			switch phase {
+			case "copy":
+				err.(*InterruptedError).Unsure = max(0, tried.Load()-copied.Load())
+			case "delete":
+				err.(*InterruptedError).Unsure = max(0, tried.Load()-deleted.Load())
+			}
 			if !in.Complete {
 				err.(*InterruptedError).Objects = 0
 			}
@@ -364,7 +375,11 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 		phase = "copy"
 		t0 := time.Now()
 		if err := ops.phase(ctx, in, "copy", check, jt, func(ctx context.Context, e entry) error {
+			tried.Add(1)
 			done, err := ops.copyOne(ctx, in, e, conflicts, fresh)
+			if err != nil && !mayHaveLanded(err) {
+				tried.Add(-1)
+			}
 			if done {
 				skipped.Add(1)
 			}
@@ -382,6 +397,7 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 	}
 	if in.Op != opCopy {
 		phase = "delete"
+		tried.Store(deleted.Load())
 		if !in.Deleting {
 			in.Deleting = true
 			if etag, err = ops.saveTimed(ctx, in, etag, jt); err != nil {
@@ -389,7 +405,7 @@ func (ops *Ops) execute(ctx context.Context, in *intent, etag string, lost <-cha
 			}
 		}
 		t0 := time.Now()
-		if err := ops.deletePhase(ctx, in, check, jt, conflicts, &deleted); err != nil {
+		if err := ops.deletePhase(ctx, in, check, jt, conflicts, &deleted, &tried); err != nil {
 			return res, err
 		}
 		res.DeleteSeconds = time.Since(t0).Seconds()
@@ -663,14 +679,18 @@ func (ops *Ops) copyChecked(ctx context.Context, src, dst string, e entry, c *co
 // reads the current ETags and batch requests of deleteBatch keys delete the
 // matching ones, all under the folder's write lock. Up to Concurrency
 // batches are in flight, and the next chunk is read and listed meanwhile.
-func (ops *Ops) deletePhase(ctx context.Context, in *intent, check func() error, jt *journalTimer, c *conflicts, deleted *atomic.Int64) error {
+func (ops *Ops) deletePhase(ctx context.Context, in *intent, check func() error, jt *journalTimer, c *conflicts, deleted, tried *atomic.Int64) error {
 	caps, err := ops.s.Capabilities(ctx)
 	if err != nil {
 		return err
 	}
 	if caps.DeleteIfMatch {
 		return ops.phase(ctx, in, "delete", check, jt, func(ctx context.Context, e entry) error {
+			tried.Add(1)
 			if err := ops.deleteOne(ctx, in, e, c); err != nil {
+				if !mayHaveLanded(err) {
+					tried.Add(-1)
+				}
 				return err
 			}
 			deleted.Add(1)
@@ -724,6 +744,7 @@ func (ops *Ops) deletePhase(ctx context.Context, in *intent, check func() error,
 					doomedBytes += e.S
 				}
 			}
+			tried.Add(int64(len(entries) - len(doomed)))
 			done(len(entries)-len(doomed), goneBytes)
 			for len(doomed) > 0 && gctx.Err() == nil {
 				batch := doomed[:min(deleteBatch, len(doomed))]
@@ -731,8 +752,12 @@ func (ops *Ops) deletePhase(ctx context.Context, in *intent, check func() error,
 				share := doomedBytes * int64(len(batch)) / int64(len(batch)+len(doomed))
 				doomedBytes -= share
 				g.Go(func() error {
+					tried.Add(int64(len(batch)))
 					failed, err := ops.s.DeleteMany(gctx, batch, 1)
 					if err != nil {
+						if !mayHaveLanded(err) {
+							tried.Add(-int64(len(batch)))
+						}
 						return err
 					}
 					for k, err := range failed {
@@ -1197,8 +1222,11 @@ type InterruptedError struct {
 	Phase string
 	// Objects in the operation (0 before the manifest was complete); Copied
 	// and Deleted of them, by this run or an earlier one (a roll-forward
-	// counts the copies it found done).
-	Objects, Copied, Deleted int64
+	// counts the copies it found done). They count only confirmed steps:
+	// Unsure more (copies in phase "copy", deletes in phase "delete") were
+	// under way when it stopped, and each may or may not have landed (a
+	// request the client gave up on can still be applied by the store).
+	Objects, Copied, Deleted, Unsure int64
 	// Failed: a request failed (Err), the context had not ended.
 	Failed bool
 	// Err is the error the interruption caused (wraps the context's error),
@@ -1226,13 +1254,45 @@ func (e *InterruptedError) State() string {
 	case e.Phase == "manifest":
 		return "nothing was changed yet (the journal's list of objects was being written)"
 	case e.Phase == "copy":
-		return fmt.Sprintf("%d of %d objects copied to %s (the source is untouched)", e.Copied, e.Objects, e.Dst)
+		return fmt.Sprintf("%s of %d objects copied to %s (%sthe source is untouched)", e.atLeast(e.Copied), e.Objects, e.Dst, e.unsure("copies"))
 	case e.Phase == "delete" && e.Op == opDelete:
-		return fmt.Sprintf("%d of %d objects deleted from %s", e.Deleted, e.Objects, e.Src)
+		return fmt.Sprintf("%s of %d objects deleted from %s%s", e.atLeast(e.Deleted), e.Objects, e.Src, e.paren("deletes"))
 	case e.Phase == "delete":
-		return fmt.Sprintf("all %d objects copied to %s; %d of %d deleted from %s", e.Objects, e.Dst, e.Deleted, e.Objects, e.Src)
+		return fmt.Sprintf("all %d objects copied to %s; %s of %d deleted from %s%s", e.Objects, e.Dst, e.atLeast(e.Deleted), e.Objects, e.Src, e.paren("deletes"))
 	}
 	return fmt.Sprintf("all %d objects done; only the journal's removal was left", e.Objects)
+}
+
+// mayHaveLanded: a request that failed with err may still have been
+// applied (its outcome is unknown, or its context ended while it was on
+// its way), rather than refused (a full disk).
+func mayHaveLanded(err error) bool {
+	return errors.Is(err, objstore.ErrAmbiguous) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// atLeast is n, preceded by "at least" when steps were under way.
+func (e *InterruptedError) atLeast(n int64) string {
+	if e.Unsure > 0 {
+		return "at least " + strconv.FormatInt(n, 10)
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// unsure names the steps under way when the operation stopped, as a
+// clause ending in "; " ("" if none).
+func (e *InterruptedError) unsure(what string) string {
+	if e.Unsure == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d more %s were under way when it stopped and may have landed; ", e.Unsure, what)
+}
+
+// paren is unsure's clause in parentheses after a space, or "".
+func (e *InterruptedError) paren(what string) string {
+	if e.Unsure == 0 {
+		return ""
+	}
+	return " (" + strings.TrimSuffix(e.unsure(what), "; ") + ")"
 }
 
 // Journaled reports whether a roll-forward will finish (or, if it may no

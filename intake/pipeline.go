@@ -251,7 +251,7 @@ func (p *Pipeline) Submit(ctx context.Context, source string, evs []event.Event)
 			continue
 		}
 		if err := ev.Validate(); err != nil {
-			p.Refused(source, 1)
+			p.reject(source, "invalid_record", 1, refusalNote{answer: "refused: Submit returned ErrInvalidEvent to the source", key: ev.Bucket + "/" + ev.Key, detail: err.Error()})
 			return nil, fmt.Errorf("intake: event %d of %d: %w: %w", i+1, len(evs), ErrInvalidEvent, err)
 		}
 		if !p.o.ProcessOwnObjects {

@@ -210,25 +210,42 @@ func (p *Pipeline) replayRefused(ctx context.Context, w Work) (string, error) {
 }
 
 // Refused counts n messages source refused without submitting them, in
-// cairn_intake_rejected_total (reason invalid_record); see Sink.
+// cairn_intake_rejected_total (reason invalid_record), and shows them on the
+// status page (Refusals, RecentRefusals); see Sink.
 func (p *Pipeline) Refused(source string, n int) {
 	if n > 0 {
-		p.reject(source, "invalid_record", n)
+		p.reject(source, "invalid_record", n, refusalNote{answer: "refused by the source (left to the queue's redrive policy; its log says why)"})
 	}
 }
 
+// refusalNote is what the page shows of one refused message besides its source
+// and reason.
+type refusalNote struct {
+	// metric is cairn_intake_rejected_total's reason when it differs from
+	// the page's (a content class: the metric's is coarser).
+	metric              string
+	answer, key, detail string
+}
+
 // reject counts n refusals by source for reason in
-// cairn_intake_rejected_total: the one place that counts them (the webhook's
-// refusals, Submit's, and a source's through Refused).
-func (p *Pipeline) reject(source, reason string, n int) {
-	p.m.rejected.WithLabelValues(source, reason).Add(float64(n))
+// cairn_intake_rejected_total and keeps them for the status page and its
+// API: the one place that does both (the webhook's refusals, Submit's, and
+// a source's through Refused), so that every refusal the metric counts is
+// also on the page.
+func (p *Pipeline) reject(source, reason string, n int, r refusalNote) {
+	metric := reason
+	if r.metric != "" {
+		metric = r.metric
+	}
+	p.m.rejected.WithLabelValues(source, metric).Add(float64(n))
+	p.refusals.note(source, reason, r.answer, r.key, r.detail, n)
 }
 
 // noteRefused counts and logs a refused message Submit records.
 func (p *Pipeline) noteRefused(source string, ev event.Event) {
 	class := strings.TrimPrefix(ev.Name, RefusedPrefix)
-	p.reject(source, metricReason(class), 1)
-	p.refusals.note(source, class, "kept as a dead letter: "+RefusedBucket+"/"+ev.Key, ev.RequestID)
+	p.reject(source, class, 1, refusalNote{metric: metricReason(class), answer: "kept as a dead letter: " + RefusedBucket + "/" + ev.Key,
+		key: RefusedBucket + "/" + ev.Key, detail: ev.RequestID})
 }
 
 // refusalEvery is how often the log repeats a refusal it has already
@@ -240,9 +257,12 @@ const refusalEvery = time.Minute
 type Refusal struct {
 	Source string `json:"source"`
 	// Reason: a content class (Malformed, UnknownFormat, UnknownEventType,
-	// TooLarge: kept as dead letters) or a wiring refusal of the webhook
+	// TooLarge: kept as dead letters), a wiring refusal of the webhook
 	// (unauthorized, origin, host, content_type, method: answered 4xx, fixed
-	// by configuration, after which the sender's retries deliver).
+	// by configuration, after which the sender's retries deliver),
+	// unavailable (the ledger did not record: answered 503, retried by the
+	// sender) or invalid_record (an event Submit refused, or a message a
+	// source refused itself: Sink.Refused).
 	Reason string    `json:"reason"`
 	Count  int64     `json:"count"`
 	First  time.Time `json:"first"`
@@ -257,22 +277,47 @@ type Refusal struct {
 	suppressed int64     // refusals since then the log did not show
 }
 
+// RecentRefusal is one refused message (or n of one source and reason at
+// once), for the status page's list of the latest (Pipeline.RecentRefusals).
+type RecentRefusal struct {
+	Time   time.Time `json:"time"`
+	Source string    `json:"source"`
+	Reason string    `json:"reason"`
+	// Count is how many messages this entry stands for (a source may
+	// report several at once); usually 1.
+	Count int `json:"count"`
+	// Key names what was kept or refused, if anything: the dead letter
+	// (cairn:refused/HASH) a content refusal was kept as, or the bucket/key
+	// of an event the intake refused. Exact bytes: the page shows it
+	// escaped.
+	Key    string `json:"key,omitempty"`
+	Answer string `json:"answer"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// recentRefusals is how many refusals RecentRefusals keeps.
+const recentRefusals = 20
+
 // refusalLog logs refusals at warn, rate-limited (the first of each source
 // and reason at once, then at most one line per refusalEvery saying how many
-// followed), and keeps them for Pipeline.Refusals.
+// followed), and keeps them for Pipeline.Refusals, RecentRefusals and
+// RefusedTotal.
 type refusalLog struct {
-	log *slog.Logger
-	mu  sync.Mutex
-	m   map[[2]string]*Refusal
+	log    *slog.Logger
+	mu     sync.Mutex
+	m      map[[2]string]*Refusal
+	recent []RecentRefusal // the latest, oldest first, at most recentRefusals
+	total  int64
 }
 
 func newRefusalLog(log *slog.Logger) *refusalLog {
 	return &refusalLog{log: log, m: map[[2]string]*Refusal{}}
 }
 
-func (l *refusalLog) note(source, reason, answer, detail string) {
+func (l *refusalLog) note(source, reason, answer, key, detail string, n int) {
 	now := time.Now()
 	detail = clipText(detail, maxReason)
+	key = clipText(key, 2*event.MaxKeyLen)
 	l.mu.Lock()
 	k := [2]string{source, reason}
 	r := l.m[k]
@@ -280,8 +325,13 @@ func (l *refusalLog) note(source, reason, answer, detail string) {
 		r = &Refusal{Source: source, Reason: reason, First: now}
 		l.m[k] = r
 	}
-	r.Count++
+	r.Count += int64(n)
+	l.total += int64(n)
 	r.Last, r.Answer, r.Detail = now, answer, detail
+	if len(l.recent) == recentRefusals {
+		l.recent = append(l.recent[:0], l.recent[1:]...)
+	}
+	l.recent = append(l.recent, RecentRefusal{Time: now, Source: source, Reason: reason, Count: n, Key: key, Answer: answer, Detail: detail})
 	if !r.logged.IsZero() && now.Sub(r.logged) < refusalEvery {
 		r.suppressed++
 		l.mu.Unlock()
@@ -290,8 +340,30 @@ func (l *refusalLog) note(source, reason, answer, detail string) {
 	suppressed, total := r.suppressed, r.Count
 	r.logged, r.suppressed = now, 0
 	l.mu.Unlock()
-	l.log.Warn("message refused", "source", source, "reason", reason, "answer", answer, "detail", detail,
+	l.log.Warn("message refused", "source", source, "reason", reason, "answer", answer, "key", key, "detail", detail,
 		"more_since_last_logged", suppressed, "total", total)
+}
+
+// RecentRefusals returns the latest refused messages (at most 20), the most
+// recent first.
+func (p *Pipeline) RecentRefusals() []RecentRefusal {
+	l := p.refusals
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]RecentRefusal, len(l.recent))
+	for i, r := range l.recent {
+		out[len(out)-1-i] = r
+	}
+	return out
+}
+
+// RefusedTotal is how many messages were refused since the pipeline
+// started: the sum of cairn_intake_rejected_total's series of this pipeline.
+func (p *Pipeline) RefusedTotal() int64 {
+	l := p.refusals
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
 }
 
 // Refusals returns the messages refused since the pipeline started, per

@@ -187,8 +187,7 @@ func (p *Pipeline) Webhook(o WebhookOptions) http.Handler {
 	}
 	// refuse notes a refusal of the sender's wiring (answered already).
 	refuse := func(reason string, status int, detail string) {
-		p.reject(o.Source, reason, 1)
-		p.refusals.note(o.Source, reason, "answered "+strconv.Itoa(status), detail)
+		p.reject(o.Source, reason, 1, refusalNote{answer: "answered " + strconv.Itoa(status), detail: detail})
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -243,7 +242,7 @@ func (p *Pipeline) Webhook(o WebhookOptions) http.Handler {
 		defer cancel()
 		ds, err := p.Submit(ctx, o.Source, all)
 		if err != nil {
-			p.reject(o.Source, "unavailable", 1)
+			p.reject(o.Source, "unavailable", 1, refusalNote{answer: "answered 503 (the sender retries)", detail: err.Error()})
 			w.Header().Set("Retry-After", "1")
 			reply(w, http.StatusServiceUnavailable, WebhookResponse{Error: "the ledger did not record the events: " + err.Error()})
 			return

@@ -23,6 +23,8 @@ package auditjob
 import (
 	"context"
 	"log/slog"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/cairn-s3/cairn/audit"
@@ -55,8 +57,15 @@ func New(s *objstore.Store, l *ledger.Ledger, bucket string, every time.Duration
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	var ao audit.Options
+	if op.Audit != nil {
+		ao = *op.Audit
+	}
+	if ao.By == "" {
+		ao.By = "serve " + whoAmI() // in the ledger's summary of each audit
+	}
 	return intake.Job{Name: "audit", Every: every, Run: func(ctx context.Context) error {
-		rep, err := audit.Run(ctx, s, l, bucket, op.Audit)
+		rep, err := audit.Run(ctx, s, l, bucket, &ao)
 		if err != nil {
 			return err
 		}
@@ -67,8 +76,20 @@ func New(s *objstore.Store, l *ledger.Ledger, bucket string, every time.Duration
 		if rep.Resubmitted > 0 {
 			lvl = slog.LevelWarn // events were lost
 		}
+		if rep.SummaryError != "" {
+			log.Warn("the audit's summary was not kept in the ledger: the status page shows an older one", "err", rep.SummaryError)
+		}
 		log.Log(ctx, lvl, "audit done", "listed", rep.Listed, "resubmitted", rep.Resubmitted, "missing", rep.Counts[audit.Missing],
 			"changed", rep.Counts[audit.Changed], "gone", rep.Counts[audit.Gone], "dead", rep.Counts[audit.Dead], "seconds", rep.Seconds)
 		return nil
 	}}
+}
+
+// whoAmI is this process as host/pid.
+func whoAmI() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return host + "/" + strconv.Itoa(os.Getpid())
 }

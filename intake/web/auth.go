@@ -30,9 +30,12 @@ func (s secret) matches(got string) bool {
 }
 
 // readOK: no read token is configured, or the request carries it or the
-// operator token.
+// operator token, or a live operator session's cookie.
 func (h *handler) readOK(r *http.Request) bool {
 	if !h.read.set {
+		return true
+	}
+	if _, ok, _ := h.sessionOf(r); ok {
 		return true
 	}
 	tok := readCredential(r)

@@ -3,7 +3,6 @@ package web
 import (
 	"cmp"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -211,29 +210,11 @@ func (h *handler) apiReplay(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]int{"replayed": n})
 }
 
-// formReplay is the page's Replay buttons: same origin, CSRF token, operator
-// token; then back to the page, with the server's message.
+// formReplay is the page's Replay buttons: same origin; a login's session
+// cookie and its CSRF token, or the page's CSRF token and the operator token
+// (see actionAllowed); then back to the page, with the server's message.
 func (h *handler) formReplay(w http.ResponseWriter, r *http.Request) {
-	if ok, own := h.originOK(r); !ok {
-		http.Error(w, "cross-origin request refused: it came from "+quote(r.Header.Get("Origin"))+", not from this page's origin "+quote(own)+
-			"; if a proxy serves the page at that origin, allow it (Options.AllowedOrigins, cairn serve --status-allow-origin)", http.StatusForbidden)
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "bad form: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	if subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf")), []byte(h.csrf)) != 1 {
-		http.Error(w, "stale or missing form token: reload the page", http.StatusForbidden)
-		return
-	}
-	if !h.operator.set {
-		http.Error(w, "actions are disabled: cairn serve was started without an operator token", http.StatusUnauthorized)
-		return
-	}
-	if !h.operator.matches(r.PostForm.Get("token")) {
-		http.Error(w, "wrong operator token", http.StatusUnauthorized)
+	if !h.formGuard(w, r) || !h.actionAllowed(w, r) {
 		return
 	}
 	q, err := formRequest(r)

@@ -6,8 +6,9 @@
 // front-end build, and every view works without JavaScript.
 //
 // Routes: GET / (the page), GET /api/v1/status (the same as JSON), POST
-// /api/v1/replay (the API's action) and POST /actions/replay (the page's
-// forms). Who may use them:
+// /api/v1/replay (the API's action), POST /actions/replay (the page's
+// forms) and POST /actions/login and /actions/logout (the operator's
+// session). Who may use them:
 //
 //   - Reading (GET / and GET /api/v1/status) is open to anyone who can reach
 //     the port unless Options.ReadToken is set. What it shows is bucket names,
@@ -29,6 +30,19 @@
 //     scheme's default port is the same as none) or one of
 //     Options.AllowedOrigins (the origin a TLS-terminating proxy serves the
 //     page at, say).
+//   - The operator gives the token once per login: the page's login form
+//     (CSRF token and operator token, same origin) sets a cookie
+//     cairn_operator holding a random session id, never the token (HttpOnly,
+//     SameSite=Strict, Path=/, Secure when the page is served over TLS or
+//     its Origin is https, Max-Age 15 minutes). The session ends 15 minutes
+//     after the login whether used or not (not sliding), at logout (the
+//     server forgets it), or when the process stops. The page shown to a
+//     session carries that session's own CSRF token in its forms and no
+//     token fields; a replay with the cookie needs that CSRF token (a cookie
+//     without the page, or the page without the cookie, does nothing), and
+//     the Origin check and the count the page showed apply as before. Forms
+//     posted without a session still work with the page's CSRF token and
+//     the operator token as a field. A live session also grants reading.
 //   - A replay is of one record, named by bucket and key, or explicitly of
 //     all records of a status (default dead): {"all": true} in the API, the
 //     page's separate "Replay all N dead letters" form. A request with neither
@@ -110,10 +124,17 @@ type Options struct {
 	// Activity, if set, returns processed counts per minute, oldest first.
 	Activity func() []int
 	// LastAudit, if set, returns the last audit's report (nil if none yet).
+	// Default: the summary the last audit, however it was run, left in the
+	// ledger (package audit's Summary, under ledger.AuditNote).
 	LastAudit func() *Audit
 	// Refusals, if set, returns the messages the intake refused since it
 	// started (intake.Pipeline.Refusals), the most recent first.
 	Refusals func() []Refusal
+	// RecentRefusals, if set, returns the latest refused messages one by one
+	// (intake.Pipeline.RecentRefusals), the most recent first; RefusedTotal
+	// how many were refused since the start (intake.Pipeline.RefusedTotal).
+	RecentRefusals func() []RecentRefusal
+	RefusedTotal   func() int64
 	// Title of the page. Default "cairn".
 	Title string
 }
@@ -144,6 +165,56 @@ type Audit struct {
 	Counts      map[string]int
 	Findings    []AuditFinding
 	Detail      any
+	// By: who ran it (host/pid, or "serve host/pid"); DryRun: it
+	// resubmitted nothing (Resubmitted is what it would have); Seconds it
+	// took; MoreFindings not listed in Findings; Error why it failed.
+	By           string
+	DryRun       bool
+	Seconds      float64
+	MoreFindings int
+	Error        string
+}
+
+// auditNote is the JSON of package audit's Summary, as far as the page
+// shows it (the page does not import package audit).
+type auditNote struct {
+	By           string         `json:"by"`
+	Started      time.Time      `json:"started"`
+	Seconds      float64        `json:"seconds"`
+	DryRun       bool           `json:"dry_run"`
+	Listed       int64          `json:"listed"`
+	Counts       map[string]int `json:"counts"`
+	Resubmitted  int            `json:"resubmitted"`
+	MoreFindings int            `json:"more_findings"`
+	Error        string         `json:"error"`
+	Findings     []struct {
+		Key        string `json:"key"`
+		Class      string `json:"class"`
+		ETag       string `json:"etag"`
+		LedgerETag string `json:"ledger_etag"`
+	} `json:"findings"`
+}
+
+// lastAudit reads the last audit's summary from the ledger: nil if none
+// (or the backend keeps no notes); /api/v1/status returns it unchanged.
+func lastAudit(ctx context.Context, l *ledger.Ledger) (*Audit, error) {
+	b, err := l.Note(ctx, ledger.AuditNote)
+	if errors.Is(err, ledger.ErrNoNotes) || (err == nil && b == nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var n auditNote
+	if err := json.Unmarshal(b, &n); err != nil {
+		return &Audit{Error: "the last audit's summary in the ledger is unreadable: " + err.Error()}, nil
+	}
+	a := &Audit{Started: n.Started, Listed: n.Listed, Resubmitted: n.Resubmitted, Counts: n.Counts, Detail: json.RawMessage(b),
+		By: n.By, DryRun: n.DryRun, Seconds: n.Seconds, MoreFindings: n.MoreFindings, Error: n.Error}
+	for _, f := range n.Findings {
+		a.Findings = append(a.Findings, AuditFinding{Class: f.Class, Key: f.Key, ETag: f.ETag, LedgerETag: f.LedgerETag})
+	}
+	return a, nil
 }
 
 // AuditFinding is one object the audit found out of step with the ledger.
@@ -181,6 +252,19 @@ type Refusal struct {
 	Detail string    `json:"detail"`
 }
 
+// RecentRefusal is one refused message as the page lists it (the fields of
+// intake.RecentRefusal): when, from which source, why, the key kept or
+// refused (exact in the API, escaped on the page), and what was done.
+type RecentRefusal struct {
+	Time   time.Time `json:"time"`
+	Source string    `json:"source"`
+	Reason string    `json:"reason"`
+	Count  int       `json:"count"`
+	Key    string    `json:"key,omitempty"`
+	Answer string    `json:"answer"`
+	Detail string    `json:"detail,omitempty"`
+}
+
 // Status is what the page shows; GET /api/v1/status returns it as JSON.
 type Status struct {
 	Now           time.Time       `json:"now"`
@@ -215,6 +299,12 @@ type Status struct {
 	Refusals        []Refusal    `json:"refusals"`
 	Audit           *Audit       `json:"last_audit,omitempty"`
 	Actions         bool         `json:"actions_enabled"`
+
+	// RefusedTotal is how many messages the intake refused since it
+	// started (cairn_intake_rejected_total's sum); RecentRefusals the
+	// latest (at most 20), the most recent first.
+	RefusedTotal   int64           `json:"refused_total"`
+	RecentRefusals []RecentRefusal `json:"recent_refusals"`
 }
 
 type handler struct {
@@ -224,14 +314,21 @@ type handler struct {
 	operator, read secret
 	origins        []string // AllowedOrigins, normalised
 	flashes        *flashes
+	sessions       *sessions
+	now            func() time.Time // the clock sessions end by
 	groups         groupCache
 }
 
 // Handler returns the page (GET /), the API (GET /api/v1/status, POST
-// /api/v1/replay) and the form action (POST /actions/replay), to mount on
-// the daemon's mux. The page reads and replays through l, which must not be
-// nil; opts may be nil (the defaults).
+// /api/v1/replay) and the form actions (POST /actions/replay,
+// /actions/login, /actions/logout), to mount on the daemon's mux. The page
+// reads and replays through l, which must not be nil; opts may be nil (the
+// defaults).
 func Handler(l *ledger.Ledger, opts *Options) http.Handler {
+	return newHandler(l, opts).routes()
+}
+
+func newHandler(l *ledger.Ledger, opts *Options) *handler {
 	if l == nil {
 		panic("web: Handler needs a ledger")
 	}
@@ -242,24 +339,30 @@ func Handler(l *ledger.Ledger, opts *Options) http.Handler {
 	if o.Title == "" {
 		o.Title = "cairn"
 	}
-	h := &handler{l: l, o: o, csrf: rand.Text(), operator: newSecret(o.OperatorToken), read: newSecret(o.ReadToken), flashes: newFlashes()}
+	h := &handler{l: l, o: o, csrf: rand.Text(), operator: newSecret(o.OperatorToken), read: newSecret(o.ReadToken), flashes: newFlashes(), sessions: newSessions(), now: time.Now}
 	for _, s := range o.AllowedOrigins {
 		if n, ok := normOrigin(s); ok {
 			h.origins = append(h.origins, n)
 		}
 	}
+	return h
+}
+
+func (h *handler) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", h.page)
 	mux.HandleFunc("GET /api/v1/status", h.apiStatus)
 	mux.HandleFunc("POST /api/v1/replay", h.apiReplay)
 	mux.HandleFunc("POST /actions/replay", h.formReplay)
+	mux.HandleFunc("POST /actions/login", h.formLogin)
+	mux.HandleFunc("POST /actions/logout", h.formLogout)
 	return mux
 }
 
 // Mount adds the page's routes (Handler's) to mux.
 func Mount(mux *http.ServeMux, l *ledger.Ledger, opts *Options) {
 	h := Handler(l, opts)
-	for _, p := range []string{"GET /{$}", "GET /api/v1/status", "POST /api/v1/replay", "POST /actions/replay"} {
+	for _, p := range []string{"GET /{$}", "GET /api/v1/status", "POST /api/v1/replay", "POST /actions/replay", "POST /actions/login", "POST /actions/logout"} {
 		mux.Handle(p, h)
 	}
 }
@@ -324,10 +427,19 @@ func (h *handler) status(ctx context.Context, q deadQuery) (*Status, error) {
 	}
 	if h.o.LastAudit != nil {
 		st.Audit = h.o.LastAudit()
+	} else if st.Audit, err = lastAudit(ctx, l); err != nil {
+		return nil, err
 	}
 	st.Refusals = []Refusal{}
 	if h.o.Refusals != nil {
 		st.Refusals = append(st.Refusals, h.o.Refusals()...)
+	}
+	st.RecentRefusals = []RecentRefusal{}
+	if h.o.RecentRefusals != nil {
+		st.RecentRefusals = append(st.RecentRefusals, h.o.RecentRefusals()...)
+	}
+	if h.o.RefusedTotal != nil {
+		st.RefusedTotal = h.o.RefusedTotal()
 	}
 	return st, nil
 }
@@ -353,8 +465,16 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 		DeadTotal          int
 		Filtered           bool
 		NextURL, FirstURL  string
+		// LoggedIn: the request carries a live operator session (its
+		// forms then carry the session's CSRF token and no token field)
+		// until LoginUntil.
+		LoggedIn   bool
+		LoginUntil time.Time
 	}{Status: st, Title: h.o.Title, CSRF: h.csrf, Flash: h.flashes.get(r.URL.Query().Get("flash")), DeadTotal: st.Counts[string(ledger.Dead)],
 		Filtered: q.active()}
+	if se, ok, _ := h.sessionOf(r); ok && st.Actions {
+		data.LoggedIn, data.LoginUntil, data.CSRF = true, se.until, se.csrf
+	}
 	if st.DeadNext != "" {
 		v := q.query()
 		v.Set("after", st.DeadNext)

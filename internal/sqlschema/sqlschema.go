@@ -40,6 +40,10 @@ var SQLiteMigrations = []string{`CREATE TABLE cairn_ledger (
 // status on each page. Both SQL backends add it as their latest migration.
 const StatusIndex = `CREATE INDEX cairn_ledger_status ON cairn_ledger (status, bucket, ident)`
 
+// MetaTable keeps the ledger's notes (ledger.NoteKeeper: the last audit's
+// summary), one row per name; updated is unix ms by the database's clock.
+const MetaTable = `CREATE TABLE cairn_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL, updated BIGINT NOT NULL)`
+
 // Cols are the ledger's columns in the order rows are written and read; rev
 // follows them.
 const Cols = `bucket, ident, key, version_id, etag, size, kind, name, event_time, seq, seq_sort, status, attempts, token,

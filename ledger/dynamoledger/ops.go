@@ -794,3 +794,30 @@ func (b *Backend) Ping(ctx context.Context) error {
 
 // Close does nothing: the SDK's client holds nothing that needs closing.
 func (b *Backend) Close() error { return nil }
+
+// noteSK is a note's sort key, in the descriptor's partition: no index
+// holds it (it has none of the index attributes) and no scan of records
+// reads that partition.
+func noteSK(name string) string { return "note#" + name }
+
+// PutNote stores a note (ledger.NoteKeeper) as an item beside the
+// ledger's descriptor; the last writer wins.
+func (b *Backend) PutNote(ctx context.Context, name string, value []byte) error {
+	_, err := b.c.PutItem(ctx, &dynamodb.PutItemInput{TableName: &b.table, Item: map[string]types.AttributeValue{
+		attrPK: str(metaPK), attrSK: str(noteSK(name)), "value": str(string(value)), "updated": num(b.local().UnixMilli())}})
+	return b.wrap("put note", err)
+}
+
+// Note reads a note (ledger.NoteKeeper).
+func (b *Backend) Note(ctx context.Context, name string) ([]byte, error) {
+	out, err := b.c.GetItem(ctx, &dynamodb.GetItemInput{TableName: &b.table, ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{attrPK: str(metaPK), attrSK: str(noteSK(name))}})
+	if err != nil {
+		return nil, b.wrap("read note", err)
+	}
+	v, ok := out.Item["value"].(*types.AttributeValueMemberS)
+	if !ok {
+		return nil, nil
+	}
+	return []byte(v.Value), nil
+}

@@ -76,6 +76,7 @@ func Run(t *testing.T, h Harness) {
 		{"KilledRecorder", testKilledRecorder},
 		{"KilledClaimer", testKilledClaimer},
 		{"TwoHandles", testTwoHandles},
+		{"Notes", testNotes},
 	}
 	for _, tc := range tests {
 		if len(h.Only) > 0 && !slices.Contains(h.Only, tc.name) {

@@ -11,6 +11,8 @@
 // Under the URL's prefix (cairn-ledger/ if the URL names a bare bucket):
 //
 //	cairn-ledger.json          format and shard count, written once (if absent)
+//	meta/NAME.json             a note (ledger.NoteKeeper: the last audit's
+//	                           summary), replaced by each write
 //	work.json                  the work index: per shard, a lower bound of when
 //	                           its earliest work is due
 //	shards/NNN/head.json       a shard's head: the records changed since its

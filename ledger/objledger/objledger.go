@@ -764,3 +764,25 @@ func nonce() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// noteKey is where a note (ledger.NoteKeeper) is kept.
+func noteKey(name string) string { return "meta/" + name + ".json" }
+
+// PutNote stores a note (ledger.NoteKeeper) as the object meta/NAME.json
+// under the ledger's prefix; the last writer wins.
+func (l *Backend) PutNote(ctx context.Context, name string, value []byte) error {
+	_, err := l.s.PutBytes(ctx, noteKey(name), value, &objstore.PutOptions{ContentType: "application/json"})
+	return l.wrap("put note", err)
+}
+
+// Note reads a note (ledger.NoteKeeper).
+func (l *Backend) Note(ctx context.Context, name string) ([]byte, error) {
+	data, _, err := l.s.GetBytes(ctx, noteKey(name))
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, l.wrap("read note", err)
+	}
+	return data, nil
+}

@@ -69,6 +69,8 @@ var migrations = []string{`CREATE TABLE cairn_ledger (
 	// List by status (the status page's dead letters, ledger ls --status):
 	// seek to the cursor in the status's own order.
 	sqlschema.StatusIndex,
+	// Notes (ledger.NoteKeeper): the last audit's summary.
+	sqlschema.MetaTable,
 }
 
 func rebind(q string) string {

@@ -61,7 +61,7 @@ func init() {
 // migrations are the schema's (package sqlschema, shared with the SQLite
 // drivers benchmark), then the intake log's table: Record batches go to the
 // intake log, folded into cairn_ledger later.
-var migrations = append(slices.Clip(sqlschema.SQLiteMigrations), sqlledger.LogMigration, sqlschema.StatusIndex)
+var migrations = append(slices.Clip(sqlschema.SQLiteMigrations), sqlledger.LogMigration, sqlschema.StatusIndex, sqlschema.MetaTable)
 
 // jsonRows passes a batch as one JSON argument, read with json_each: one
 // statement for a whole batch, prepared once (SQLite caps bound parameters).

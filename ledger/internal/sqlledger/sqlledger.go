@@ -1328,3 +1328,25 @@ func (l *Backend) Counts(ctx context.Context) (ledger.Counts, error) {
 	}
 	return out, l.wrap("counts", rows.Err())
 }
+
+// PutNote stores a note (ledger.NoteKeeper) in cairn_meta.
+func (l *Backend) PutNote(ctx context.Context, name string, value []byte) error {
+	return l.inTx(ctx, "put note", func(tx *sql.Tx, now time.Time) error {
+		_, err := tx.ExecContext(ctx, l.q(`INSERT INTO cairn_meta (name, value, updated) VALUES (?, ?, ?)
+ ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated = excluded.updated`), name, string(value), ms(now))
+		return l.wrap("put note", err)
+	})
+}
+
+// Note reads a note (ledger.NoteKeeper) from cairn_meta.
+func (l *Backend) Note(ctx context.Context, name string) ([]byte, error) {
+	var v string
+	err := l.db.QueryRowContext(ctx, l.q(`SELECT value FROM cairn_meta WHERE name = ?`), name).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, l.wrap("read note", err)
+	}
+	return []byte(v), nil
+}

@@ -32,6 +32,10 @@ whose object no longer exists: deleted without a removal event); too young
 (modified within --grace, its event may still be coming); too old (missing but
 older than --horizon, the ledger's retention: never resubmitted).
 
+Every audit, a dry run included, leaves its summary in the ledger (when, who:
+host/pid, dry run or not, what it found, why it stopped if it failed), where
+the status page of any 'cairn serve' on that ledger shows it as the last audit.
+
 For buckets too big to LIST, --inventory s3://inventory-bucket/…/manifest.json
 reads the objects from an S3 Inventory report (CSV) instead; gone objects are
 then not looked for.
@@ -123,6 +127,9 @@ Exit status 0 whether or not something was found (the report says); 1 on error.`
 			}
 			if err != nil {
 				return err
+			}
+			if rep.SummaryError != "" {
+				fmt.Fprintf(e.stderr, "warning: the audit's summary was not kept in the ledger, so the status page shows an older one: %s\n", rep.SummaryError)
 			}
 			if e.json {
 				if o.DryRun {

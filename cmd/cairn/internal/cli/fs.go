@@ -48,14 +48,18 @@ the same store. Locks are the distributed tree lock (cairn-locks/tree/) unless
 --local-lock says only this process touches the bucket.
 
 Interrupted (Ctrl-C, SIGTERM) or stopped by an error (a full disk), a command
-says what it left: nothing changed, or how many objects were copied or deleted,
-and that the operation is journaled and will be finished by 'cairn fs recover
---store URL' or by the next operation on these folders. Running the same mv or
-rm again after such a roll-forward reports it done ("already renamed") when
-the roll-forward's record in the journal and the folders show it was. 'fs ls'
-warns (stderr; "unfinished" in JSON) when a folder has an operation that is
-running or was interrupted. A command that waits for another's lock says so on
-stderr, naming the holder (host/pid) where the lock records it.
+says what it left: nothing changed, or how many objects were copied or deleted
+("at least N", and how many more were under way and may have landed, when
+requests were in flight), and that the operation is journaled and will be
+finished by 'cairn fs recover --store URL' or by the next operation on these
+folders. Running the same mv or rm again after such a roll-forward reports it
+done ("already renamed") when the roll-forward's record in the journal and the
+folders show it was. 'fs ls' warns (stderr; "unfinished" in JSON) when a folder
+has an operation that is running or was interrupted. A finished roll-forward
+leaves its journal as a tombstone under cairn-journal/ (so that the same
+command run again reports it done); 'cairn fs recover' removes tombstones older
+than an hour. A command that waits for another's lock says so on stderr, naming
+the holder (host/pid) where the lock records it.
 
 Exit codes: 0 done, 1 error, 2 usage, 3 destination not empty or objects
 changed meanwhile (named on stderr), 130 interrupted by Ctrl-C (SIGINT), 143 by
@@ -249,9 +253,9 @@ func (e *env) runFolder(ctx context.Context, f fsFlags, args []string, run func(
 		}
 		fmt.Fprintln(w)
 	} else if rep, ok := res.(folder.RecoverReport); ok {
-		fmt.Fprintf(e.stdout, "recovered %d interrupted operations; removed %d orphaned journals\n", len(rep.Finished), rep.Orphans)
+		fmt.Fprintf(e.stdout, "recovered %d interrupted operations; removed %d orphaned journals%s\n", len(rep.Finished), rep.Orphans, tombstones(rep))
 	} else if rep, ok := res.(fsRecoverReport); ok {
-		fmt.Fprintf(e.stdout, "recovered %d interrupted operations; removed %d orphaned journals", len(rep.Finished), rep.Orphans)
+		fmt.Fprintf(e.stdout, "recovered %d interrupted operations; removed %d orphaned journals%s", len(rep.Finished), rep.Orphans, tombstones(rep.RecoverReport))
 		if rep.Stale != nil {
 			fmt.Fprintf(e.stdout, "; removed %d stale temporary files and uploads (%s)", rep.Stale.Files, progress.Bytes(rep.Stale.Bytes))
 		}
@@ -263,6 +267,14 @@ func (e *env) runFolder(ctx context.Context, f fsFlags, args []string, run func(
 // fsRecoverReport is what 'fs recover' did: the folder package's report and,
 // on a store that keeps temporary data of its own (file://), what stale
 // temporary data of dead writers it removed.
+// tombstones says how many finished journals a recover removed, if any.
+func tombstones(rep folder.RecoverReport) string {
+	if rep.Tombstones == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" and %d finished journals kept past their hour (tombstones)", rep.Tombstones)
+}
+
 type fsRecoverReport struct {
 	folder.RecoverReport
 	Stale *fsstore.Stale `json:"stale,omitempty"`

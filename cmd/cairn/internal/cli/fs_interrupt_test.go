@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -152,9 +153,16 @@ func TestFsMvInterruptedBySIGINT(t *testing.T) {
 			st := mk(t)
 			src, dst, want, stderr := interruptMv(t, st, "here")
 			m := regexp.MustCompile(`interrupted: rename ` + regexp.QuoteMeta(src) + ` -> ` + regexp.QuoteMeta(dst) +
-				`: (\d+) of 300 objects copied to ` + regexp.QuoteMeta(dst) + `.*journaled.*'cairn fs recover --store [^']+' or by the next operation on these folders`).FindStringSubmatch(stderr)
+				`: (at least )?(\d+) of 300 objects copied to ` + regexp.QuoteMeta(dst) + ` \((?:(\d+) more copies were under way when it stopped and may have landed; )?the source is untouched\).*journaled.*'cairn fs recover --store [^']+' or by the next operation on these folders`).FindStringSubmatch(stderr)
 			if m == nil {
 				t.Fatalf("the interruption does not say what it left and what finishes it: %s", stderr)
+			}
+			// What it says landed did (issue 38: "252 of 2000 copied" while
+			// 264 had): exactly N, or at least N and at most N+M.
+			said, _ := strconv.Atoi(m[2])
+			unsure, _ := strconv.Atoi(m[3])
+			if landed := len(folderState(t, st.s, dst)); (m[1] == "" && landed != said) || landed < said || landed > said+unsure || (m[1] != "") != (unsure > 0) {
+				t.Fatalf("the interruption says %q%s of 300 copied (%d more under way), but %d landed: %s", m[1], m[2], unsure, landed, stderr)
 			}
 			// fs ls of the half-filled destination warns, in text and JSON.
 			code, out, errOut := st.run(t, "fs", "ls", dst)

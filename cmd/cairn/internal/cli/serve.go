@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -263,7 +262,6 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		startAttrs = append(startAttrs, "ledger_file", p)
 	}
 	log.Info("cairn serve started", append(startAttrs, "sources", len(sources), "concurrency", f.concurrency, "lease", f.lease)...)
-	var lastAudit atomic.Pointer[audit.Report]
 	if auditStore != nil {
 		horizon := f.retention
 		if horizon <= 0 {
@@ -273,7 +271,7 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		// pipeline's Submit: it skips cairn's own objects alike.
 		skipOwn := ownSkipper(f.ledgerURL, f.storeURL, f.bucket, f.processOwn)
 		d.Jobs = append(d.Jobs, auditjob.New(auditStore, led, f.bucket, f.auditEvery,
-			&auditjob.Options{Audit: &audit.Options{Grace: f.auditGrace, Horizon: horizon, Skip: skipOwn}, Logger: log, OnReport: lastAudit.Store}))
+			&auditjob.Options{Audit: &audit.Options{Grace: f.auditGrace, Horizon: horizon, Skip: skipOwn}, Logger: log}))
 	}
 	wo.Refusals = func() []web.Refusal {
 		var out []web.Refusal
@@ -282,17 +280,17 @@ func runServe(ctx context.Context, log *slog.Logger, f serveFlags, h intake.Hand
 		}
 		return out
 	}
-	wo.Activity, wo.LastAudit = p.Activity, func() *web.Audit {
-		r := lastAudit.Load()
-		if r == nil {
-			return nil
+	wo.RefusedTotal = p.RefusedTotal
+	wo.RecentRefusals = func() []web.RecentRefusal {
+		var out []web.RecentRefusal
+		for _, r := range p.RecentRefusals() {
+			out = append(out, web.RecentRefusal(r))
 		}
-		a := &web.Audit{Started: r.Started, Listed: r.Listed, Resubmitted: r.Resubmitted, Counts: r.Counts, Detail: r}
-		for _, f := range r.Findings {
-			a.Findings = append(a.Findings, web.AuditFinding{Class: f.Class, Key: f.Key, ETag: f.ETag, LedgerETag: f.LedgerETag})
-		}
-		return a
+		return out
 	}
+	// The last audit, however it was run (this job, cairn audit, another
+	// process), is the one its summary in the ledger names: the page reads it.
+	wo.Activity = p.Activity
 	d.Extra = func(mux *http.ServeMux) {
 		web.Mount(mux, led, wo)
 	}
