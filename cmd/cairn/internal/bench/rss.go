@@ -41,6 +41,9 @@ type RSSOptions struct {
 	Rate int
 	// Views is status page and API requests per second (default 4).
 	Views int
+	// Keep keeps each filled ledger in Dir (ledger-N.db) and reuses one
+	// found there instead of filling it again; serve runs on a copy.
+	Keep bool
 	// Progress, if set, is told each phase.
 	Progress func(phase string)
 }
@@ -108,6 +111,9 @@ func RSS(ctx context.Context, opts RSSOptions) ([]Result, error) {
 		progress = func(string) {}
 	}
 	dir := opts.Dir
+	if dir == "" && opts.Keep {
+		return nil, errors.New("bench: RSSOptions.Keep needs a Dir to keep the ledgers in")
+	}
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "cairn-bench-rss-")
 		if err != nil {
@@ -131,13 +137,31 @@ func RSS(ctx context.Context, opts RSSOptions) ([]Result, error) {
 	}
 	measure := func(n int) (run, error) {
 		r := run{n: n}
-		path := filepath.Join(dir, fmt.Sprintf("ledger-%d.db", n))
-		start := time.Now()
-		progress(fmt.Sprintf("filling a ledger of %d records", n))
-		if err := fillRSSLedger(ctx, path, n); err != nil {
-			return r, fmt.Errorf("filling %d records: %w", n, err)
+		filled := filepath.Join(dir, fmt.Sprintf("ledger-%d.db", n))
+		if _, err := os.Stat(filled); err != nil || !opts.Keep {
+			start := time.Now()
+			progress(fmt.Sprintf("filling a ledger of %d records", n))
+			// Under another name until it is whole: a fill cut short is
+			// not reused.
+			partial := filled + ".partial"
+			removeSQLite(partial)
+			if err := fillRSSLedger(ctx, partial, n); err != nil {
+				removeSQLite(partial)
+				return r, fmt.Errorf("filling %d records: %w", n, err)
+			}
+			if err := os.Rename(partial, filled); err != nil {
+				return r, err
+			}
+			r.fill = time.Since(start)
 		}
-		r.fill = time.Since(start)
+		path := filled
+		if opts.Keep {
+			// serve changes its ledger: it runs on a copy.
+			path = filepath.Join(dir, "serve.db")
+			if err := copyFile(filled, path); err != nil {
+				return r, err
+			}
+		}
 		if fi, err := os.Stat(path); err == nil {
 			r.fileSize = fi.Size()
 		}
@@ -145,9 +169,7 @@ func RSS(ctx context.Context, opts RSSOptions) ([]Result, error) {
 		var err error
 		r.steady, r.peak, r.heap, err = runRSSServe(ctx, opts, path, n, sink.URL)
 		// The next size's ledger needs the disk more than this one.
-		for _, p := range []string{path, path + "-wal", path + "-shm"} {
-			os.Remove(p)
-		}
+		removeSQLite(path)
 		return r, err
 	}
 	base, err := measure(0)
@@ -169,8 +191,12 @@ func RSS(ctx context.Context, opts RSSOptions) ([]Result, error) {
 		steady.Lower = true
 		steady.BaselineDesc = "the same serve and load on an empty ledger: " + desc(base.steady)
 		steady.CairnDesc = desc(r.steady)
-		steady.Note = fmt.Sprintf("median VmRSS over the second half of the load; Go heap in use at the end %.0f MB (baseline %.0f MB); ledger file %.0f MB, filled in %s",
-			r.heap/1e6, base.heap/1e6, mb(r.fileSize), r.fill.Round(100*time.Millisecond))
+		filled := "reused"
+		if r.fill > 0 {
+			filled = "filled in " + r.fill.Round(100*time.Millisecond).String()
+		}
+		steady.Note = fmt.Sprintf("median VmRSS over the second half of the load; Go heap in use at the end %.0f MB (baseline %.0f MB); ledger file %.0f MB, %s",
+			r.heap/1e6, base.heap/1e6, mb(r.fileSize), filled)
 		peak := NewResult(fmt.Sprintf("cairn serve peak RSS, %d records", n), "MB", mb(base.peak.hwm), mb(r.peak.hwm))
 		peak.Lower = true
 		peak.BaselineDesc = "empty ledger, VmHWM"
@@ -203,8 +229,9 @@ func startSink() (*sinkServer, error) {
 // greater.
 func rssSeq(i int64) string { return fmt.Sprintf("%016X", i) }
 
-// rssKey is the key of the filled ledger's i-th record.
-func rssKey(i int) string { return fmt.Sprintf("photos/%04d/%08d.jpg", i%1000, i) }
+// rssKey is the key of the filled ledger's i-th record: in key order, so
+// that the fill appends to the ledger's indexes, a thousand a folder.
+func rssKey(i int) string { return fmt.Sprintf("photos/%05d/%08d.jpg", i/1000, i) }
 
 // fillRSSLedger makes a SQLite ledger at path of n records through the
 // ledger's own API, in batches: RecordAndClaim, then CompleteBatch (Fail for
@@ -314,7 +341,7 @@ func runRSSServe(ctx context.Context, opts RSSOptions, path string, n int, sinkU
 	defer cancel()
 	loadErr := make(chan error, 2)
 	go func() { loadErr <- postTrickle(lctx, client, base, n, opts.Rate) }()
-	go func() { loadErr <- viewStatus(lctx, client, base, opts.Views) }()
+	go func() { loadErr <- viewStatus(lctx, client, base, n, opts.Views) }()
 	var samples []rssSample
 	start := time.Now()
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -431,8 +458,8 @@ func postTrickle(ctx context.Context, client *http.Client, base string, n, rate 
 
 // viewStatus reads the status page and its API views a second until ctx
 // ends, in turn: the API, the first page, the next page of dead letters, a
-// group's dead letters, a key prefix.
-func viewStatus(ctx context.Context, client *http.Client, base string, views int) error {
+// group's dead letters, a folder of the n records' keys.
+func viewStatus(ctx context.Context, client *http.Client, base string, n, views int) error {
 	tick := time.NewTicker(time.Second / time.Duration(views))
 	defer tick.Stop()
 	var next, class string
@@ -451,7 +478,7 @@ func viewStatus(ctx context.Context, client *http.Client, base string, views int
 		case 3:
 			u = base + "/?error=" + url.QueryEscape(class)
 		case 4:
-			u = base + fmt.Sprintf("/?prefix=photos/%04d/", i%1000)
+			u = base + fmt.Sprintf("/?prefix=photos/%05d/", i*7919%max(1, n/1000))
 		}
 		req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
 		if err != nil {
@@ -560,4 +587,30 @@ func scrapeMetric(ctx context.Context, client *http.Client, u, name string) (flo
 		return 0, err
 	}
 	return 0, fmt.Errorf("%s: no metric %s", u, name)
+}
+
+// removeSQLite removes a SQLite file and its WAL and shared-memory files.
+func removeSQLite(path string) {
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		os.Remove(p)
+	}
+}
+
+// copyFile copies the file at from to to.
+func copyFile(from, to string) error {
+	removeSQLite(to)
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.Create(to)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
 }

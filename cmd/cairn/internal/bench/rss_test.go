@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +15,9 @@ import (
 )
 
 // The RSS bench's plumbing at a tiny size: it fills a ledger, runs the real
-// cairn serve on it and on an empty one under load, and reports both. No
-// figure is checked but that it was read.
+// cairn serve on it and on an empty one under load, and reports both; with
+// Keep the filled ledgers stay and serve's copy goes. No figure is checked
+// but that it was read.
 func TestRSSPlumbing(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("bench rss reads /proc/PID/status")
@@ -27,7 +29,7 @@ func TestRSSPlumbing(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var phases []string
-	results, err := bench.RSS(context.Background(), bench.RSSOptions{Cairn: bin, Sizes: []int{250}, Dir: dir,
+	results, err := bench.RSS(context.Background(), bench.RSSOptions{Cairn: bin, Sizes: []int{250}, Dir: dir, Keep: true,
 		Duration: 1500 * time.Millisecond, Rate: 20, Views: 8, Progress: func(p string) { phases = append(phases, p) }})
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +45,12 @@ func TestRSSPlumbing(t *testing.T) {
 	if len(phases) != 4 {
 		t.Errorf("phases %q: want a fill and a serve for the baseline and the size", phases)
 	}
-	if left, _ := os.ReadDir(dir); len(left) != 0 {
-		t.Errorf("ledgers left behind in --dir: %v", left)
+	var left []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if !slices.Equal(left, []string{"ledger-0.db", "ledger-250.db"}) {
+		t.Errorf("left in Dir: %q, want the two filled ledgers only", left)
 	}
 }

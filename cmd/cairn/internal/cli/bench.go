@@ -276,13 +276,17 @@ file-backed shares and the Go heap in use at the end; peak is VmHWM. The
 baseline is the same serve and load on an empty ledger.
 
 Filling 2,000,000 records takes a few minutes and about 1 GB of disk in
---dir (default: a temporary directory); each ledger is deleted after its run.`,
+--dir (default: a temporary directory); each ledger is deleted after its run,
+unless --keep keeps it there for the next run.`,
 		Example: `  cairn bench rss
   cairn bench rss --records 20000,200000 --duration 10s --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Duration <= 0 || opts.Rate < 1 || opts.Views < 1 || len(opts.Sizes) == 0 {
 				return usagef("--records, --duration, --rate and --views must be positive")
+			}
+			if opts.Keep && opts.Dir == "" {
+				return usagef("--keep keeps the filled ledgers in --dir: name the directory")
 			}
 			for _, n := range opts.Sizes {
 				if n < 1 {
@@ -302,6 +306,7 @@ Filling 2,000,000 records takes a few minutes and about 1 GB of disk in
 	cmd.Flags().IntVar(&opts.Rate, "rate", 50, "webhook events a second")
 	cmd.Flags().IntVar(&opts.Views, "views", 4, "status page and API requests a second")
 	nonEmptyVar(cmd.Flags(), &opts.Dir, "dir", "", "directory the ledgers are made in (default: a temporary one)", "drop --dir for a temporary directory")
+	cmd.Flags().BoolVar(&opts.Keep, "keep", false, "keep the filled ledgers in --dir (ledger-N.db) and reuse those found there; serve runs on a copy")
 	return cmd
 }
 
