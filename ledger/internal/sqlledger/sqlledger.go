@@ -1074,37 +1074,35 @@ last_error = '', lease_until = 0, replays = replays + 1, gen = gen + 1, rev = re
 	return int(n), nil
 }
 
-// purgeBatch is how many rows one Purge transaction deletes where rows are
-// locked (PostgreSQL).
+// purgeBatch is how many rows one Purge transaction deletes.
 const purgeBatch = 1000
 
-// Purge deletes finished records last updated before olderThan. On
-// PostgreSQL it deletes them in key order, purgeBatch rows per transaction
-// (locked in key order, like every statement that locks several rows), so it
-// neither deadlocks with writers nor holds many locks for long; a failure
-// part way leaves the batches already committed deleted.
+// Purge deletes finished records last updated before olderThan, in key
+// order, purgeBatch rows per transaction: a failure part way leaves the
+// batches already committed deleted. On PostgreSQL the rows are locked in key
+// order, like every statement that locks several rows, so it neither
+// deadlocks with writers nor holds many locks for long. On SQLite the rows to
+// delete are found by a read (the subquery), which goes through the
+// memory-mapped file, and only they are read for writing: one DELETE with its
+// WHERE read every row of the table for writing, through SQLite's page cache,
+// which it filled to its limit whatever it deleted (cairn serve purges at
+// start and hourly: with 200,000 records it then held 118 MB of anonymous
+// memory, 18 MB with the purge reading), and it held the one writer's lock
+// for the whole scan.
 func (l *Backend) Purge(ctx context.Context, olderThan time.Time, includeDead bool) (int, error) {
 	where := ` WHERE updated < ? AND status IN ('processed'`
 	if includeDead {
 		where += `, 'failed', 'dead'`
 	}
 	where += `)`
-	if l.d.LockRows == "" {
-		var n int64
-		err := l.inTx(ctx, "purge", func(tx *sql.Tx, _ time.Time) error {
-			res, err := tx.ExecContext(ctx, l.q(`DELETE FROM cairn_ledger`+where), ms(olderThan))
-			if err != nil {
-				return l.wrap("purge", err)
-			}
-			n, _ = res.RowsAffected()
-			return nil
-		})
-		return int(n), err
-	}
-	q := l.q(`WITH sel AS MATERIALIZED (SELECT bucket, ident FROM cairn_ledger` + where + ` AND (bucket, ident) > (?, ?)
-ORDER BY bucket, ident LIMIT ? ` + l.d.LockRows + `)
+	sel := `SELECT bucket, ident FROM cairn_ledger` + where + ` AND (bucket, ident) > (?, ?)
+ORDER BY bucket, ident LIMIT ?`
+	q := l.q(`DELETE FROM cairn_ledger WHERE (bucket, ident) IN (` + sel + `) RETURNING bucket, ident`)
+	if l.d.LockRows != "" {
+		q = l.q(`WITH sel AS MATERIALIZED (` + sel + ` ` + l.d.LockRows + `)
 DELETE FROM cairn_ledger USING sel WHERE cairn_ledger.bucket = sel.bucket AND cairn_ledger.ident = sel.ident
 RETURNING cairn_ledger.bucket, cairn_ledger.ident`)
+	}
 	total := 0
 	var after rowID // the cursor: rows after it are left to purge
 	for {

@@ -50,6 +50,8 @@ func TestExitCodesAndErrors(t *testing.T) {
 		{[]string{"frobnicate"}, cli.ExitUsage, "unknown command"},
 		{[]string{"--log-level", "loud", "version"}, cli.ExitUsage, "log-level"},
 		{[]string{"bench", "objstore", "--store", dir, "--ops", "1"}, cli.ExitUsage, "--ops"},
+		{[]string{"bench", "rss", "--keep"}, cli.ExitUsage, "--keep keeps the filled ledgers in --dir"},
+		{[]string{"bench", "rss", "--records", "0,20000"}, cli.ExitUsage, "--records 0"},
 		{[]string{"serve", "--ledger", filepath.Join(dir, "l.db"), "--handler-exec", "true", "--lease", "1500ms"}, cli.ExitUsage, "--lease 1.5s is too short"},
 		{[]string{"probe", dir}, cli.ExitOK, ""},
 		{[]string{"version"}, cli.ExitOK, ""},
