@@ -240,3 +240,36 @@ func TestFailedRecordDoesNotReleaseAnotherHoldersClaim(t *testing.T) {
 		t.Errorf("B completes its own live claim: %v", err)
 	}
 }
+
+// A note's write that lands late (its writer saw an error and wrote again,
+// and a newer note was written after) must not put the older value back.
+// Before, PutNote wrote unconditionally: its first attempt, landing after the
+// newer note, replaced it; and its error stopped a caller that could simply
+// have written again.
+func TestLateNoteDoesNotReturn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var late atomic.Int32 // late-landing puts of the note still to inject
+	fb := faulty.New(mem.OpenBackend(""), &faulty.Options{LateDelay: 300 * time.Millisecond, Rule: func(op faulty.Op, key string) (faulty.Fault, time.Duration) {
+		if op == faulty.OpPut && strings.HasSuffix(key, "meta/"+ledger.AuditNote+".json") && late.Add(-1) >= 0 {
+			return faulty.LateApply, 0
+		}
+		return faulty.None, 0
+	}})
+	l, err := objledger.Open(ctx, objstore.New(fb, nil), nil, &objledger.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	late.Store(1)
+	if err := l.PutNote(ctx, ledger.AuditNote, []byte(`"old"`)); err != nil {
+		t.Fatalf("a note whose first write landed late: %v (it may be written again)", err)
+	}
+	if err := l.PutNote(ctx, ledger.AuditNote, []byte(`"new"`)); err != nil {
+		t.Fatal(err)
+	}
+	fb.Wait() // every late request has landed or been refused
+	if got, err := l.Note(ctx, ledger.AuditNote); err != nil || string(got) != `"new"` {
+		t.Fatalf("note after the late write: %s %v, want \"new\"", got, err)
+	}
+}

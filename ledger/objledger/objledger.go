@@ -769,11 +769,37 @@ func nonce() string {
 func noteKey(name string) string { return "meta/" + name + ".json" }
 
 // PutNote stores a note (ledger.NoteKeeper) as the object meta/NAME.json
-// under the ledger's prefix; the last writer wins.
+// under the ledger's prefix; the last writer wins. Each write is conditional
+// on the version it read, so an earlier attempt whose request lands late
+// (the caller gave up on it) is refused instead of putting an older value
+// back; a write whose outcome is unknown is judged by reading the note back,
+// and a lost or refused one is tried again until ctx ends.
 func (l *Backend) PutNote(ctx context.Context, name string, value []byte) error {
-	_, err := l.s.PutBytes(ctx, noteKey(name), value, &objstore.PutOptions{ContentType: "application/json"})
-	return l.wrap("put note", err)
+	key := noteKey(name)
+	for attempt := 0; ; attempt++ {
+		cur, info, err := l.s.GetBytes(ctx, key)
+		cond := objstore.IfMatch(info.ETag)
+		if errors.Is(err, objstore.ErrNotFound) {
+			cond, err = objstore.IfAbsent(), nil
+		} else if err == nil && bytes.Equal(cur, value) {
+			return nil // this value is the note (an earlier attempt landed, or another writer wrote it)
+		}
+		if err == nil {
+			if _, err = l.s.PutBytes(ctx, key, value, &objstore.PutOptions{If: cond, ContentType: "application/json"}); err == nil {
+				return nil
+			}
+		}
+		// A refused write lost a race with another writer's; a lost or
+		// unanswered one (wrap calls it unavailable) may be tried again.
+		retry := errors.Is(err, objstore.ErrPreconditionFailed) || errors.Is(l.wrap("put note", err), ledger.ErrUnavailable)
+		if !retry || noteBackoff.Wait(ctx, attempt) != nil {
+			return l.wrap("put note", err)
+		}
+	}
 }
+
+// noteBackoff spaces PutNote's attempts.
+var noteBackoff = backoff.Policy{Base: 10 * time.Millisecond, Max: time.Second}
 
 // Note reads a note (ledger.NoteKeeper).
 func (l *Backend) Note(ctx context.Context, name string) ([]byte, error) {
