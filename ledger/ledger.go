@@ -192,6 +192,11 @@ type Filter struct {
 	// After is the cursor: list records after this (bucket, ident).
 	AfterBucket, AfterIdent string
 	Limit                   int // default 100
+	// ErrorClass, if set, lists only records whose last error is of this
+	// class (ErrorClass; NoError for none). A backend that implements
+	// ErrorGrouper selects them in its query; on others Ledger.List reads
+	// the records the rest of the filter selects until it has Limit of them.
+	ErrorClass string
 }
 
 // Selection chooses records for Replay.

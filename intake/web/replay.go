@@ -81,8 +81,12 @@ func (q ReplayRequest) byKeys() bool {
 	return q.Filter && (q.Error != "" || (q.Key != "" && q.Bucket == "") || q.filter().none())
 }
 
+// matchPage is how many records matching reads per List.
+const matchPage = 1000
+
 // matching reads the records of status st that f selects: each key once,
-// and how many records they are.
+// and how many records they are. The ledger selects them (by error class
+// too: off an index on the SQL ledgers).
 func matching(ctx context.Context, l *ledger.Ledger, st ledger.Status, f DeadFilter) ([]ExampleKey, int, error) {
 	if f.none() {
 		return nil, 0, nil
@@ -90,32 +94,26 @@ func matching(ctx context.Context, l *ledger.Ledger, st ledger.Status, f DeadFil
 	var keys []ExampleKey
 	seen := map[ExampleKey]bool{}
 	n := 0
-	err := scan(ctx, l, f.ledgerFilter(st), func(c ledger.Claim) bool {
-		if f.matches(c) {
+	lf := f.ledgerFilter(st)
+	lf.Limit = matchPage
+	for {
+		cs, err := l.List(ctx, lf)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, c := range cs {
 			n++
-			if k := (ExampleKey{c.Bucket, c.Key}); !seen[k] {
+			if k := (ExampleKey{Bucket: c.Bucket, Key: c.Key}); !seen[k] {
 				seen[k] = true
 				keys = append(keys, k)
 			}
 		}
-		return true
-	})
-	return keys, n, err
-}
-
-// countMatching is how many records of status st f selects.
-func countMatching(ctx context.Context, l *ledger.Ledger, st ledger.Status, f DeadFilter) (int, error) {
-	n := 0
-	if f.none() {
-		return 0, nil
-	}
-	err := scan(ctx, l, f.ledgerFilter(st), func(c ledger.Claim) bool {
-		if f.matches(c) {
-			n++
+		if len(cs) < matchPage {
+			return keys, n, nil
 		}
-		return true
-	})
-	return n, err
+		last := cs[len(cs)-1]
+		lf.AfterBucket, lf.AfterIdent = last.Bucket, last.Ident
+	}
 }
 
 // refused is an error with the HTTP status to answer it with.
@@ -139,6 +137,7 @@ func codeOf(err error) int {
 
 // replay runs a request and returns how many records it replayed.
 func (h *handler) replay(ctx context.Context, q ReplayRequest) (int, error) {
+	defer h.groups.clear() // what the page counted has changed
 	sel, err := q.selection()
 	if err != nil {
 		return 0, err
