@@ -65,6 +65,7 @@ func Run(t *testing.T, h Harness) {
 		{"VersionRemovals", testVersionRemovals},
 		{"Unordered", testUnordered},
 		{"ListAndCounts", testList},
+		{"ErrorClasses", testErrorClasses},
 		{"DuplicateStormGoroutines", testStorm},
 		{"NoLostUpdates", testNoLostUpdates},
 		{"NoDeadlocks", testNoDeadlocks},

@@ -1297,9 +1297,18 @@ func (l *Backend) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, er
 		q += ` AND error_class = ?`
 		a = append(a, driver.StoredClass(f.ErrorClass))
 	}
-	q, a = prefixWhere(q, a, f)
+	q, a = l.prefixWhere(q, a, f)
 	q += ` ORDER BY bucket, ident LIMIT ?`
 	a = append(a, f.Limit)
+	if f.Prefix != "" && !l.opts.EveryVersion {
+		// The page's keys first, off an index alone (every condition is on
+		// its columns), then their rows: SQLite reads the row of each entry
+		// a non-covering index scan meets before it tests the entry's
+		// ident (a WITHOUT ROWID table has no deferred seek), which was
+		// every dead letter of a page of dead letters under a prefix.
+		q = `SELECT ` + cols + ` FROM cairn_ledger WHERE (bucket, ident) IN (` +
+			strings.Replace(q, `SELECT `+cols+` FROM`, `SELECT bucket, ident FROM`, 1) + `) ORDER BY bucket, ident`
+	}
 	rows, err := l.db.QueryContext(ctx, l.q(q), a...)
 	if err != nil {
 		return nil, l.wrap("list", err)
