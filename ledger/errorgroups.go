@@ -52,7 +52,7 @@ const MaxCountedClasses = 1000
 // class (ErrorClass of its LastError, computed when the error is written)
 // where their own queries can group and select by it, off an index: the
 // SQL ledgers (SQLite and PostgreSQL). A backend that implements it also
-// honours Filter.ErrorClass in List. Ledger.GroupErrors and Ledger.List use
+// honours Filter.ErrorClass in List and Selection.ErrorClass in Replay. Ledger.GroupErrors and Ledger.List use
 // it when present; without it they read every record the rest of the filter
 // selects, through List, and match the class as they read.
 type ErrorGrouper interface {

@@ -207,6 +207,12 @@ type Selection struct {
 	Key      string // one key (with Bucket)
 	// UpdatedSince: only records last updated at or after this time.
 	UpdatedSince time.Time
+	// ErrorClass, if set, selects only records whose last error is of this
+	// class (ErrorClass; NoError for none): only on a backend that
+	// implements ErrorGrouper (Ledger.GroupsErrorsInQuery); others refuse
+	// it (read the class's records with List and Filter.ErrorClass, and
+	// replay them key by key).
+	ErrorClass string
 	// DryRun counts without changing anything.
 	DryRun bool
 }

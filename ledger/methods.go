@@ -248,6 +248,9 @@ func (l *Ledger) Replay(ctx context.Context, s Selection) (int, error) {
 			return 0, fmt.Errorf("ledger: replay: %q records cannot be replayed (processed, failed or dead only)", st)
 		}
 	}
+	if _, ok := l.b.(ErrorGrouper); s.ErrorClass != "" && !ok {
+		return 0, fmt.Errorf("ledger: replay: this ledger cannot select records by error class (see GroupsErrorsInQuery): list them with Filter.ErrorClass and replay them key by key")
+	}
 	return l.b.Replay(ctx, s)
 }
 

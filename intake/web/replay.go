@@ -71,14 +71,15 @@ func (q ReplayRequest) selection() (ledger.Selection, error) {
 	case q.Expect != nil && *q.Expect < 0:
 		return ledger.Selection{}, refusal(http.StatusBadRequest, "expect is a number of records, not "+strconv.Itoa(*q.Expect))
 	}
-	return ledger.Selection{Statuses: []ledger.Status{st}, Bucket: q.Bucket, Prefix: q.Prefix, Key: q.Key}, nil
+	return ledger.Selection{Statuses: []ledger.Status{st}, Bucket: q.Bucket, Prefix: q.Prefix, Key: q.Key, ErrorClass: q.Error}, nil
 }
 
 // byKeys reports whether the request's records must be found by reading
-// them (an error class, which no backend knows, or a key in any bucket)
-// and replayed key by key, rather than selected by the ledger itself.
-func (q ReplayRequest) byKeys() bool {
-	return q.Filter && (q.Error != "" || (q.Key != "" && q.Bucket == "") || q.filter().none())
+// them (an error class on a ledger that cannot select by it, or a key in
+// any bucket) and replayed key by key, rather than selected by the ledger
+// itself (one statement on the SQL ledgers, error class included).
+func (q ReplayRequest) byKeys(l *ledger.Ledger) bool {
+	return q.Filter && ((q.Error != "" && !l.GroupsErrorsInQuery()) || (q.Key != "" && q.Bucket == "") || q.filter().none())
 }
 
 // matchPage is how many records matching reads per List.
@@ -142,7 +143,7 @@ func (h *handler) replay(ctx context.Context, q ReplayRequest) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if q.byKeys() {
+	if q.byKeys(h.l) {
 		return h.replayKeys(ctx, q, sel.Statuses[0])
 	}
 	if q.Expect != nil {

@@ -93,6 +93,15 @@ func testErrorClasses(t *testing.T, h Harness) {
 		t.Fatalf("List by class and prefix: %v", got)
 	}
 
+	// A replay selects by class where the backend can (and is refused
+	// where it cannot).
+	if l.GroupsErrorsInQuery() {
+		if n := must(l.Replay(ctx, ledger.Selection{ErrorClass: open, DryRun: true}))(t); n != 2 {
+			t.Fatalf("a dry run of a replay by class counts %d, want 2", n)
+		}
+	} else if n, err := l.Replay(ctx, ledger.Selection{ErrorClass: open}); err == nil {
+		t.Fatalf("a ledger that cannot select by class replayed %d by class", n)
+	}
 	// A replay clears the class; the replayed work then fails of another
 	// cause, or completes.
 	if n := must(l.Replay(ctx, ledger.Selection{Bucket: "b", Prefix: "k"}))(t); n != 9 {

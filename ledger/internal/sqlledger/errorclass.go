@@ -139,7 +139,9 @@ FROM cairn_ledger`+where+` GROUP BY error_class ORDER BY COUNT(*) DESC, error_cl
 		return out, l.wrap("group errors", err)
 	}
 	if examples > 0 {
-		q := l.q(`SELECT bucket, key FROM cairn_ledger` + where + ` AND error_class = ? ORDER BY bucket, ident LIMIT ?`)
+		// Keys first, off the class index alone, then their rows (see List).
+		q := l.q(`SELECT bucket, key FROM cairn_ledger WHERE (bucket, ident) IN (SELECT bucket, ident FROM cairn_ledger` + where +
+			` AND error_class = ? ORDER BY bucket, ident LIMIT ?) ORDER BY bucket, ident`)
 		for i := range out.Groups {
 			g := &out.Groups[i]
 			res, err := l.db.QueryContext(ctx, q, append(a[:len(a):len(a)], g.Class, examples)...)

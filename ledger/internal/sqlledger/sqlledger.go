@@ -1037,6 +1037,10 @@ func (l *Backend) Replay(ctx context.Context, sel ledger.Selection) (int, error)
 		where += ` AND updated >= ?`
 		a = append(a, ms(sel.UpdatedSince))
 	}
+	if sel.ErrorClass != "" {
+		where += ` AND error_class = ?`
+		a = append(a, driver.StoredClass(sel.ErrorClass))
+	}
 	if sel.DryRun {
 		if err := l.eng.settle(ctx); err != nil {
 			return 0, l.wrap("replay", err)
