@@ -29,8 +29,9 @@ type ReplayRequest struct {
 	// key, in any bucket unless Bucket is set) and Error (an error class, as
 	// ErrorClass makes it and GET /api/v1/status lists in dead_groups) select
 	// together; at least one of them must be set. A replay by error class
-	// replays each selected record's key (with Options.EveryVersion, every
-	// version of the key of Status).
+	// replays exactly the records of the class on a ledger that selects by
+	// class (the SQL ledgers); on others it replays each selected record's
+	// key (with Options.EveryVersion, every version of the key of Status).
 	Filter bool   `json:"filter,omitempty"`
 	Prefix string `json:"prefix,omitempty"`
 	Error  string `json:"error,omitempty"`
