@@ -199,6 +199,11 @@ type Filter struct {
 	// After is the cursor: list records after this (bucket, ident).
 	AfterBucket, AfterIdent string
 	Limit                   int // default 100
+	// ErrorClass, if set, lists only records whose last error is of this
+	// class (ErrorClass; NoError for none). A backend that implements
+	// ErrorGrouper selects them in its query; on others Ledger.List reads
+	// the records the rest of the filter selects until it has Limit of them.
+	ErrorClass string
 }
 
 // Selection chooses records for Replay.
@@ -209,6 +214,12 @@ type Selection struct {
 	Key      string // one key (with Bucket)
 	// UpdatedSince: only records last updated at or after this time.
 	UpdatedSince time.Time
+	// ErrorClass, if set, selects only records whose last error is of this
+	// class (ErrorClass; NoError for none): only on a backend that
+	// implements ErrorGrouper (Ledger.GroupsErrorsInQuery); others refuse
+	// it (read the class's records with List and Filter.ErrorClass, and
+	// replay them key by key).
+	ErrorClass string
 	// DryRun counts without changing anything.
 	DryRun bool
 }

@@ -216,12 +216,21 @@ func (l *Ledger) Get(ctx context.Context, bucket, key string) ([]Record, error) 
 	return l.b.Get(ctx, bucket, key)
 }
 
-// List pages through records (Filter.After* is the cursor).
+// List pages through records in (bucket, ident) order (Filter.After* is
+// the cursor).
 func (l *Ledger) List(ctx context.Context, f Filter) ([]Claim, error) {
 	if f.Limit <= 0 {
 		f.Limit = defaultListLimit
 	}
-	return l.b.List(ctx, f)
+	if _, ok := l.b.(ErrorGrouper); f.ErrorClass == "" || ok {
+		return l.b.List(ctx, f)
+	}
+	var out []Claim
+	err := l.scan(ctx, f, func(c Claim) bool {
+		out = append(out, c)
+		return len(out) < f.Limit
+	})
+	return out, err
 }
 
 // defaultListLimit is Filter.Limit's default.
@@ -245,6 +254,9 @@ func (l *Ledger) Replay(ctx context.Context, s Selection) (int, error) {
 		default:
 			return 0, fmt.Errorf("ledger: replay: %q records cannot be replayed (processed, failed or dead only)", st)
 		}
+	}
+	if _, ok := l.b.(ErrorGrouper); s.ErrorClass != "" && !ok {
+		return 0, fmt.Errorf("ledger: replay: this ledger cannot select records by error class (see GroupsErrorsInQuery): list them with Filter.ErrorClass and replay them key by key")
 	}
 	return l.b.Replay(ctx, s)
 }

@@ -1,11 +1,9 @@
 package web
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,19 +29,14 @@ func (f DeadFilter) none() bool {
 	return f.Key != "" && !strings.HasPrefix(f.Key, f.Prefix)
 }
 
-// ledgerFilter is f for List, records of status st, without the error class
-// (which no backend knows: the page matches it as it reads).
+// ledgerFilter is f for the ledger's List and GroupErrors, records of
+// status st.
 func (f DeadFilter) ledgerFilter(st ledger.Status) ledger.Filter {
-	lf := ledger.Filter{Status: st, Bucket: f.Bucket, Prefix: f.Prefix}
+	lf := ledger.Filter{Status: st, Bucket: f.Bucket, Prefix: f.Prefix, ErrorClass: f.Error}
 	if f.Key != "" {
 		lf.Prefix, lf.Through = f.Key, f.Key
 	}
 	return lf
-}
-
-// matches is the error class test (the rest is the ledger's).
-func (f DeadFilter) matches(c ledger.Claim) bool {
-	return f.Error == "" || ErrorClass(c.LastError) == f.Error
 }
 
 // query is f as URL query parameters (empty ones left out).
@@ -57,137 +50,94 @@ func (f DeadFilter) query() url.Values {
 	return v
 }
 
+// ErrorClass normalises an error message to its class: ledger.ErrorClass,
+// which the SQL ledgers store with each record's error (the page groups and
+// filters by it).
+func ErrorClass(msg string) string { return ledger.ErrorClass(msg) }
+
+// NoError is the class of a record that failed without a recorded error.
+const NoError = ledger.NoError
+
 // ErrorGroup is the dead letters of one error class: how many, when the
 // first and the last of them died (their last update), and a few of their
 // keys.
-type ErrorGroup struct {
-	Class    string       `json:"class"`
-	Count    int          `json:"count"`
-	First    time.Time    `json:"first_seen"`
-	Last     time.Time    `json:"last_seen"`
-	Examples []ExampleKey `json:"example_keys"`
-}
+type ErrorGroup = ledger.ErrorGroup
 
 // ExampleKey names one record of a group.
-type ExampleKey struct {
-	Bucket string `json:"bucket"`
-	Key    string `json:"key"`
-}
+type ExampleKey = ledger.ExampleKey
 
 const (
 	// defaultPage and maxPage bound how many dead letters a page shows
 	// (the limit query parameter).
 	defaultPage, maxPage = 50, 500
-	// scanPage is how many records a scan reads per List.
-	scanPage = 1000
-	// maxClasses bounds the classes counted in one grouping (their memory
-	// does not grow with the ledger); the dead letters of further classes
-	// are counted as Status.DeadGroupsOther. shownGroups are listed.
-	maxClasses, shownGroups = 1000, 100
+	// shownGroups are listed.
+	shownGroups = 100
 	// examples per group.
 	examples = 3
-	// groupsFresh is how long a grouping is reused while the number of dead
-	// letters is unchanged: grouping reads every dead letter.
+	// groupsFresh is how long a grouping is reused, on a ledger that does
+	// not group in its own query (ledger.Ledger.GroupsErrorsInQuery), while
+	// the number of dead letters is unchanged and no replay went through
+	// this page: there, grouping reads every dead letter.
 	groupsFresh = 5 * time.Second
 )
 
-// scan calls fn with each record f selects, in (bucket, ident) order from
-// f's cursor, scanPage at a time, until fn returns false.
-func scan(ctx context.Context, l *ledger.Ledger, f ledger.Filter, fn func(ledger.Claim) bool) error {
-	f.Limit = scanPage
-	for {
-		cs, err := l.List(ctx, f)
-		if err != nil || len(cs) == 0 {
-			return err
-		}
-		for _, c := range cs {
-			if !fn(c) {
-				return nil
-			}
-		}
-		last := cs[len(cs)-1]
-		f.AfterBucket, f.AfterIdent = last.Bucket, last.Ident
-	}
-}
-
-// grouping is the dead letters a filter (without its error class) selects,
-// by error class.
+// grouping is the dead letters a filter selects, by error class, and when
+// it was made.
 type grouping struct {
-	at     time.Time
-	dead   int // the ledger's dead letters when it was made
-	total  int
-	counts map[string]*ErrorGroup
-	other  int // dead letters of classes past maxClasses
-	sorted []ErrorGroup
+	ledger.ErrorGroups
+	at   time.Time
+	dead int // the ledger's dead letters when it was made
 }
 
-// group reads every dead letter f (bar its class) selects and groups them.
+// group groups the dead letters f selects.
 func group(ctx context.Context, l *ledger.Ledger, f DeadFilter) (*grouping, error) {
-	g := &grouping{counts: map[string]*ErrorGroup{}}
 	if f.none() {
-		return g, nil
+		return &grouping{}, nil
 	}
-	err := scan(ctx, l, f.ledgerFilter(ledger.Dead), func(c ledger.Claim) bool {
-		g.total++
-		class := ErrorClass(c.LastError)
-		e := g.counts[class]
-		if e == nil {
-			if len(g.counts) >= maxClasses {
-				g.other++
-				return true
-			}
-			e = &ErrorGroup{Class: class, First: c.Updated, Last: c.Updated}
-			g.counts[class] = e
-		}
-		e.Count++
-		if c.Updated.Before(e.First) {
-			e.First = c.Updated
-		}
-		if c.Updated.After(e.Last) {
-			e.Last = c.Updated
-		}
-		if len(e.Examples) < examples {
-			e.Examples = append(e.Examples, ExampleKey{Bucket: c.Bucket, Key: c.Key})
-		}
-		return true
-	})
+	g, err := l.GroupErrors(ctx, f.ledgerFilter(ledger.Dead), shownGroups, examples)
 	if err != nil {
 		return nil, err
 	}
-	for _, e := range g.counts {
-		g.sorted = append(g.sorted, *e)
-	}
-	slices.SortFunc(g.sorted, func(a, b ErrorGroup) int {
-		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Class, b.Class))
-	})
-	return g, nil
+	return &grouping{ErrorGroups: g}, nil
 }
 
-// groupCache keeps recent groupings, one per filter (its class aside).
+// groupCache keeps recent groupings, one per filter, for ledgers that do not
+// group in their own query; on those that do (the SQL ledgers: one query off
+// an index) every request groups afresh, so nothing shown is ever stale.
 type groupCache struct {
 	mu sync.Mutex // held while a grouping is made: one scan at a time
 	m  map[DeadFilter]*grouping
 }
 
-// get returns a grouping of f made less than groupsFresh ago when the
-// ledger held dead dead letters, as now, or makes one.
-func (gc *groupCache) get(ctx context.Context, l *ledger.Ledger, f DeadFilter, dead int) (*grouping, error) {
-	f.Error = ""
+// get returns the grouping of f: made now, or, where the ledger does not
+// group in its own query, one made less than groupsFresh ago when the
+// ledger held dead dead letters, as now (cached says so).
+func (gc *groupCache) get(ctx context.Context, l *ledger.Ledger, f DeadFilter, dead int) (g *grouping, cached bool, err error) {
+	if l.GroupsErrorsInQuery() {
+		g, err := group(ctx, l, f)
+		return g, false, err
+	}
 	gc.mu.Lock()
 	defer gc.mu.Unlock()
 	if g := gc.m[f]; g != nil && g.dead == dead && time.Since(g.at) < groupsFresh {
-		return g, nil
+		return g, true, nil
 	}
-	g, err := group(ctx, l, f)
-	if err != nil {
-		return nil, err
+	if g, err = group(ctx, l, f); err != nil {
+		return nil, false, err
 	}
 	g.at, g.dead = time.Now(), dead
 	if gc.m == nil || len(gc.m) >= 16 {
 		gc.m = map[DeadFilter]*grouping{} // bounded: filters come from URLs
 	}
 	gc.m[f] = g
-	return g, nil
+	return g, false, nil
+}
+
+// clear forgets every grouping (after a replay through the page).
+func (gc *groupCache) clear() {
+	gc.mu.Lock()
+	gc.m = nil
+	gc.mu.Unlock()
 }
 
 // deadPage is up to limit dead letters f selects after the cursor, and the
@@ -198,23 +148,10 @@ func deadPage(ctx context.Context, l *ledger.Ledger, f DeadFilter, after cursor,
 	}
 	lf := f.ledgerFilter(ledger.Dead)
 	lf.AfterBucket, lf.AfterIdent = after.bucket, after.ident
-	var page []ledger.Claim
-	if f.Error == "" {
-		lf.Limit = limit + 1
-		var err error
-		if page, err = l.List(ctx, lf); err != nil {
-			return nil, "", err
-		}
-	} else {
-		err := scan(ctx, l, lf, func(c ledger.Claim) bool {
-			if f.matches(c) {
-				page = append(page, c)
-			}
-			return len(page) <= limit
-		})
-		if err != nil {
-			return nil, "", err
-		}
+	lf.Limit = limit + 1
+	page, err := l.List(ctx, lf)
+	if err != nil {
+		return nil, "", err
 	}
 	next := ""
 	if len(page) > limit {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,10 +84,22 @@ func statusOf(t *testing.T, srv *httptest.Server, q url.Values) web.Status {
 
 // TestDeadLettersByErrorFilteredAndPaged: the API groups the dead letters by
 // error class, filters them by bucket, prefix, key and class, and pages
-// through them with a cursor, every dead letter once.
+// through them with a cursor, every dead letter once: on a ledger that
+// groups and selects by class in its own query, and on one that reads
+// through List (listOnly: the object-store and DynamoDB ledgers' path).
 func TestDeadLettersByErrorFilteredAndPaged(t *testing.T) {
 	t.Parallel()
-	l := testledger.New(t, &ledger.Options{MaxAttempts: 1})
+	t.Run("grouped in the query", func(t *testing.T) {
+		t.Parallel()
+		deadLettersFilteredAndPaged(t, testledger.New(t, &ledger.Options{MaxAttempts: 1}))
+	})
+	t.Run("grouped through List", func(t *testing.T) {
+		t.Parallel()
+		deadLettersFilteredAndPaged(t, ledger.New(listOnly{testledger.New(t, &ledger.Options{MaxAttempts: 1}).Backend()}))
+	})
+}
+
+func deadLettersFilteredAndPaged(t *testing.T, l *ledger.Ledger) {
 	n := 0
 	deadWith(t, l, "photos", keysN("cats/", 30), func(k string) string { n++; return "handler: exit status " + string(rune('0'+n%10)) })
 	deadWith(t, l, "photos", keysN("dogs/", 12), func(k string) string { return `decode "` + k + `": unsupported format` })
@@ -216,5 +229,78 @@ func TestReplayOfAGroupOrFilter(t *testing.T) {
 	}
 	if n := countOf(t, l, ledger.Dead); n != 0 {
 		t.Fatalf("%d dead letters left after replaying the group", n)
+	}
+}
+
+// TestGroupsAfterAChangeElsewhere: a replay and a new dead letter that leave
+// the number of dead letters as it was, made outside the page (cairn ledger
+// replay, the intake's workers), show in the groups at once on a ledger that
+// groups in its own query (the page used to show the grouping it made
+// before for up to 5 seconds, without a word). On a ledger that groups by
+// reading every dead letter (listOnly: the object-store and DynamoDB
+// ledgers' path), a grouping reused says how old it is, and a replay
+// through the page counts again at once.
+func TestGroupsAfterAChangeElsewhere(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		reused bool
+		l      func(t *testing.T) *ledger.Ledger
+	}{
+		{"grouped in the query", false, func(t *testing.T) *ledger.Ledger { return testledger.New(t, &ledger.Options{MaxAttempts: 1}) }},
+		{"grouped through List", true, func(t *testing.T) *ledger.Ledger {
+			return ledger.New(listOnly{testledger.New(t, &ledger.Options{MaxAttempts: 1}).Backend()})
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			l := c.l(t)
+			deadWith(t, l, "photos", []string{"a", "b"}, func(string) string { return "disk full" })
+			srv := httptest.NewServer(web.Handler(l, &web.Options{OperatorToken: "op"}))
+			defer srv.Close()
+			classes := func(st web.Status) string {
+				var out []string
+				for _, g := range st.DeadGroups {
+					out = append(out, g.Class+"="+strconv.Itoa(g.Count))
+				}
+				return strings.Join(out, ", ")
+			}
+			if st := statusOf(t, srv, nil); classes(st) != "disk full=2" || !st.DeadGroupsAsOf.IsZero() {
+				t.Fatalf("groups %q, as of %v", classes(st), st.DeadGroupsAsOf)
+			}
+			// Elsewhere: a is replayed and dies again, of another cause.
+			if n, err := l.Replay(ctx, ledger.Selection{Bucket: "photos", Key: "a"}); n != 1 || err != nil {
+				t.Fatalf("replayed %d: %v", n, err)
+			}
+			cs, err := l.Claim(ctx, 1, time.Hour)
+			if err != nil || len(cs) != 1 {
+				t.Fatalf("claimed %d: %v", len(cs), err)
+			}
+			if err := l.Fail(ctx, cs[0], "timeout after 30s", false); err != nil {
+				t.Fatal(err)
+			}
+			st := statusOf(t, srv, nil)
+			if c.reused {
+				_, body := do(t, mustReq(t, srv.URL+"/"))
+				if classes(st) != "disk full=2" || st.DeadGroupsAsOf.IsZero() || !strings.Contains(body, `id="groups-as-of"`) {
+					t.Fatalf("a grouping reused: groups %q, as of %v, the page says so: %v", classes(st), st.DeadGroupsAsOf, strings.Contains(body, `id="groups-as-of"`))
+				}
+			} else if classes(st) != "disk full=1, timeout after #=1" || !st.DeadGroupsAsOf.IsZero() {
+				t.Fatalf("after the change: groups %q, as of %v", classes(st), st.DeadGroupsAsOf)
+			}
+			// A replay through the page counts again at once, everywhere: here
+			// one more record dies meanwhile, so the number of dead letters is
+			// back to what it was when the grouping reused above was made.
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/v1/replay", strings.NewReader(`{"filter":true,"error":"disk full","expect":1}`))
+			req.Header.Set("Authorization", "Bearer op")
+			if code, body := do(t, req); code != 200 || !strings.Contains(body, `"replayed":1`) {
+				t.Fatalf("replay of the group: %d %s", code, body)
+			}
+			deadWith(t, l, "photos", []string{"c"}, func(string) string { return "disk full on /dev/sda1" })
+			if st := statusOf(t, srv, nil); classes(st) != "disk full on /dev/#=1, timeout after #=1" || !st.DeadGroupsAsOf.IsZero() {
+				t.Fatalf("after a replay through the page: groups %q, as of %v", classes(st), st.DeadGroupsAsOf)
+			}
+		})
 	}
 }

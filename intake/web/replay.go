@@ -28,8 +28,9 @@ type ReplayRequest struct {
 	// key, in any bucket unless Bucket is set) and Error (an error class, as
 	// ErrorClass makes it and GET /api/v1/status lists in dead_groups) select
 	// together; at least one of them must be set. A replay by error class
-	// replays each selected record's key (with Options.EveryVersion, every
-	// version of the key of Status).
+	// replays exactly the records of the class on a ledger that selects by
+	// class (the SQL ledgers); on others it replays each selected record's
+	// key (with Options.EveryVersion, every version of the key of Status).
 	Filter bool   `json:"filter,omitempty"`
 	Prefix string `json:"prefix,omitempty"`
 	Error  string `json:"error,omitempty"`
@@ -70,18 +71,23 @@ func (q ReplayRequest) selection() (ledger.Selection, error) {
 	case q.Expect != nil && *q.Expect < 0:
 		return ledger.Selection{}, refusal(http.StatusBadRequest, "expect is a number of records, not "+strconv.Itoa(*q.Expect))
 	}
-	return ledger.Selection{Statuses: []ledger.Status{st}, Bucket: q.Bucket, Prefix: q.Prefix, Key: q.Key}, nil
+	return ledger.Selection{Statuses: []ledger.Status{st}, Bucket: q.Bucket, Prefix: q.Prefix, Key: q.Key, ErrorClass: q.Error}, nil
 }
 
 // byKeys reports whether the request's records must be found by reading
-// them (an error class, which no backend knows, or a key in any bucket)
-// and replayed key by key, rather than selected by the ledger itself.
-func (q ReplayRequest) byKeys() bool {
-	return q.Filter && (q.Error != "" || (q.Key != "" && q.Bucket == "") || q.filter().none())
+// them (an error class on a ledger that cannot select by it, or a key in
+// any bucket) and replayed key by key, rather than selected by the ledger
+// itself (one statement on the SQL ledgers, error class included).
+func (q ReplayRequest) byKeys(l *ledger.Ledger) bool {
+	return q.Filter && ((q.Error != "" && !l.GroupsErrorsInQuery()) || (q.Key != "" && q.Bucket == "") || q.filter().none())
 }
 
+// matchPage is how many records matching reads per List.
+const matchPage = 1000
+
 // matching reads the records of status st that f selects: each key once,
-// and how many records they are.
+// and how many records they are. The ledger selects them (by error class
+// too: off an index on the SQL ledgers).
 func matching(ctx context.Context, l *ledger.Ledger, st ledger.Status, f DeadFilter) ([]ExampleKey, int, error) {
 	if f.none() {
 		return nil, 0, nil
@@ -89,32 +95,26 @@ func matching(ctx context.Context, l *ledger.Ledger, st ledger.Status, f DeadFil
 	var keys []ExampleKey
 	seen := map[ExampleKey]bool{}
 	n := 0
-	err := scan(ctx, l, f.ledgerFilter(st), func(c ledger.Claim) bool {
-		if f.matches(c) {
+	lf := f.ledgerFilter(st)
+	lf.Limit = matchPage
+	for {
+		cs, err := l.List(ctx, lf)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, c := range cs {
 			n++
-			if k := (ExampleKey{c.Bucket, c.Key}); !seen[k] {
+			if k := (ExampleKey{Bucket: c.Bucket, Key: c.Key}); !seen[k] {
 				seen[k] = true
 				keys = append(keys, k)
 			}
 		}
-		return true
-	})
-	return keys, n, err
-}
-
-// countMatching is how many records of status st f selects.
-func countMatching(ctx context.Context, l *ledger.Ledger, st ledger.Status, f DeadFilter) (int, error) {
-	n := 0
-	if f.none() {
-		return 0, nil
-	}
-	err := scan(ctx, l, f.ledgerFilter(st), func(c ledger.Claim) bool {
-		if f.matches(c) {
-			n++
+		if len(cs) < matchPage {
+			return keys, n, nil
 		}
-		return true
-	})
-	return n, err
+		last := cs[len(cs)-1]
+		lf.AfterBucket, lf.AfterIdent = last.Bucket, last.Ident
+	}
 }
 
 // refused is an error with the HTTP status to answer it with.
@@ -138,11 +138,12 @@ func codeOf(err error) int {
 
 // replay runs a request and returns how many records it replayed.
 func (h *handler) replay(ctx context.Context, q ReplayRequest) (int, error) {
+	defer h.groups.clear() // what the page counted has changed
 	sel, err := q.selection()
 	if err != nil {
 		return 0, err
 	}
-	if q.byKeys() {
+	if q.byKeys(h.l) {
 		return h.replayKeys(ctx, q, sel.Statuses[0])
 	}
 	if q.Expect != nil {

@@ -63,6 +63,7 @@ import (
 	"errors"
 	"html/template"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -288,14 +289,19 @@ type Status struct {
 	DeadMatched int             `json:"dead_matched"`
 	// DeadGroups are the dead letters DeadFilter selects (its error class
 	// aside) grouped by ErrorClass, the largest first, at most 100;
-	// DeadGroupsMore is how many classes are not listed, and DeadGroupsOther
-	// how many dead letters are of classes past the first 1,000 counted
-	// (their classes are not kept). Grouping reads every dead letter the
-	// filter selects; a grouping is reused for up to 5 seconds while the
-	// number of dead letters stays the same.
+	// DeadGroupsMore is how many classes are not listed. On the SQL ledgers
+	// (SQLite, PostgreSQL) grouping is one query off an index, made for each
+	// request. On the others (object store, DynamoDB) it reads every dead
+	// letter the filter selects, so the classes counted are bounded
+	// (DeadGroupsOther is how many dead letters are of classes past the
+	// first 1,000 counted), and a grouping is reused for up to 5 seconds
+	// while the number of dead letters stays the same and no replay went
+	// through this page: DeadGroupsAsOf is then when it was made (zero when
+	// it was made for this request).
 	DeadGroups      []ErrorGroup `json:"dead_groups"`
 	DeadGroupsMore  int          `json:"dead_groups_more,omitempty"`
 	DeadGroupsOther int          `json:"dead_groups_other,omitempty"`
+	DeadGroupsAsOf  time.Time    `json:"dead_groups_as_of,omitzero"`
 	Refusals        []Refusal    `json:"refusals"`
 	Audit           *Audit       `json:"last_audit,omitempty"`
 	Actions         bool         `json:"actions_enabled"`
@@ -399,20 +405,30 @@ func (h *handler) status(ctx context.Context, q deadQuery) (*Status, error) {
 	if st.Dead, st.DeadNext, err = deadPage(ctx, l, q.DeadFilter, q.after, q.Limit); err != nil {
 		return nil, err
 	}
-	g, err := h.groups.get(ctx, l, q.DeadFilter, counts[ledger.Dead])
+	all := q.DeadFilter
+	all.Error = ""
+	g, cached, err := h.groups.get(ctx, l, all, counts[ledger.Dead])
 	if err != nil {
 		return nil, err
 	}
-	st.DeadGroups = g.sorted[:min(len(g.sorted), shownGroups)]
-	st.DeadGroupsMore, st.DeadGroupsOther = len(g.sorted)-len(st.DeadGroups), g.other
-	switch e := g.counts[q.Error]; {
-	case q.Error == "":
-		st.DeadMatched = g.total
-	case e != nil:
-		st.DeadMatched = e.Count
-	case g.other > 0: // a class past those counted: count it
-		if st.DeadMatched, err = countMatching(ctx, l, ledger.Dead, q.DeadFilter); err != nil {
-			return nil, err
+	if cached {
+		st.DeadGroupsAsOf = g.at
+	}
+	st.DeadGroups = g.Groups
+	st.DeadGroupsMore, st.DeadGroupsOther = g.Classes-len(g.Groups), g.Other
+	st.DeadMatched = g.Total
+	if q.Error != "" {
+		st.DeadMatched = 0
+		i := slices.IndexFunc(g.Groups, func(e ErrorGroup) bool { return e.Class == q.Error })
+		switch {
+		case i >= 0:
+			st.DeadMatched = g.Groups[i].Count
+		case len(g.Groups) < g.Classes || g.Other > 0: // a class not listed: count it
+			one, _, err := h.groups.get(ctx, l, q.DeadFilter, counts[ledger.Dead])
+			if err != nil {
+				return nil, err
+			}
+			st.DeadMatched = one.Total
 		}
 	}
 	if st.DeadGroups == nil {

@@ -44,21 +44,39 @@ const StatusIndex = `CREATE INDEX cairn_ledger_status ON cairn_ledger (status, b
 // summary), one row per name; updated is unix ms by the database's clock.
 const MetaTable = `CREATE TABLE cairn_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL, updated BIGINT NOT NULL)`
 
-// Cols are the ledger's columns in the order rows are written and read; rev
-// follows them.
-const Cols = `bucket, ident, key, version_id, etag, size, kind, name, event_time, seq, seq_sort, status, attempts, token,
+// ErrorClassColumn adds the error class column: ledger.ErrorClass of the row's
+// last_error, empty for none (driver.ErrorClass), written with it, so the
+// status page groups and selects dead letters by class in a query
+// (ErrorClassIndex) instead of reading every one. ledger/sqlite adds it
+// after StatusIndex (its migrations fold an intake log of rows without it
+// first: LogFoldV1).
+const ErrorClassColumn = `ALTER TABLE cairn_ledger ADD COLUMN error_class TEXT NOT NULL DEFAULT ''`
+
+// ErrorClassIndex orders each status's records by class, then as List pages
+// through them: a GROUP BY over the dead letters reads this index alone, and
+// a class's records (a page of them from a cursor, or a group's first few)
+// are one range of it.
+const ErrorClassIndex = `CREATE INDEX cairn_ledger_class ON cairn_ledger (status, error_class, bucket, ident, updated)`
+
+// colsV1 are the columns before error_class, the images an intake log
+// written before ErrorClassColumn holds (then rev).
+const colsV1 = `bucket, ident, key, version_id, etag, size, kind, name, event_time, seq, seq_sort, status, attempts, token,
 lease_until, next_at, first_seen, updated, seen, stale, last_error, result, source, gen, run_gen, replays,
 format, region, request_id, host_id`
+
+// Cols are the ledger's columns in the order rows are written and read; rev
+// follows them.
+const Cols = colsV1 + `, error_class`
 
 // ColTypes are the SQL types of Cols and rev, one a column.
 var ColTypes = []string{"text", "text", "text", "text", "text", "bigint", "text", "text", "bigint", "text", "text", "text", "bigint",
 	"bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "text", "text", "text", "bigint", "bigint", "bigint",
-	"text", "text", "text", "text", "bigint"}
+	"text", "text", "text", "text", "text", "bigint"}
 
-// UpsertHead inserts the columns c1..c31 of a row source (Cols, then rev).
+// UpsertHead inserts the columns c1..c32 of a row source (Cols, then rev).
 const UpsertHead = `INSERT INTO cairn_ledger (` + Cols + `, rev)
 SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27,
-c28, c29, c30, c31`
+c28, c29, c30, c31, c32`
 
 // UpsertFrom (a format: %s is the row source) writes rows whose revision is
 // still the one Record read: a new row is inserted with rev 1 (and refused if
@@ -69,15 +87,30 @@ const UpsertFrom = UpsertHead + `
 FROM %s WHERE true` + OnConflictSet + `
 WHERE cairn_ledger.rev = excluded.rev - 1`
 
-// OnConflictSet is an upsert's conflict clause: every column but the key
-// from the row offered (each upsert adds its WHERE guard).
-const OnConflictSet = `
+// onConflictSetV1 is an upsert's conflict clause over colsV1.
+const onConflictSetV1 = `
 ON CONFLICT (bucket, ident) DO UPDATE SET version_id=excluded.version_id, etag=excluded.etag, size=excluded.size,
 kind=excluded.kind, name=excluded.name, event_time=excluded.event_time, seq=excluded.seq, seq_sort=excluded.seq_sort,
 status=excluded.status, attempts=excluded.attempts, token=excluded.token, lease_until=excluded.lease_until, next_at=excluded.next_at,
 first_seen=excluded.first_seen, updated=excluded.updated, seen=excluded.seen, stale=excluded.stale, last_error=excluded.last_error,
 result=excluded.result, source=excluded.source, gen=excluded.gen, run_gen=excluded.run_gen, replays=excluded.replays,
 format=excluded.format, region=excluded.region, request_id=excluded.request_id, host_id=excluded.host_id, rev=excluded.rev`
+
+// OnConflictSet is an upsert's conflict clause: every column but the key
+// from the row offered (each upsert adds its WHERE guard).
+const OnConflictSet = onConflictSetV1 + `, error_class=excluded.error_class`
+
+// LogFoldV1 folds an intake log of images written before ErrorClassColumn
+// (colsV1, then rev: 31 values each) into cairn_ledger, each over an older
+// revision only, as the intake log's own fold does: the SQLite migration
+// that adds the column runs it first, and then empties the log, so that no
+// image of the old shape is ever read as one of the new.
+const LogFoldV1 = `INSERT INTO cairn_ledger (` + colsV1 + `, rev)
+SELECT j.value->>0, j.value->>1, j.value->>2, j.value->>3, j.value->>4, j.value->>5, j.value->>6, j.value->>7, j.value->>8, j.value->>9,
+j.value->>10, j.value->>11, j.value->>12, j.value->>13, j.value->>14, j.value->>15, j.value->>16, j.value->>17, j.value->>18, j.value->>19,
+j.value->>20, j.value->>21, j.value->>22, j.value->>23, j.value->>24, j.value->>25, j.value->>26, j.value->>27, j.value->>28, j.value->>29,
+j.value->>30 FROM cairn_intake_log g, jsonb_each(jsonb(g.images)) j WHERE true` + onConflictSetV1 + `
+WHERE cairn_ledger.rev < excluded.rev`
 
 // UpsertSizes are the row counts of the prepared multi-row upserts (where a
 // dialect does not write a batch in one statement), largest first.

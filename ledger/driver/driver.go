@@ -301,3 +301,32 @@ func Release(r *ledger.Record, now time.Time) {
 	}
 	r.LeaseUntil, r.NextAttempt = time.Time{}, now
 }
+
+// ErrorClass is the error class a backend that implements
+// ledger.ErrorGrouper stores beside a record's last error, whenever it
+// writes that error: ledger.ErrorClass of it, or "" for ledger.NoError (the
+// class of every record without an error, most of them), so that an empty
+// error costs no space. StoredClass maps a class asked for to what is stored.
+func ErrorClass(lastError string) string {
+	if lastError == "" {
+		return ""
+	}
+	return StoredClass(ledger.ErrorClass(lastError))
+}
+
+// StoredClass is what a backend stores for class (as ledger.ErrorClass
+// makes it): "" for ledger.NoError, else class itself; ShownClass reverses it.
+func StoredClass(class string) string {
+	if class == ledger.NoError {
+		return ""
+	}
+	return class
+}
+
+// ShownClass is the class a stored one stands for (ledger.NoError for "").
+func ShownClass(stored string) string {
+	if stored == "" {
+		return ledger.NoError
+	}
+	return stored
+}

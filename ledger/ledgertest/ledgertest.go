@@ -68,6 +68,7 @@ func Run(t *testing.T, h Harness) {
 		{"TokensAcrossVersions", testTokensAcrossVersions},
 		{"Unordered", testUnordered},
 		{"ListAndCounts", testList},
+		{"ErrorClasses", testErrorClasses},
 		{"DuplicateStormGoroutines", testStorm},
 		{"NoLostUpdates", testNoLostUpdates},
 		{"NoDeadlocks", testNoDeadlocks},

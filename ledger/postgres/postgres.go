@@ -71,7 +71,16 @@ var migrations = []string{`CREATE TABLE cairn_ledger (
 	sqlschema.StatusIndex,
 	// Notes (ledger.NoteKeeper): the last audit's summary.
 	sqlschema.MetaTable,
+	// Each record's error class (driver.ErrorClass of last_error), so that
+	// the status page groups and selects dead letters by class off an index
+	// (sqlschema.ErrorClassIndex); sqlledger fills it in for the rows there.
+	`ALTER TABLE cairn_ledger ADD COLUMN error_class TEXT COLLATE "C" NOT NULL DEFAULT ''`,
+	sqlschema.ErrorClassIndex,
 }
+
+// errorClassAt is the schema version from which cairn_ledger has its error
+// class column (sqlledger.Dialect.ErrorClassAt).
+var errorClassAt = len(migrations) - 1
 
 func rebind(q string) string {
 	var sb strings.Builder
@@ -185,7 +194,7 @@ func open(ctx context.Context, url string, opts *ledger.Options) (*sqlledger.Bac
 	l, err := sqlledger.New(ctx, db, sqlledger.Dialect{
 		Name: "postgres", Rebind: rebind, SkipLocked: "FOR UPDATE SKIP LOCKED",
 		ServerNow: `SELECT floor(extract(epoch from clock_timestamp()) * 1000)::bigint`,
-		Rows:      unnestRows, BatchUpsert: true, Migrations: migrations, Classify: classify,
+		Rows:      unnestRows, BatchUpsert: true, Migrations: migrations, Classify: classify, ErrorClassAt: errorClassAt,
 		MigrationLock: `SELECT pg_advisory_xact_lock(727272)`,
 		LockRows:      "FOR UPDATE", Transient: transient,
 	}, opts)

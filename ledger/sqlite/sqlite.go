@@ -60,8 +60,16 @@ func init() {
 
 // migrations are the schema's (package sqlschema, shared with the SQLite
 // drivers benchmark), then the intake log's table: Record batches go to the
-// intake log, folded into cairn_ledger later.
-var migrations = append(slices.Clip(sqlschema.SQLiteMigrations), sqlledger.LogMigration, sqlschema.StatusIndex, sqlschema.MetaTable)
+// intake log, folded into cairn_ledger later; then the status index, the
+// notes table, and the
+// error class column with its index (an intake log written before it holds
+// images without the column: it is folded and emptied first).
+var migrations = append(slices.Clip(sqlschema.SQLiteMigrations), sqlledger.LogMigration, sqlschema.StatusIndex, sqlschema.MetaTable,
+	sqlschema.LogFoldV1, `DELETE FROM cairn_intake_log`, sqlschema.ErrorClassColumn, sqlschema.ErrorClassIndex)
+
+// errorClassAt is the schema version from which cairn_ledger has its error
+// class column (sqlledger.Dialect.ErrorClassAt).
+var errorClassAt = slices.Index(migrations, sqlschema.ErrorClassColumn) + 1
 
 // jsonRows passes a batch as one JSON argument, read with json_each: one
 // statement for a whole batch, prepared once (SQLite caps bound parameters).
@@ -162,7 +170,7 @@ func open(ctx context.Context, path string, opts *ledger.Options, sync string, l
 	db.SetMaxOpenConns(1)
 	l, err := sqlledger.New(ctx, db, sqlledger.Dialect{Name: "sqlite", Rebind: func(s string) string { return s },
 		KeyIndexHint: "INDEXED BY cairn_ledger_key", Rows: jsonRows, Migrations: migrations, Transient: busy, IntakeLog: true, LogLimits: limits,
-		Classify: classifier(path)}, opts)
+		Classify: classifier(path), ErrorClassAt: errorClassAt}, opts)
 	if err != nil {
 		db.Close()
 		if errors.Is(err, ledger.ErrNoLedger) {

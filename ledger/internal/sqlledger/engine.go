@@ -188,7 +188,7 @@ func (l sqlEngine) completeBatch(ctx context.Context, tx *sql.Tx, now time.Time,
 		args := append([]any{ms(now), ms(now)}, fa...)
 		args = append(args, ms(now))
 		q := `UPDATE cairn_ledger SET status = CASE WHEN gen = run_gen THEN 'processed' ELSE 'pending' END,
-attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = t.c4, last_error = '', lease_until = 0, next_at = ?, updated = ?, rev = cairn_ledger.rev + 1
+attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = t.c4, last_error = '', error_class = '', lease_until = 0, next_at = ?, updated = ?, rev = cairn_ledger.rev + 1
 FROM ` + from + `
 WHERE cairn_ledger.bucket = t.c1 AND cairn_ledger.ident = t.c2 AND cairn_ledger.token = t.c3
   AND cairn_ledger.status = 'claimed' AND cairn_ledger.lease_until >= ?
@@ -215,7 +215,7 @@ RETURNING cairn_ledger.bucket, cairn_ledger.ident`
   FROM ` + from + ` JOIN cairn_ledger l ON l.bucket = t.c1 AND l.key = t.c5 AND l.ident = t.c2
   ORDER BY l.bucket, l.ident ` + l.d.LockRows + ` OF l)
 UPDATE cairn_ledger SET status = CASE WHEN gen = run_gen THEN 'processed' ELSE 'pending' END,
-attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = k.c4, last_error = '', lease_until = 0, next_at = ?, updated = ?, rev = cairn_ledger.rev + 1
+attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = k.c4, last_error = '', error_class = '', lease_until = 0, next_at = ?, updated = ?, rev = cairn_ledger.rev + 1
 FROM k
 WHERE cairn_ledger.bucket = k.bucket AND cairn_ledger.key = k.key AND cairn_ledger.ident = k.ident
   AND k.token = k.c3 AND k.status = 'claimed' AND k.lease_until >= ?

@@ -112,6 +112,10 @@ type Dialect struct {
 	IntakeLog bool
 	// LogLimits bound the intake log (zero: defaults).
 	LogLimits LogLimits
+	// ErrorClassAt is the schema version (a count of Migrations) from which
+	// cairn_ledger has its error_class column: a migration from below it
+	// fills the column in for the rows already there (backfillClasses).
+	ErrorClassAt int
 }
 
 // Backend is a SQL intake ledger (a ledger.Backend).
@@ -372,6 +376,11 @@ func (l *Backend) migrateOnce(ctx context.Context) error {
 			return l.wrap(fmt.Sprintf("migration %d", i+1), err)
 		}
 	}
+	if v < l.d.ErrorClassAt && l.d.ErrorClassAt <= len(l.d.Migrations) {
+		if err := l.backfillClasses(ctx, tx); err != nil {
+			return l.wrap("filling in the error classes of the records there", err)
+		}
+	}
 	if _, err := tx.ExecContext(ctx, l.q(`UPDATE cairn_schema SET version = ?`), len(l.d.Migrations)); err != nil {
 		return l.wrap("migrating", err)
 	}
@@ -410,11 +419,11 @@ type scanner interface{ Scan(...any) error }
 // scanRecord scans a row of cols, and of any further columns into extra.
 func scanRecord(s scanner, extra ...any) (ledger.Claim, error) {
 	var c ledger.Claim
-	var kind, status, seqSort, format string
+	var kind, status, seqSort, format, class string
 	var evTime, lease, next, first, upd int64
 	err := s.Scan(append([]any{&c.Bucket, &c.Ident, &c.Key, &c.VersionID, &c.ETag, &c.Size, &kind, &c.Name, &evTime, &c.Seq, &seqSort,
 		&status, &c.Attempts, &c.Token, &lease, &next, &first, &upd, &c.Seen, &c.Stale, &c.LastError, &c.Result, &c.Source,
-		&c.Gen, &c.RunGen, &c.Replays, &format, &c.Region, &c.RequestID, &c.HostID}, extra...)...)
+		&c.Gen, &c.RunGen, &c.Replays, &format, &c.Region, &c.RequestID, &c.HostID, &class}, extra...)...)
 	c.Kind, c.Status, c.Format = event.Kind(kind), ledger.Status(status), event.Format(format)
 	c.EventTime, c.LeaseUntil, c.NextAttempt, c.FirstSeen, c.Updated = fromMS(evTime), fromMS(lease), fromMS(next), fromMS(first), fromMS(upd)
 	return c, err
@@ -465,6 +474,7 @@ func (l *Backend) columns(ident string, r *ledger.Record, rev int64, text func(s
 	text(r.Region)
 	text(r.RequestID)
 	text(r.HostID)
+	text(driver.ErrorClass(r.LastError))
 	num(rev)
 }
 
@@ -472,7 +482,7 @@ func (l *Backend) columns(ident string, r *ledger.Record, rev int64, text func(s
 var colTypes = sqlschema.ColTypes
 
 // The upserts' text (see package sqlschema): upsertHead inserts the columns
-// c1..c31 of a row source; upsertFrom writes rows whose revision is still the
+// c1..c32 of a row source; upsertFrom writes rows whose revision is still the
 // one Record read; onConflictSet is the conflict clause each upsert guards.
 const (
 	upsertHead    = sqlschema.UpsertHead
@@ -941,7 +951,7 @@ func (l *Backend) Renew(ctx context.Context, c ledger.Claim, lease time.Duration
 // completeSet is Complete's update: processed, or pending again if newer work
 // arrived while the claim ran.
 const completeSet = `status = CASE WHEN gen = run_gen THEN 'processed' ELSE 'pending' END,
-attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = ?, last_error = '', lease_until = 0, next_at = ?`
+attempts = CASE WHEN gen = run_gen THEN attempts ELSE 0 END, result = ?, last_error = '', error_class = '', lease_until = 0, next_at = ?`
 
 // Complete records the claim's work as processed (or, if newer work arrived
 // while it ran, makes the record pending again).
@@ -1027,6 +1037,10 @@ func (l *Backend) Replay(ctx context.Context, sel ledger.Selection) (int, error)
 		where += ` AND updated >= ?`
 		a = append(a, ms(sel.UpdatedSince))
 	}
+	if sel.ErrorClass != "" {
+		where += ` AND error_class = ?`
+		a = append(a, driver.StoredClass(sel.ErrorClass))
+	}
 	if sel.DryRun {
 		if err := l.eng.settle(ctx); err != nil {
 			return 0, l.wrap("replay", err)
@@ -1046,7 +1060,7 @@ func (l *Backend) Replay(ctx context.Context, sel ledger.Selection) (int, error)
 		table += ` ` + l.d.KeyIndexHint
 	}
 	set := `UPDATE ` + table + ` SET status = 'pending', attempts = 0, next_at = ?, updated = ?,
-last_error = '', lease_until = 0, replays = replays + 1, gen = gen + 1, rev = rev + 1`
+last_error = '', error_class = '', lease_until = 0, replays = replays + 1, gen = gen + 1, rev = rev + 1`
 	q, lockFirst := set+where, false
 	if l.d.LockRows != "" {
 		lockFirst = true
@@ -1186,8 +1200,8 @@ func (l *Backend) Fail(ctx context.Context, c ledger.Claim, cause string, retrya
 		},
 		set: `status = CASE WHEN gen <> run_gen THEN 'pending' ELSE CAST(? AS TEXT) END,
 attempts = CASE WHEN gen <> run_gen THEN 0 ELSE attempts END,
-next_at = CASE WHEN gen <> run_gen THEN CAST(? AS BIGINT) ELSE CAST(? AS BIGINT) END, last_error = ?, lease_until = 0`,
-		args: []any{string(status), nowPlus(0), nowPlus(retryIn.Milliseconds()), cause},
+next_at = CASE WHEN gen <> run_gen THEN CAST(? AS BIGINT) ELSE CAST(? AS BIGINT) END, last_error = ?, error_class = ?, lease_until = 0`,
+		args: []any{string(status), nowPlus(0), nowPlus(retryIn.Milliseconds()), cause, driver.ErrorClass(cause)},
 	})
 }
 
@@ -1252,7 +1266,8 @@ func (l *Backend) Get(ctx context.Context, bucket, key string) ([]ledger.Record,
 	return out, l.wrap("get", rows.Err())
 }
 
-// List pages through records in (bucket, ident) order.
+// List pages through records in (bucket, ident) order (Filter.ErrorClass
+// too: see GroupErrors).
 func (l *Backend) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, error) {
 	if err := l.eng.settle(ctx); err != nil {
 		return nil, l.wrap("list", err)
@@ -1279,16 +1294,23 @@ func (l *Backend) List(ctx context.Context, f ledger.Filter) ([]ledger.Claim, er
 		q += ` AND status = ?`
 		a = append(a, string(f.Status))
 	}
-	if f.Prefix != "" {
-		q += ` AND key >= ? AND key < ?`
-		a = append(a, f.Prefix, f.Prefix+"\U0010FFFF")
+	if f.ErrorClass != "" {
+		// One class: a range of the class index, in this order.
+		q += ` AND error_class = ?`
+		a = append(a, driver.StoredClass(f.ErrorClass))
 	}
-	if f.Through != "" {
-		q += ` AND key <= ?`
-		a = append(a, f.Through)
-	}
+	q, a = l.prefixWhere(q, a, f)
 	q += ` ORDER BY bucket, ident LIMIT ?`
 	a = append(a, f.Limit)
+	if f.Prefix != "" && !l.opts.EveryVersion {
+		// The page's keys first, off an index alone (every condition is on
+		// its columns), then their rows: SQLite reads the row of each entry
+		// a non-covering index scan meets before it tests the entry's
+		// ident (a WITHOUT ROWID table has no deferred seek), which was
+		// every dead letter of a page of dead letters under a prefix.
+		q = `SELECT ` + cols + ` FROM cairn_ledger WHERE (bucket, ident) IN (` +
+			strings.Replace(q, `SELECT `+cols+` FROM`, `SELECT bucket, ident FROM`, 1) + `) ORDER BY bucket, ident`
+	}
 	rows, err := l.db.QueryContext(ctx, l.q(q), a...)
 	if err != nil {
 		return nil, l.wrap("list", err)

@@ -55,7 +55,7 @@ type Result struct {
 // which ledger/sqlite and sqlledger use): its migrations in order, its
 // columns in the order sqlledger writes them (rev follows: nCols values a
 // row), the guarded upsert (%s: the row source) and its conflict clause.
-var migrations = sqlschema.SQLiteMigrations
+var migrations = append(slices.Clip(sqlschema.SQLiteMigrations), sqlschema.ErrorClassColumn)
 
 const (
 	cols          = sqlschema.Cols
@@ -283,13 +283,13 @@ func (g *gen) hex(n int) string {
 	return string(b)
 }
 
-// row is one ledger row (31 values, sqlledger's order) for key k at rev.
+// row is one ledger row (32 values, sqlledger's order) for key k at rev.
 func (g *gen) row(k, rev int) []any {
 	now := int64(1_770_000_000_000) + int64(g.rng.IntN(1_000_000))
 	name := keyName(k)
 	return []any{"bench", name, name, "", g.hex(32), int64(g.rng.IntN(1 << 20)), "put", "s3:ObjectCreated:Put", now,
 		g.hex(16), "", "pending", int64(0), int64(0), int64(0), now, now, now, int64(rev), int64(0), "", "", "webhook",
-		int64(rev), int64(0), int64(0), "s3", "us-east-1", g.hex(16), g.hex(40), int64(rev)}
+		int64(rev), int64(0), int64(0), "s3", "us-east-1", g.hex(16), g.hex(40), "", int64(rev)}
 }
 
 // rows is a JSON array of rows for keys, all at rev.

@@ -1,4 +1,4 @@
-package web
+package ledger
 
 import (
 	"strings"
@@ -19,7 +19,9 @@ const NoError = "(no error recorded)"
 // becomes #, and #s joined by . : - / _ + or , (an address, a time stamp, a
 // UUID) become one #; runs of white space become one space. The class is cut
 // to 240 bytes. Two messages with the same class tell the operator the same
-// thing; a class is what GET /api/v1/status?error=CLASS filters by.
+// thing. The SQL ledgers store each record's class beside its error
+// (see ErrorGrouper), and the status page groups and filters by it
+// (GET /api/v1/status?error=CLASS).
 func ErrorClass(msg string) string {
 	msg = strings.ToValidUTF8(msg, "\uFFFD")
 	b := make([]byte, 0, min(len(msg), maxClass+8))
