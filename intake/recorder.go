@@ -37,7 +37,7 @@ type recorder struct {
 	// batch's first submission off the queue, before it marks the
 	// dispatcher recording.
 	afterReceive func()
-	health  recordHealth    // recent recordings' outcomes, for readiness
+	health       recordHealth // recent recordings' outcomes, for readiness
 }
 
 func newRecorder(l *ledger.Ledger, o *Options, log *slog.Logger, m *metrics, d *dispatcher, everyVersion bool, closed <-chan struct{}) *recorder {

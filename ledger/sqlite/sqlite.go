@@ -61,9 +61,9 @@ func init() {
 // migrations are the schema's (package sqlschema, shared with the SQLite
 // drivers benchmark), then the intake log's table: Record batches go to the
 // intake log, folded into cairn_ledger later; then the status index, the
-// notes table, and the
-// error class column with its index (an intake log written before it holds
-// images without the column: it is folded and emptied first).
+// notes table, and the error class column with its index (an intake log
+// written before it holds images without the column: it is folded and
+// emptied first).
 var migrations = append(slices.Clip(sqlschema.SQLiteMigrations), sqlledger.LogMigration, sqlschema.StatusIndex, sqlschema.MetaTable,
 	sqlschema.LogFoldV1, `DELETE FROM cairn_intake_log`, sqlschema.ErrorClassColumn, sqlschema.ErrorClassIndex)
 
