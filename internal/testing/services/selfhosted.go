@@ -129,7 +129,9 @@ func StartSeaweedFS(ctx context.Context, bin string, o Options) (*Server, error)
 	if err := os.MkdirAll(filepath.Join(o.DataDir, "data"), 0o755); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
+	// Its log files go in its data directory, removed with it (by default
+	// in the temporary directory, where every start left them).
+	cmd := exec.Command(bin, append([]string{"-logdir=" + o.DataDir}, args...)...)
 	cmd.Dir = o.DataDir
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=cairnadmin", "AWS_SECRET_ACCESS_KEY=cairnadmin-secret")
 	cmd.Env = append(cmd.Env, o.Env...)

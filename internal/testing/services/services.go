@@ -380,7 +380,9 @@ func StartPostgres(ctx context.Context, binDir string, o Options) (*Server, erro
 	cmd.SysProcAttr = runAs(uid, gid)
 	cmd.Dir = o.DataDir
 	if o.LogFile == "" {
-		o.LogFile = filepath.Join(os.TempDir(), fmt.Sprintf("cairn-postgres-%d.log", port))
+		// In its data directory, removed with it (one in the temporary
+		// directory was left behind by every start).
+		o.LogFile = filepath.Join(o.DataDir, "server.log")
 	}
 	s, err := start(cmd, o)
 	if err != nil {

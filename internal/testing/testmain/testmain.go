@@ -18,11 +18,13 @@ import (
 func Run(m *testing.M, cleanups ...func()) {
 	testenv.MaybeChild()
 	objstoretest.MaybeChild()
+	removeTemp := privateTempDir()
 	code := m.Run()
 	for _, c := range cleanups {
 		c()
 	}
 	testenv.Stop()
+	removeTemp()
 	if code == 0 {
 		if err := findLeaks(); err != nil {
 			fmt.Fprintf(os.Stderr, "goroutine leak: %v\n", err)

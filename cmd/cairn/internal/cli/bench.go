@@ -449,6 +449,15 @@ cairn's source tree (or give --rie PATH).`,
 				return err
 			}
 			opts.Dir = dir
+			// Removed on every way out (a usage error, --phases, Ctrl-C or
+			// SIGTERM, success) but a failed run, whose sandboxes' logs it
+			// keeps and names.
+			keep := false
+			defer func() {
+				if !keep {
+					os.RemoveAll(dir)
+				}
+			}()
 			run := strconv.FormatInt(time.Now().UnixNano(), 36)
 			if storeURL == "" {
 				p := filepath.Join(dir, "ledger")
@@ -483,10 +492,13 @@ cairn's source tree (or give --rie PATH).`,
 				defer fmt.Fprint(e.stderr, "\r\033[K")
 			}
 			results, err := bench.Lambda(ctx, opts)
-			if err != nil {
+			if err != nil && ctx.Err() == nil {
+				keep = true
 				return fmt.Errorf("%w (the sandboxes' directories are kept in %s)", err, dir)
 			}
-			os.RemoveAll(dir)
+			if err != nil {
+				return err
+			}
 			return e.printResults(results, nil)
 		},
 	}

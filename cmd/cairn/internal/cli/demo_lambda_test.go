@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,6 +58,10 @@ func TestBenchLambdaPrintsRatios(t *testing.T) {
 	cmd := exec.CommandContext(ctx, buildCairn(t), "bench", "lambda", "--json", "--rie", rie, "--store", storeURL,
 		"--sandboxes", "2", "--invocations", "3", "--rounds", "1")
 	cmd.Env = append(os.Environ(), ep.Env()...)
+	// At the timeout, SIGTERM: the command stops its sandboxes and removes
+	// its directory (SIGKILL left both).
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = time.Minute
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -572,12 +572,13 @@ func runCairn(ctx context.Context, o Options, order []event.Event, delivered map
 	// kill -9, which releases nothing, settles nothing and renews nothing.
 	// Its claims are left to expire, and only then is the work another's.
 	var killed atomic.Bool
-	first := ledger.New(&killable{Backend: o.Ledger.Backend(), killed: &killed})
+	firstBackend := &killable{Backend: o.Ledger.Backend(), killed: &killed}
+	first := ledger.New(firstBackend)
 	start := func(l *ledger.Ledger) (stop func() error, url string, err error) {
 		popts := &intake.Options{Concurrency: o.Concurrency, Poll: 50 * time.Millisecond, Logger: o.Logger}
 		if o.Crash {
 			popts.Grace = 200 * time.Millisecond // only the stuck handler is still running at the crash
-			popts.Lease = crashLease             // what the successor waits out
+			popts.Lease = runLease               // no claim runs out while its daemon lives
 		}
 		p, err := intake.New(l, h, popts)
 		if err != nil {
@@ -626,6 +627,9 @@ func runCairn(ctx context.Context, o Options, order []event.Event, delivered map
 			_ = stop() // a killed daemon reports nothing: its ledger calls fail
 			stop = nil
 			err = stillClaimed(ctx, o, stuckWork)
+			if err == nil {
+				err = shortenLease(ctx, o, firstBackend, stuckWork)
+			}
 			if err == nil {
 				stop, _, err = start(o.Ledger)
 			}
@@ -691,9 +695,33 @@ func stillClaimed(ctx context.Context, o Options, w intake.Work) error {
 	return fmt.Errorf("demo: the killed daemon's claim of %q (token %d) did not stay claimed: %+v", w.Event.Key, w.Token, rs)
 }
 
-// crashLease is the claims' lease in a demo with a crash: the successor
-// waits it out before it takes the crashed daemon's work.
-const crashLease = 2 * time.Second
+// runLease is the claims' lease in a demo with a crash, renewed every third
+// of it while a handler runs: long enough that no renewal delayed by a loaded
+// machine lets a live daemon's claim run out (with 2 s leases a renewal held
+// up by a busy SQLite file did, and the first daemon stopped its own stuck
+// handler and took the work over itself before the crash). crashLease is
+// what the killed daemon's stuck claim is left with: its last renewal, made
+// once it is dead (shortenLease), is for crashLease, and the successor waits
+// that out, not a runLease, before it takes the work over.
+const (
+	runLease   = intake.DefaultLease
+	crashLease = 2 * time.Second
+)
+
+// shortenLease renews the killed daemon's claim of w, for crashLease from
+// now: as if the daemon had held it with a short lease and died just after
+// renewing. Called once the daemon has stopped, so no renewal of its own can
+// land after this one.
+func shortenLease(ctx context.Context, o Options, k *killable, w intake.Work) error {
+	c, ok := k.claim(w)
+	if !ok {
+		return fmt.Errorf("demo: the killed daemon's claim of %q (token %d) was never handed out by its ledger", w.Event.Key, w.Token)
+	}
+	if _, err := o.Ledger.Renew(ctx, c, crashLease); err != nil {
+		return fmt.Errorf("demo: renewing the killed daemon's claim of %q (token %d) for %v: %w", w.Event.Key, w.Token, crashLease, err)
+	}
+	return nil
+}
 
 // killable is a ledger whose connection can be killed: once killed, every
 // call that a daemon makes to claim, renew or settle work fails (what a
@@ -701,55 +729,99 @@ const crashLease = 2 * time.Second
 type killable struct {
 	ledger.Backend
 	killed *atomic.Bool
+
+	mu     sync.Mutex
+	claims map[claimID]ledger.Claim // each claim handed out or renewed, newest
 }
 
-var errKilled = fmt.Errorf("demo: the daemon was killed: %w", ledger.ErrUnavailable)
+type claimID struct {
+	bucket, key string
+	token       int64
+}
+
+// keep remembers claims, for claim.
+func (k *killable) keep(cs ...ledger.Claim) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.claims == nil {
+		k.claims = map[claimID]ledger.Claim{}
+	}
+	for _, c := range cs {
+		k.claims[claimID{c.Bucket, c.Key, c.Token}] = c
+	}
+}
+
+// claim is the claim w's handler runs under.
+func (k *killable) claim(w intake.Work) (ledger.Claim, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c, ok := k.claims[claimID{w.Event.Bucket, w.Event.Key, w.Token}]
+	return c, ok
+}
+
+// errKilled is what a killed daemon's calls get: its connection is gone
+// (claiming or recording fails as while the ledger is unreachable), and so
+// are its claims: renewing or settling one is refused as for a lost lease, so
+// that its pipeline gives up at once, as a dead process does nothing, instead
+// of retrying until the claim's lease would run out.
+var (
+	errKilled      = fmt.Errorf("demo: the daemon was killed: %w", ledger.ErrUnavailable)
+	errKilledClaim = fmt.Errorf("demo: the daemon was killed, with its claims: %w", ledger.ErrLeaseLost)
+)
 
 func (k *killable) RecordAndClaim(ctx context.Context, source string, evs []event.Event, n int, lease time.Duration) ([]ledger.Decision, []ledger.Claim, error) {
 	if k.killed.Load() {
 		return nil, nil, errKilled
 	}
-	return k.Backend.RecordAndClaim(ctx, source, evs, n, lease)
+	ds, cs, err := k.Backend.RecordAndClaim(ctx, source, evs, n, lease)
+	k.keep(cs...)
+	return ds, cs, err
 }
 
 func (k *killable) Claim(ctx context.Context, n int, lease time.Duration) ([]ledger.Claim, error) {
 	if k.killed.Load() {
 		return nil, errKilled
 	}
-	return k.Backend.Claim(ctx, n, lease)
+	cs, err := k.Backend.Claim(ctx, n, lease)
+	k.keep(cs...)
+	return cs, err
 }
 
 func (k *killable) Renew(ctx context.Context, c ledger.Claim, lease time.Duration) (ledger.Claim, error) {
 	if k.killed.Load() {
-		return ledger.Claim{}, errKilled
+		return ledger.Claim{}, errKilledClaim
 	}
-	return k.Backend.Renew(ctx, c, lease)
+	c, err := k.Backend.Renew(ctx, c, lease)
+	if err == nil {
+		k.keep(c)
+	}
+	return c, err
 }
 
 func (k *killable) Complete(ctx context.Context, c ledger.Claim, result string) error {
 	if k.killed.Load() {
-		return errKilled
+		return errKilledClaim
 	}
 	return k.Backend.Complete(ctx, c, result)
 }
 
 func (k *killable) CompleteBatch(ctx context.Context, cs []ledger.Claim, results []string) ([]error, error) {
 	if k.killed.Load() {
-		return nil, errKilled
+		return nil, errKilledClaim
 	}
 	return k.Backend.CompleteBatch(ctx, cs, results)
 }
 
 func (k *killable) Release(ctx context.Context, c ledger.Claim) error {
 	if k.killed.Load() {
-		return errKilled
+		return errKilledClaim
 	}
 	return k.Backend.Release(ctx, c)
 }
 
 func (k *killable) Fail(ctx context.Context, c ledger.Claim, cause string, retryable bool) error {
 	if k.killed.Load() {
-		return errKilled
+		return errKilledClaim
 	}
 	return k.Backend.Fail(ctx, c, cause, retryable)
 }
