@@ -223,8 +223,10 @@ func parseURL(raw string) (urlConfig, error) {
 				return c, fmt.Errorf("%w: shards=%q: want a number from 1 to 1024", ledger.ErrInvalidURL, v)
 			}
 		case "retention":
-			if c.retention, err = time.ParseDuration(v); err != nil || c.retention <= 0 {
-				return c, fmt.Errorf("%w: retention=%q: want a positive duration (720h)", ledger.ErrInvalidURL, v)
+			if c.retention, err = time.ParseDuration(v); err != nil || c.retention < ledger.MinPurgeAge {
+				// TTL deletes records as a purge does, and a purged key's
+				// next tokens rest on clocks agreeing within that age.
+				return c, fmt.Errorf("%w: retention=%q: want a duration of at least %s (ledger.MinPurgeAge), e.g. 720h", ledger.ErrInvalidURL, v, ledger.MinPurgeAge)
 			}
 		default:
 			return c, fmt.Errorf("%w: unknown parameter %q in a dynamodb:// URL (known: region, endpoint, create_table, shards, retention)",

@@ -87,7 +87,7 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("missing table with MustExist: %v, want ErrNoLedger", err)
 	}
 	for _, bad := range []string{"dynamodb://x", "dynamodb://t@ble", "dynamodb://table/extra", "dynamodb://table?shards=0",
-		"dynamodb://table?create_table=maybe", "dynamodb://table?retention=-1h", "dynamodb://table?colour=blue"} {
+		"dynamodb://table?create_table=maybe", "dynamodb://table?retention=-1h", "dynamodb://table?retention=1m", "dynamodb://table?colour=blue"} {
 		if _, err := ledger.Open(ctx, bad, nil); !errors.Is(err, ledger.ErrInvalidURL) {
 			t.Errorf("%s: %v, want ErrInvalidURL", bad, err)
 		}
@@ -194,5 +194,26 @@ func TestItemExtremes(t *testing.T) {
 		if len(rs) != 1 || rs[0].Key != key || rs[0].Result != big || rs[0].LastError != "" || rs[0].Status != ledger.Processed {
 			t.Fatalf("record of a %d-byte key: status %s, key intact %v, result intact %v", len(key), rs[0].Status, rs[0].Key == key, rs[0].Result == big)
 		}
+	}
+}
+
+// A note written with an older time than the stored one (a request that
+// landed late, its writer having given up on it; here a handle whose clock
+// is behind) does not replace the newer note. Before, PutNote was an
+// unconditional PutItem and the older value came back.
+func TestOlderNoteDoesNotReplaceNewer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := newTable(t)
+	now := open(t, url, nil, nil)
+	behind := open(t, url, &ledger.Options{Now: func() time.Time { return time.Now().Add(-time.Minute) }}, nil)
+	if err := now.PutNote(ctx, ledger.AuditNote, []byte(`"new"`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := behind.PutNote(ctx, ledger.AuditNote, []byte(`"old"`)); err != nil {
+		t.Fatalf("a refused older note: %v, want no error (a newer note is there)", err)
+	}
+	if got, err := now.Note(ctx, ledger.AuditNote); err != nil || string(got) != `"new"` {
+		t.Fatalf("note: %s %v, want \"new\"", got, err)
 	}
 }

@@ -801,14 +801,23 @@ func (l *Backend) PutNote(ctx context.Context, name string, value []byte) error 
 // noteBackoff spaces PutNote's attempts.
 var noteBackoff = backoff.Policy{Base: 10 * time.Millisecond, Max: time.Second}
 
-// Note reads a note (ledger.NoteKeeper).
+// Note reads a note (ledger.NoteKeeper). A failed read is tried again
+// (noteAttempts in all) before its error is returned.
 func (l *Backend) Note(ctx context.Context, name string) ([]byte, error) {
-	data, _, err := l.s.GetBytes(ctx, noteKey(name))
-	if errors.Is(err, objstore.ErrNotFound) {
-		return nil, nil
+	for attempt := 0; ; attempt++ {
+		data, _, err := l.s.GetBytes(ctx, noteKey(name))
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil, nil
+		}
+		if err == nil {
+			return data, nil
+		}
+		err = l.wrap("read note", err)
+		if !errors.Is(err, ledger.ErrUnavailable) || attempt+1 == noteAttempts || noteBackoff.Wait(ctx, attempt) != nil {
+			return nil, err
+		}
 	}
-	if err != nil {
-		return nil, l.wrap("read note", err)
-	}
-	return data, nil
 }
+
+// noteAttempts bounds Note's reads.
+const noteAttempts = 5

@@ -53,9 +53,9 @@ func main() {
 		key := w.Event.Key
 		fmt.Fprintf(runs, "%s %d %d\n", key, w.Token, os.Getpid())
 		switch {
-		case strings.HasPrefix(key, "hang/") && w.Token == 1:
+		case strings.HasPrefix(key, "hang/") && w.Attempt == 1:
 			select {} // a handler that ignores its context
-		case strings.HasPrefix(key, "crash/") && w.Token == 1:
+		case strings.HasPrefix(key, "crash/") && w.Attempt == 1:
 			time.Sleep(200 * time.Millisecond) // mid-handler
 			os.Exit(3)
 		case strings.HasPrefix(key, "slow/"):
