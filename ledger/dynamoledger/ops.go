@@ -801,10 +801,22 @@ func (b *Backend) Close() error { return nil }
 func noteSK(name string) string { return "note#" + name }
 
 // PutNote stores a note (ledger.NoteKeeper) as an item beside the
-// ledger's descriptor; the last writer wins.
+// ledger's descriptor; the latest by the writers' clocks wins. The write is
+// conditional on the stored note being no newer, so a request that lands
+// late (its writer gave up on it, and a newer note was written since) is
+// refused instead of putting an older value back; a refusal means a newer
+// note is there, and is no error.
 func (b *Backend) PutNote(ctx context.Context, name string, value []byte) error {
+	now := num(b.now().UnixMilli())
 	_, err := b.c.PutItem(ctx, &dynamodb.PutItemInput{TableName: &b.table, Item: map[string]types.AttributeValue{
-		attrPK: str(metaPK), attrSK: str(noteSK(name)), "value": str(string(value)), "updated": num(b.local().UnixMilli())}})
+		attrPK: str(metaPK), attrSK: str(noteSK(name)), "value": str(string(value)), "updated": now},
+		ConditionExpression:       aws.String("attribute_not_exists(#u) OR #u <= :u"),
+		ExpressionAttributeNames:  map[string]string{"#u": "updated"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":u": now}})
+	var refused *types.ConditionalCheckFailedException
+	if errors.As(err, &refused) {
+		return nil
+	}
 	return b.wrap("put note", err)
 }
 
