@@ -193,4 +193,33 @@ func testTokensAcrossVersionsClockBehind(t *testing.T, h Harness) {
 		must(l.Record(ctx, "s", []event.Event{put(v.seq, v.ver)}))(t)
 		claim(v.ver+"'s first claim, 5 minutes behind", v.ver, false)
 	}
+	// Two versions with one sequencer (a store that gives none, or a
+	// resubmission): one at a time, or at least never with one token.
+	must(l.Record(ctx, "s", []event.Event{put("04", "v4a"), put("04", "v4b")}))(t)
+	seen := map[string]bool{}
+	for i := 0; len(seen) < 2; i++ {
+		cs := must(l.Claim(ctx, 10, time.Minute))(t)
+		if len(cs) == 0 || i == 2 {
+			t.Fatalf("versions with one sequencer: claims %+v after %v", cs, seen)
+		}
+		next := highest
+		for _, c := range cs {
+			if c.Token <= highest || seen[c.VersionID] {
+				t.Fatalf("versions with one sequencer: claims %+v, want each version once with a token above %d, the key's highest before this claim", cs, highest)
+			}
+			seen[c.VersionID] = true
+			next = max(next, c.Token)
+		}
+		for i, c := range cs {
+			for _, d := range cs[:i] {
+				if c.Token == d.Token {
+					t.Fatalf("versions with one sequencer: claims %+v share token %d", cs, c.Token)
+				}
+			}
+			if err := l.Complete(ctx, c, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		highest = next
+	}
 }

@@ -822,9 +822,13 @@ func (l *Backend) claimTx(ctx context.Context, tx *sql.Tx, now time.Time, n int,
 		tokenSet = `(SELECT CASE WHEN cairn_ledger.token = 0 AND MAX(o.token) < ? THEN ? ELSE MAX(o.token) + 1 END
   FROM cairn_ledger o ` + l.d.KeyIndexHint + ` WHERE o.bucket = cairn_ledger.bucket AND o.key = cairn_ledger.key)`
 		tokenArgs = append(tokenArgs, driver.ClaimToken(0, nowMS))
-		// One version of a key at a time, oldest sequencer first.
+		// One version of a key at a time, oldest sequencer first; of versions
+		// with one sequencer (or none) the first by ident, so that one
+		// statement never claims two (it reads the key's rows as they were
+		// before it: both would pass, with one token on PostgreSQL).
 		perKey = `AND NOT EXISTS (SELECT 1 FROM cairn_ledger o ` + l.d.KeyIndexHint + ` WHERE o.bucket = l.bucket AND o.key = l.key AND o.ident <> l.ident
-      AND ((o.status = 'claimed' AND o.lease_until >= ?) OR (o.status IN ('pending', 'failed', 'claimed') AND o.seq_sort < l.seq_sort)))`
+      AND ((o.status = 'claimed' AND o.lease_until >= ?) OR (o.status IN ('pending', 'failed', 'claimed')
+        AND (o.seq_sort < l.seq_sort OR (o.seq_sort = l.seq_sort AND o.ident < l.ident)))))`
 		perKeyArgs = append(perKeyArgs, nowMS)
 	}
 	q := `UPDATE cairn_ledger SET status = 'claimed', token = ` + tokenSet + `, lease_until = ?, attempts = attempts + 1,
