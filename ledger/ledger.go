@@ -39,7 +39,8 @@
 //   - For one key, no event older than an accepted one is ever handed out after
 //     it; duplicates of a key+sequencer never produce a second claim once
 //     recorded.
-//   - Claims carry a token that grows by one per claim of the row; Complete,
+//   - Claims carry a token that grows by one per claim of the row (by at
+//     least one with Options.EveryVersion, below); Complete,
 //     Fail and Renew with an older token fail with ErrSuperseded, and after the
 //     lease expired with ErrLeaseLost. A Complete repeated by the token that
 //     completed the record succeeds and changes nothing (a retry).
@@ -50,6 +51,12 @@
 //     within the purge age, which Purge holds at MinPurgeAge (1h) or more,
 //     and on a row being claimed less than once per millisecond on average.
 //     Rows claimed before this rule keep counting from their small tokens.
+//     With Options.EveryVersion, where each version of a key is a row of its
+//     own, a claim also takes at least one more than the highest token of the
+//     key's rows (read where the claim checks that no other version of the key
+//     runs; on DynamoDB just before it takes the key's lock), so a key's next
+//     version starts above its earlier versions' tokens whatever the claiming
+//     clocks; only versions purged since rest on the clocks.
 //   - Lease expiry on PostgreSQL is judged by the database server's clock, so
 //     workers on many machines never compare their own clocks.
 //

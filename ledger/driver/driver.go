@@ -9,7 +9,7 @@
 // calls Decide inside its transaction and stores what Decide returns, so that
 // every backend decides alike. Ident and SortSeq are how rows are keyed and
 // ordered, SortClaims the order Claim returns its claims in, ClaimToken the
-// fencing token a claim takes; UnixMilli and FromUnixMilli are how times are
+// fencing token a claim takes (VersionToken with Options.EveryVersion); UnixMilli and FromUnixMilli are how times are
 // stored; Defaults and Backoff are how the shared ledger.Options are read.
 //
 // # Errors
@@ -90,6 +90,26 @@ func ClaimToken(prev, nowMS int64) int64 {
 		return prev + 1
 	}
 	return max(1, nowMS)
+}
+
+// VersionToken is ClaimToken for a ledger opened with
+// ledger.Options.EveryVersion, where each version of a key is a record of its
+// own and a fence at the handler's target still keeps the key's highest
+// token: the claim of a record whose token is prev, at nowMS, of a key whose
+// records (this one included) hold keyMax as their highest token now, takes
+// the larger of ClaimToken(prev, nowMS) and keyMax+1. A version's first claim
+// thus starts above every token the key's other versions hold, whatever the
+// clocks of the machines that claimed them; only tokens of records purged
+// since are carried over by the clock alone (see ClaimToken).
+//
+// A backend reads keyMax in the claim's own transaction or compare-and-swap,
+// where it decides that no other version of the key is claimed or older
+// (one version of a key at a time), so that no two versions of a key take
+// equal tokens; in SQL, with o the key's rows:
+// token = (SELECT CASE WHEN token = 0 AND MAX(o.token) < ClaimToken(0, now)
+// THEN ClaimToken(0, now) ELSE MAX(o.token) + 1 END ...).
+func VersionToken(prev, keyMax, nowMS int64) int64 {
+	return max(ClaimToken(prev, nowMS), keyMax+1)
 }
 
 // FromUnixMilli reverses UnixMilli (in UTC).

@@ -421,15 +421,17 @@ func (b *Backend) claimRow(ctx context.Context, i id, cur *row, loaded bool, now
 		if cur == nil || !claimable(&cur.rec, now) {
 			return nil, nil, errSkip
 		}
+		token := driver.ClaimToken(cur.rec.Token, driver.UnixMilli(now))
 		if b.opts.EveryVersion {
-			blocked, err := b.versionBlocked(ctx, cur, now)
+			blocked, keyMax, err := b.versionBlocked(ctx, cur, now)
 			if err != nil {
 				return nil, nil, err
 			}
 			if blocked {
 				return nil, nil, errSkip
 			}
-			l := lockRef{cur.ident, driver.ClaimToken(cur.rec.Token, driver.UnixMilli(now))}
+			token = driver.VersionToken(cur.rec.Token, keyMax, driver.UnixMilli(now))
+			l := lockRef{cur.ident, token}
 			if locked != nil && *locked != l {
 				b.dropLock(ctx, i.bucket, i.key, *locked)
 				locked = nil
@@ -444,7 +446,7 @@ func (b *Backend) claimRow(ctx context.Context, i id, cur *row, loaded bool, now
 			locked = &l
 		}
 		r := cur.rec
-		r.Status, r.Token, r.LeaseUntil, r.Attempts, r.RunGen, r.Updated = ledger.Claimed, driver.ClaimToken(r.Token, driver.UnixMilli(now)), now.Add(lease), r.Attempts+1, r.Gen, now
+		r.Status, r.Token, r.LeaseUntil, r.Attempts, r.RunGen, r.Updated = ledger.Claimed, token, now.Add(lease), r.Attempts+1, r.Gen, now
 		return &r, nil, nil
 	})
 	if err != nil && locked != nil {
@@ -461,26 +463,30 @@ func (b *Backend) claimRow(ctx context.Context, i id, cur *row, loaded bool, now
 }
 
 // versionBlocked tells (Options.EveryVersion) whether another version of the
-// key is claimed or has older work to do.
-func (b *Backend) versionBlocked(ctx context.Context, w *row, now time.Time) (bool, error) {
+// key is claimed or has older work to do, and returns the highest token of
+// the key's records (w's included) as the same read found them, for
+// driver.VersionToken.
+func (b *Backend) versionBlocked(ctx context.Context, w *row, now time.Time) (blocked bool, keyMax int64, err error) {
 	rows, err := b.keyRows(ctx, w.rec.Bucket, w.rec.Key)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	mine := driver.SortSeq(w.rec.Seq)
+	keyMax = w.rec.Token
 	for _, o := range rows {
+		keyMax = max(keyMax, o.rec.Token)
 		if o.ident == w.ident {
 			continue
 		}
 		s := o.rec.Status
 		if s == ledger.Claimed && driver.UnixMilli(o.rec.LeaseUntil) >= driver.UnixMilli(now) {
-			return true, nil
+			blocked = true
 		}
 		if (s == ledger.Pending || s == ledger.Failed || s == ledger.Claimed) && driver.SortSeq(o.rec.Seq) < mine {
-			return true, nil
+			blocked = true
 		}
 	}
-	return false, nil
+	return blocked, keyMax, nil
 }
 
 // keyRows reads every record of a key, strongly consistent.

@@ -66,6 +66,7 @@ func Run(t *testing.T, h Harness) {
 		{"EveryVersion", testEveryVersion},
 		{"VersionRemovals", testVersionRemovals},
 		{"TokensAcrossVersions", testTokensAcrossVersions},
+		{"TokensAcrossVersionsClockBehind", testTokensAcrossVersionsClockBehind},
 		{"Unordered", testUnordered},
 		{"ListAndCounts", testList},
 		{"ErrorClasses", testErrorClasses},

@@ -153,3 +153,73 @@ func testTokensAcrossVersions(t *testing.T, h Harness) {
 		}
 	}
 }
+
+// testTokensAcrossVersionsClockBehind: with work kept per version, a
+// version's first token starts above every token of the key's earlier
+// versions even when it is claimed on a clock minutes behind the one that
+// claimed them (another machine's): a fence at the target that saw the
+// earlier tokens would refuse it for ever otherwise, each retry adding one.
+// The clock goes back before each version is recorded and claimed: the
+// second version, then an older one arriving late (oldest first runs it
+// after the newer, already done).
+func testTokensAcrossVersionsClockBehind(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	clk := newClock()
+	l, _ := h.New(t, &ledger.Options{EveryVersion: true, Now: clk.Now})
+	put := func(seq, ver string) event.Event { return versionEvent("ObjectCreated:Put", seq, ver, "etag-"+ver) }
+	var highest int64
+	claim := func(step, want string, release bool) {
+		t.Helper()
+		cs := must(l.Claim(ctx, 10, time.Minute))(t)
+		if len(cs) != 1 || cs[0].VersionID != want || cs[0].Token <= highest {
+			t.Fatalf("%s: claims %+v, want %s with a token above %d, the key's highest so far", step, cs, want, highest)
+		}
+		highest = cs[0].Token
+		var err error
+		if release {
+			err = l.Release(ctx, cs[0])
+		} else {
+			err = l.Complete(ctx, cs[0], "")
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	must(l.Record(ctx, "s", []event.Event{put("02", "v2")}))(t)
+	claim("v2's first claim", "v2", true)
+	claim("v2's second claim", "v2", false)
+	for _, v := range []struct{ seq, ver string }{{"03", "v3"}, {"01", "v1"}} {
+		clk.Add(-5 * time.Minute) // another claimer, whose clock is behind
+		must(l.Record(ctx, "s", []event.Event{put(v.seq, v.ver)}))(t)
+		claim(v.ver+"'s first claim, 5 minutes behind", v.ver, false)
+	}
+	// Two versions with one sequencer (a store that gives none, or a
+	// resubmission): one at a time, or at least never with one token.
+	must(l.Record(ctx, "s", []event.Event{put("04", "v4a"), put("04", "v4b")}))(t)
+	seen := map[string]bool{}
+	for i := 0; len(seen) < 2; i++ {
+		cs := must(l.Claim(ctx, 10, time.Minute))(t)
+		if len(cs) == 0 || i == 2 {
+			t.Fatalf("versions with one sequencer: claims %+v after %v", cs, seen)
+		}
+		next := highest
+		for _, c := range cs {
+			if c.Token <= highest || seen[c.VersionID] {
+				t.Fatalf("versions with one sequencer: claims %+v, want each version once with a token above %d, the key's highest before this claim", cs, highest)
+			}
+			seen[c.VersionID] = true
+			next = max(next, c.Token)
+		}
+		for i, c := range cs {
+			for _, d := range cs[:i] {
+				if c.Token == d.Token {
+					t.Fatalf("versions with one sequencer: claims %+v share token %d", cs, c.Token)
+				}
+			}
+			if err := l.Complete(ctx, c, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		highest = next
+	}
+}

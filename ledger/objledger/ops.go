@@ -138,11 +138,29 @@ func (l *Backend) record(ctx context.Context, source string, evs []event.Event, 
 	return out, claims, nil
 }
 
-// claimRow is w claimed: a new token, a lease, one more attempt.
-func claimRow(w *row, now int64, lease time.Duration) *row {
+// claimRow is w claimed: a new token, a lease, one more attempt. keyMax is
+// the highest token of w's key's rows (EveryVersion: see
+// driver.VersionToken; 0 otherwise).
+func claimRow(w *row, now int64, lease time.Duration, keyMax int64) *row {
 	n := *w
-	n.Status, n.Token, n.LeaseUntil, n.Attempts, n.RunGen, n.Updated = string(ledger.Claimed), driver.ClaimToken(w.Token, now), now+lease.Milliseconds(), w.Attempts+1, w.Gen, now
+	n.Status, n.Token, n.LeaseUntil, n.Attempts, n.RunGen, n.Updated = string(ledger.Claimed), driver.VersionToken(w.Token, keyMax, now), now+lease.Milliseconds(), w.Attempts+1, w.Gen, now
 	return &n
+}
+
+// keyTokens returns the highest token of every key of h that has work (the
+// keys of byKey), over all its rows, done ones included: one pass over the
+// shard's rows in memory, made by a claim with EveryVersion before its first
+// claim of the shard (no request: the head and its segments are read
+// already).
+func keyTokens(h *head, byKey map[string][]*row) map[string]int64 {
+	m := make(map[string]int64, len(byKey))
+	h.each(func(_ string, w *row) {
+		k := w.Bucket + "/" + w.Key
+		if _, ok := byKey[k]; ok {
+			m[k] = max(m[k], w.Token)
+		}
+	})
+	return m
 }
 
 // claimable reports whether w's work can be claimed at now.
@@ -171,6 +189,7 @@ func (l *Backend) claimIn(h *head, now int64, n int, lease time.Duration) []ledg
 			return true
 		})
 	}
+	var tokens map[string]int64 // keyTokens, read before the first claim (EveryVersion)
 	var out []ledger.Claim
 	// A shard's backlog can be large and only n are wanted: the first pass
 	// takes the earliest 2n+8 due (some may not be claimable: blocked
@@ -190,9 +209,17 @@ func (l *Backend) claimIn(h *head, now int64, n int, lease time.Duration) []ledg
 			if l.opts.EveryVersion && blocked(w, byKey[w.Bucket+"/"+w.Key], now) {
 				continue
 			}
-			nw := claimRow(w, now, lease)
+			var keyMax int64
+			if byKey != nil {
+				if tokens == nil {
+					tokens = keyTokens(h, byKey)
+				}
+				keyMax = tokens[w.Bucket+"/"+w.Key]
+			}
+			nw := claimRow(w, now, lease, keyMax)
 			h.put(c.id, nw)
 			if byKey != nil {
+				tokens[w.Bucket+"/"+w.Key] = max(keyMax, nw.Token)
 				k := byKey[w.Bucket+"/"+w.Key]
 				for i := range k {
 					if k[i] == w {

@@ -814,20 +814,31 @@ func (l *Backend) claimTx(ctx context.Context, tx *sql.Tx, now time.Time, n int,
 	// first-in first-out for pending work and retry order for failed work; LIMIT
 	// stops the scan early, so a claim costs O(n), not O(table).
 	perKey, perKeyArgs := "", []any{}
+	tokenSet, tokenArgs := `CASE WHEN token = 0 THEN ? ELSE token + 1 END`, []any{driver.ClaimToken(0, nowMS)}
 	if l.opts.EveryVersion {
-		// One version of a key at a time, oldest sequencer first.
+		// driver.VersionToken: above every token of the key's rows (this
+		// one's included), read in the statement that claims; the per-key
+		// condition below lets one version of a key be claimed at a time.
+		tokenSet = `(SELECT CASE WHEN cairn_ledger.token = 0 AND MAX(o.token) < ? THEN ? ELSE MAX(o.token) + 1 END
+  FROM cairn_ledger o ` + l.d.KeyIndexHint + ` WHERE o.bucket = cairn_ledger.bucket AND o.key = cairn_ledger.key)`
+		tokenArgs = append(tokenArgs, driver.ClaimToken(0, nowMS))
+		// One version of a key at a time, oldest sequencer first; of versions
+		// with one sequencer (or none) the first by ident, so that one
+		// statement never claims two (it reads the key's rows as they were
+		// before it: both would pass, with one token on PostgreSQL).
 		perKey = `AND NOT EXISTS (SELECT 1 FROM cairn_ledger o ` + l.d.KeyIndexHint + ` WHERE o.bucket = l.bucket AND o.key = l.key AND o.ident <> l.ident
-      AND ((o.status = 'claimed' AND o.lease_until >= ?) OR (o.status IN ('pending', 'failed', 'claimed') AND o.seq_sort < l.seq_sort)))`
+      AND ((o.status = 'claimed' AND o.lease_until >= ?) OR (o.status IN ('pending', 'failed', 'claimed')
+        AND (o.seq_sort < l.seq_sort OR (o.seq_sort = l.seq_sort AND o.ident < l.ident)))))`
 		perKeyArgs = append(perKeyArgs, nowMS)
 	}
-	q := `UPDATE cairn_ledger SET status = 'claimed', token = CASE WHEN token = 0 THEN ? ELSE token + 1 END, lease_until = ?, attempts = attempts + 1,
+	q := `UPDATE cairn_ledger SET status = 'claimed', token = ` + tokenSet + `, lease_until = ?, attempts = attempts + 1,
 run_gen = gen, updated = ?, rev = rev + 1
 WHERE (bucket, ident) IN (
   SELECT l.bucket, l.ident FROM cairn_ledger l
   WHERE ((l.status IN ('pending', 'failed') AND l.next_at <= ?) OR (l.status = 'claimed' AND l.lease_until < ?)) ` + perKey + `
   LIMIT ? ` + l.d.SkipLocked + `)
 RETURNING ` + cols
-	qargs := append([]any{driver.ClaimToken(0, nowMS), nowMS + lease.Milliseconds(), nowMS, nowMS, nowMS}, perKeyArgs...)
+	qargs := append(append(tokenArgs[:len(tokenArgs):len(tokenArgs)], nowMS+lease.Milliseconds(), nowMS, nowMS, nowMS), perKeyArgs...)
 	qargs = append(qargs, n)
 	if l.d.SkipLocked != "" {
 		// PostgreSQL plans the OR above as a bitmap scan: it reads every
@@ -851,7 +862,7 @@ RETURNING ` + cols
 		q = `WITH p AS (` + arm(`l.status = 'pending' AND l.next_at <= ?`, `l.next_at`) + `),
 f AS (` + arm(`l.status = 'failed' AND l.next_at <= ?`, `l.next_at`) + `),
 x AS (` + arm(`l.status = 'claimed' AND l.lease_until < ?`, `l.lease_until`) + `)
-UPDATE cairn_ledger SET status = 'claimed', token = CASE WHEN token = 0 THEN ? ELSE token + 1 END, lease_until = ?, attempts = attempts + 1,
+UPDATE cairn_ledger SET status = 'claimed', token = ` + tokenSet + `, lease_until = ?, attempts = attempts + 1,
 run_gen = gen, updated = ?, rev = rev + 1
 WHERE (bucket, key, ident) IN (SELECT c.bucket, c.key, c.ident FROM (SELECT * FROM p UNION ALL SELECT * FROM f UNION ALL SELECT * FROM x) c
   ORDER BY c.next_at LIMIT ?)
@@ -860,7 +871,7 @@ RETURNING ` + cols
 		for range 3 {
 			qargs = append(append(append(qargs, nowMS), perKeyArgs...), n)
 		}
-		qargs = append(qargs, driver.ClaimToken(0, nowMS), nowMS+lease.Milliseconds(), nowMS, n)
+		qargs = append(append(qargs, tokenArgs...), nowMS+lease.Milliseconds(), nowMS, n)
 	}
 	rows, err := tx.QueryContext(ctx, l.q(q), qargs...)
 	if err != nil {
