@@ -121,3 +121,48 @@ VALUES (`+strings.TrimSuffix(strings.Repeat("?, ", len(r)), ", ")+`)`, r...); er
 		t.Fatalf("List by class after the upgrade: %+v, %v", cs, err)
 	}
 }
+
+// TestUpgradedUnderARunningProcess: a newer cairn upgrades the schema while
+// this one has the ledger open. This process must stop writing, not fold the
+// intake log rows the newer one writes in its own column order (which stored
+// a text in rev and made the keys unusable, found in review).
+func TestUpgradedUnderARunningProcess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := Open(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ev := func(key string) []event.Event {
+		return []event.Event{{Bucket: "b", Key: key, Sequencer: "01", ETag: "e", Kind: event.Created, Name: "ObjectCreated:Put"}}
+	}
+	if _, err := l.Record(ctx, "t", ev("before")); err != nil {
+		t.Fatal(err)
+	}
+	// The newer cairn: one more migration.
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(30000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	logRows := func() (n int) {
+		t.Helper()
+		if err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM cairn_intake_log) + (SELECT count(*) FROM cairn_ledger)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	rows := logRows()
+	if _, err := db.ExecContext(ctx, `UPDATE cairn_schema SET version = version + 1`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Record(ctx, "t", ev("after"))
+	if err == nil || !strings.Contains(err.Error(), "upgraded") {
+		t.Fatalf("Record after a newer cairn upgraded the ledger: %v, want a refusal naming the upgrade", err)
+	}
+	if got := logRows(); got != rows {
+		t.Fatalf("the refused write changed the ledger's and the log's rows: %d, then %d", rows, got)
+	}
+}

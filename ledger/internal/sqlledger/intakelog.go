@@ -459,6 +459,17 @@ func (l *logEngine) beginLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, op
 		// Another process (or connection) wrote, or this process's state is
 		// unknown: fold whatever the log holds, from the table.
 		g.reset()
+		// A newer cairn may have upgraded the schema since this process
+		// opened the ledger: its log images then have another shape, which
+		// this process's fold would store in the wrong columns. Refuse.
+		var v int
+		if err := tx.QueryRowContext(ctx, `SELECT version FROM cairn_schema`).Scan(&v); err != nil {
+			return fmt.Errorf("reading the schema version: %w", err)
+		}
+		if v > len(l.d.Migrations) {
+			return fmt.Errorf("the ledger was upgraded to schema version %d by a newer cairn while this one (version %d) had it open: "+
+				"nothing was written; stop this process and run the newer cairn", v, len(l.d.Migrations))
+		}
 		g.conn, g.dataVersion = dc, dv
 		if err := l.foldTable(ctx, tx); err != nil {
 			return fmt.Errorf("folding the intake log: %w", err)
