@@ -54,7 +54,8 @@
 //     With Options.EveryVersion, where each version of a key is a row of its
 //     own, a claim also takes at least one more than the highest token of the
 //     key's rows (read where the claim checks that no other version of the key
-//     runs; on DynamoDB just before it takes the key's lock), so a key's next
+//     runs; on DynamoDB just before it takes the key's lock, which refuses a
+//     token not above the last it was taken with), so a key's next
 //     version starts above its earlier versions' tokens whatever the claiming
 //     clocks; only versions purged since rest on the clocks.
 //   - Lease expiry on PostgreSQL is judged by the database server's clock, so

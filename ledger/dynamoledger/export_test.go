@@ -3,6 +3,7 @@ package dynamoledger
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -36,4 +37,15 @@ func SetFormat(ctx context.Context, l *ledger.Ledger, format int) error {
 		ExpressionAttributeNames:  map[string]string{"#f": "format"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":f": num(int64(format))}})
 	return err
+}
+
+// TakeLock and DropLock take and give up key's EveryVersion lock for the
+// version ident with token, as a claim does.
+func TakeLock(ctx context.Context, l *ledger.Ledger, bucket, key, ident string, token int64, until, now time.Time) (bool, error) {
+	return l.Backend().(*Backend).takeLock(ctx, bucket, key, lockRef{ident, token}, until, now)
+}
+
+// DropLock gives up the lock TakeLock took.
+func DropLock(ctx context.Context, l *ledger.Ledger, bucket, key, ident string, token int64) {
+	l.Backend().(*Backend).dropLock(ctx, bucket, key, lockRef{ident, token})
 }

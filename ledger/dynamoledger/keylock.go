@@ -23,6 +23,13 @@ import (
 // version's claim; Renew extends it with the claim; Complete, Fail and
 // Release give it up. A lock whose giving up was lost expires with the
 // lease, so it delays other versions at most a lease, never blocks them.
+//
+// Giving the lock up keeps the item and its token (the last claim's), and a
+// claim takes the lock only with a token above it: a claimer that read the
+// key's tokens, then lost the race to another claimer that claimed (and
+// perhaps finished) a version in between, is refused instead of handing
+// out a token that is not above the other claim's. The item stays for as
+// long as the key's records do, and longer: one small item per key.
 const lockSK = "lock"
 
 func lockKey(bucket, key string) map[string]types.AttributeValue {
@@ -40,10 +47,14 @@ type lockRef struct {
 func (b *Backend) takeLock(ctx context.Context, bucket, key string, l lockRef, until, now time.Time) (bool, error) {
 	item := lockKey(bucket, key)
 	item["holder"], item["token"], item["lease_until"] = str(l.ident), num(l.token), num(driver.UnixMilli(until))
-	// A retry of a write that landed passes too: the holder is this version.
+	// A retry of a write that landed passes too: the holder and token are
+	// this claim's.
 	_, err := b.c.PutItem(ctx, &dynamodb.PutItemInput{TableName: &b.table, Item: item,
-		ConditionExpression:       aws.String("attribute_not_exists(pk) OR lease_until < :now OR holder = :h"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":now": num(driver.UnixMilli(now)), ":h": str(l.ident)}})
+		ConditionExpression: aws.String("attribute_not_exists(pk) OR " +
+			"((lease_until < :now OR holder = :h) AND (attribute_not_exists(#tk) OR #tk < :t)) OR (holder = :h AND #tk = :t)"),
+		ExpressionAttributeNames: map[string]string{"#tk": "token"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": num(driver.UnixMilli(now)), ":h": str(l.ident),
+			":t": num(l.token)}})
 	var cf *types.ConditionalCheckFailedException
 	if errors.As(err, &cf) {
 		return false, nil
@@ -71,11 +82,12 @@ func (b *Backend) renewLock(ctx context.Context, bucket, key string, l lockRef, 
 	return true, nil
 }
 
-// dropLock gives up the lock l holds, if it still does. A failure is left
-// to the lock's expiry.
+// dropLock gives up the lock l holds, if it still does, keeping its token.
+// A failure is left to the lock's expiry.
 func (b *Backend) dropLock(ctx context.Context, bucket, key string, l lockRef) {
-	_, _ = b.c.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &b.table, Key: lockKey(bucket, key),
+	_, _ = b.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &b.table, Key: lockKey(bucket, key),
+		UpdateExpression:          aws.String("SET lease_until = :free REMOVE holder"),
 		ConditionExpression:       aws.String("holder = :h AND #tk = :t"),
 		ExpressionAttributeNames:  map[string]string{"#tk": "token"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":h": str(l.ident), ":t": num(l.token)}})
+		ExpressionAttributeValues: map[string]types.AttributeValue{":h": str(l.ident), ":t": num(l.token), ":free": num(0)}})
 }

@@ -464,15 +464,16 @@ func (b *Backend) claimRow(ctx context.Context, i id, cur *row, loaded bool, now
 
 // versionBlocked tells (Options.EveryVersion) whether another version of the
 // key is claimed or has older work to do, and returns the highest token of
-// the key's records (w's included) as the same read found them, for
-// driver.VersionToken.
+// the key's records (w's included) and of its lock as the same read found
+// them, for driver.VersionToken (takeLock refuses the token if a claim took
+// the lock with a token as high since).
 func (b *Backend) versionBlocked(ctx context.Context, w *row, now time.Time) (blocked bool, keyMax int64, err error) {
-	rows, err := b.keyRows(ctx, w.rec.Bucket, w.rec.Key)
+	rows, lockToken, err := b.keyRowsAndLock(ctx, w.rec.Bucket, w.rec.Key)
 	if err != nil {
 		return false, 0, err
 	}
 	mine := driver.SortSeq(w.rec.Seq)
-	keyMax = w.rec.Token
+	keyMax = max(w.rec.Token, lockToken)
 	for _, o := range rows {
 		keyMax = max(keyMax, o.rec.Token)
 		if o.ident == w.ident {
@@ -491,27 +492,38 @@ func (b *Backend) versionBlocked(ctx context.Context, w *row, now time.Time) (bl
 
 // keyRows reads every record of a key, strongly consistent.
 func (b *Backend) keyRows(ctx context.Context, bucket, key string) ([]*row, error) {
+	rows, _, err := b.keyRowsAndLock(ctx, bucket, key)
+	return rows, err
+}
+
+// keyRowsAndLock is keyRows, with the token of the key's lock item (0 if
+// it has none: see keylock.go).
+func (b *Backend) keyRowsAndLock(ctx context.Context, bucket, key string) ([]*row, int64, error) {
 	var out []*row
+	var lockToken int64
 	var start map[string]types.AttributeValue
 	for {
 		res, err := b.c.Query(ctx, &dynamodb.QueryInput{TableName: &b.table, ConsistentRead: aws.Bool(true),
 			KeyConditionExpression:    aws.String("pk = :p"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":p": str(recordPK(bucket, key))}, ExclusiveStartKey: start})
 		if err != nil {
-			return nil, b.wrap("read", err)
+			return nil, 0, b.wrap("read", err)
 		}
 		for _, item := range res.Items {
 			if sk, _ := item[attrSK].(*types.AttributeValueMemberS); sk != nil && sk.Value == lockSK {
+				if t, ok := item["token"].(*types.AttributeValueMemberN); ok {
+					lockToken, _ = strconv.ParseInt(t.Value, 10, 64)
+				}
 				continue
 			}
 			w, err := unmarshal(item)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			out = append(out, w)
 		}
 		if start = res.LastEvaluatedKey; len(start) == 0 {
-			return out, nil
+			return out, lockToken, nil
 		}
 	}
 }

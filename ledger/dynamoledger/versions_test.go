@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairn-s3/cairn/event"
 	"github.com/cairn-s3/cairn/ledger"
+	"github.com/cairn-s3/cairn/ledger/dynamoledger"
 )
 
 // TestEveryVersionOneAtATime: with Options.EveryVersion, recorders deliver
@@ -192,5 +193,33 @@ func TestEveryVersionRace(t *testing.T) {
 	all := append(cs, held...)
 	if len(all) != 1 {
 		t.Fatalf("%d versions of one key claimed at once: %+v", len(all), all)
+	}
+}
+
+// A claim whose token is not above the last token the key's lock was taken
+// with is refused the lock, even once that lock is given up: the claimer read
+// the key's tokens before another claimer claimed (and finished) a version,
+// and its token would not be above that claim's. Before, giving the lock up
+// deleted it, and the lower token took it. (Found in review.)
+func TestLockRefusesATokenNotAboveTheLast(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := open(t, newTable(t), &ledger.Options{EveryVersion: true}, nil)
+	now := time.Now()
+	if ok, err := dynamoledger.TakeLock(ctx, l, "b", "k", "v1", 100, now.Add(time.Minute), now); err != nil || !ok {
+		t.Fatalf("first lock: %v %v", ok, err)
+	}
+	dynamoledger.DropLock(ctx, l, "b", "k", "v1", 100)
+	for _, tok := range []int64{50, 100} {
+		if ok, err := dynamoledger.TakeLock(ctx, l, "b", "k", "v2", tok, now.Add(time.Minute), now); err != nil || ok {
+			t.Fatalf("lock with token %d after one with 100: %v %v, want refused", tok, ok, err)
+		}
+	}
+	if ok, err := dynamoledger.TakeLock(ctx, l, "b", "k", "v2", 101, now.Add(time.Minute), now); err != nil || !ok {
+		t.Fatalf("lock with token 101: %v %v, want taken", ok, err)
+	}
+	// A retry of that write (its answer lost) passes too.
+	if ok, err := dynamoledger.TakeLock(ctx, l, "b", "k", "v2", 101, now.Add(time.Minute), now); err != nil || !ok {
+		t.Fatalf("the same lock again: %v %v, want taken", ok, err)
 	}
 }
