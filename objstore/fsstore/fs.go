@@ -807,6 +807,9 @@ func (b *Backend) commit(ctx context.Context, key string, tmp tempFile, opts obj
 		// A concurrent Delete of another key removes the folders it leaves
 		// empty: one of ours can vanish while MkdirAll creates the ones below
 		// it, or before the rename. Both fail with ErrNotExist; start again.
+		// So does one that vanishes between MkdirAll finding it made (EEXIST)
+		// and looking at what it is: os.Root's MkdirAll then answers EEXIST,
+		// which is no conflict if nothing in the key's path is an object.
 		err := error(nil)
 		if dir != "." {
 			err = b.root.MkdirAll(dir, 0o755)
@@ -817,7 +820,8 @@ func (b *Backend) commit(ctx context.Context, key string, tmp tempFile, opts obj
 		if err == nil {
 			break
 		}
-		if errors.Is(err, fs.ErrNotExist) && attempt < 100 {
+		vanished := errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrExist) && b.conflicts(key) == nil
+		if vanished && attempt < 100 {
 			continue
 		}
 		return objstore.Info{}, b.conflictErr(key, err)
@@ -832,8 +836,16 @@ func (b *Backend) writeSidecar(key string, sc sidecar) error {
 		return err
 	}
 	mp := metaPath(key)
-	if err := b.root.MkdirAll(path.Dir(mp), 0o755); err != nil {
-		return err
+	// Its folder can vanish under a concurrent Delete as the data's can (see
+	// put): made again.
+	for attempt := 0; ; attempt++ {
+		err := b.root.MkdirAll(path.Dir(mp), 0o755)
+		if err == nil {
+			break
+		}
+		if !(errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrExist)) || attempt == 100 {
+			return err
+		}
 	}
 	tmp, err := b.writeTemp(false, strings.NewReader(string(data)))
 	if err != nil {
