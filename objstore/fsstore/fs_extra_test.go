@@ -190,16 +190,24 @@ func killedWriter() int {
 // Delete removed).
 func TestPutBesideDeletesOfEmptyFolders(t *testing.T) {
 	t.Parallel()
+	putsAndDeletes(t, 4, 300, func(w, i int) string { return fmt.Sprintf("deep/a/b/c/d/%d/e/f/%d", w, i%3) })
+}
+
+// putsAndDeletes runs writers goroutines on one directory store, each
+// putting and deleting n times the key key(writer, i) names; every call must
+// succeed.
+func putsAndDeletes(t *testing.T, writers, n int, key func(w, i int) string) {
+	t.Helper()
 	s, err := fsstore.Open(t.TempDir(), &fsstore.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	for w := range 4 {
+	for w := range writers {
 		wg.Go(func() {
-			for i := range 300 {
-				key := fmt.Sprintf("deep/a/b/c/d/%d/e/f/%d", w, i%3)
+			for i := range n {
+				key := key(w, i)
 				if _, err := s.PutBytes(ctx, key, []byte("x"), nil); err != nil {
 					t.Errorf("put %s: %v", key, err)
 					return
@@ -258,26 +266,5 @@ func TestNestedStoreBookkeepingHidden(t *testing.T) {
 // EEXIST when the folder it found existing is gone when it looks at it).
 func TestPutsBesideDeletesInOneFolder(t *testing.T) {
 	t.Parallel()
-	s, err := fsstore.Open(t.TempDir(), &fsstore.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Go(func() {
-			for i := range 400 {
-				key := fmt.Sprintf("a+b=c/%d+%d.txt", w, i%2)
-				if _, err := s.PutBytes(ctx, key, []byte("x"), nil); err != nil {
-					t.Errorf("put %s: %v", key, err)
-					return
-				}
-				if err := s.Delete(ctx, key, objstore.Condition{}); err != nil {
-					t.Errorf("delete %s: %v", key, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	putsAndDeletes(t, 8, 400, func(w, i int) string { return fmt.Sprintf("a+b=c/%d+%d.txt", w, i%2) })
 }
