@@ -9,8 +9,9 @@
 // calls Decide inside its transaction and stores what Decide returns, so that
 // every backend decides alike. Ident and SortSeq are how rows are keyed and
 // ordered, SortClaims the order Claim returns its claims in, ClaimToken the
-// fencing token a claim takes (VersionToken with Options.EveryVersion); UnixMilli and FromUnixMilli are how times are
-// stored; Defaults and Backoff are how the shared ledger.Options are read.
+// fencing token a claim takes (VersionToken with Options.EveryVersion);
+// UnixMilli and FromUnixMilli are how times are stored; Defaults and Backoff
+// are how the shared ledger.Options are read.
 //
 // # Errors
 //
