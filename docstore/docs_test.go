@@ -348,3 +348,38 @@ func TestRegisterFallback(t *testing.T) {
 		t.Fatalf("%d versions left (%v); want the newest and at most a few racing ones", len(vs), err)
 	}
 }
+
+// Writers that update one document in a loop come back for their next update
+// microseconds after their answer. The committer waits that long for them
+// (a fraction of a write), so batches stay full: without the wait, the first
+// writer back was written alone and the others a whole write later, and
+// batches alternated between one update and the rest (about half the
+// updates per write).
+func TestGroupCommitGathersLoopingWriters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := docstore.New(slowMem(8*time.Millisecond), nil)
+	c := docstore.Typed[int](d)
+	const goroutines, each = 16, 30
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				if _, _, err := c.Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v++; return nil }); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if v, _, err := c.Load(ctx, "n"); err != nil || v != goroutines*each {
+		t.Fatalf("counter = %d (%v) after %d increments", v, err, goroutines*each)
+	}
+	st := d.Stats()
+	per := float64(st.Updates) / float64(st.Writes)
+	t.Logf("%d updates in %d writes: %.1f per write", st.Updates, st.Writes, per)
+	if per < 12 {
+		t.Errorf("%.1f updates per write with %d writers in a loop: batches are not gathered", per, goroutines)
+	}
+}

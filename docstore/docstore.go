@@ -144,6 +144,7 @@ type Stats struct {
 	Updates    int // Update calls that returned
 	Writes     int // conditional writes sent
 	Redrives   int // 412s that led to re-reading and re-applying
+	Retries    int // 409s and transient failures retried after a backoff
 	Resolved   int // lost responses resolved by reading back
 	Ambiguous  int // lost responses that could not be resolved
 	NoopWrites int // updates that changed nothing and so wrote nothing
@@ -725,6 +726,7 @@ func (k *committer) classify(ctx context.Context, attempt int, w *inflight, info
 	case permanent(err):
 		return true, k.fail(err)
 	default: // 409 or a transient failure before the write was applied: back off and retry
+		k.d.count(func(s *Stats) { s.Retries++ })
 		k.lastErr = err
 		if k.d.retry.Wait(ctx, attempt) != nil {
 			return true, k.fail(ctx.Err())

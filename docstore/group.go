@@ -17,6 +17,8 @@ type batcher struct {
 	// timer starts a committer for lingering requests whose linger ran out
 	// while no urgent one came (nil: none armed).
 	timer *time.Timer
+	// wake tells a gathering committer that an update was queued.
+	wake chan struct{}
 }
 
 // WithLinger returns a context that marks the updates made with it as not
@@ -107,13 +109,17 @@ func (d *Store) enqueue(ctx context.Context, key string, r *request) ([]byte, Me
 	d.mu.Lock()
 	b := d.batchers[key]
 	if b == nil {
-		b = &batcher{}
+		b = &batcher{wake: make(chan struct{}, 1)}
 		d.batchers[key] = b
 	}
 	if l := linger.Of(ctx); l > 0 {
 		r.until = time.Now().Add(l)
 	}
 	b.queue = append(b.queue, r)
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
 	d.startLocked(key, b)
 	d.mu.Unlock()
 	select {
@@ -157,12 +163,17 @@ func (d *Store) run(key string, b *batcher) {
 	d.mu.Lock()
 	cached := d.written[key] // what the last batch wrote
 	d.mu.Unlock()
+	var answered int       // the last batch's size
+	var took time.Duration // and how long its commit took
 	for {
 		d.mu.Lock()
 		if cached != nil {
 			d.remember(key, cached)
 		} else {
 			delete(d.written, key)
+		}
+		if answered > 1 {
+			d.gatherLocked(b, answered, took)
 		}
 		if now, _ := urgent(b.queue, time.Now()); len(b.queue) == 0 || !now {
 			// Nothing queued but lingering updates: the next urgent update
@@ -181,8 +192,43 @@ func (d *Store) run(key string, b *batcher) {
 		b.queue = b.queue[n:]
 		d.mu.Unlock()
 		ctx, cancel := context.WithTimeout(d.base, d.opts.CommitTimeout)
+		t0 := time.Now()
 		cached = d.commit(ctx, key, batch, cached)
+		took = time.Since(t0)
 		cancel()
+		answered = n
+	}
+}
+
+// maxGather bounds how long a committer waits for the callers of its last
+// batch to come back (see gatherLocked).
+const maxGather = 2 * time.Millisecond
+
+// gatherLocked waits, while fewer than want updates are queued, for more:
+// at most a quarter of the last commit's duration (took), and never over
+// maxGather. Writers that update a document in a loop queue their next
+// update microseconds after their answer; a committer that took the first
+// of them alone would leave the others a whole write behind it, so under
+// steady contention batches would alternate between one update and the
+// rest. The wait costs a committed update at most a quarter of a write's
+// time more, and is taken only after a batch of more than one. d.mu is
+// held, released while waiting.
+func (d *Store) gatherLocked(b *batcher, want int, took time.Duration) {
+	deadline := time.Now().Add(min(took/4, maxGather))
+	for len(b.queue) < want && !d.closed {
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return
+		}
+		d.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-b.wake:
+		case <-t.C:
+		case <-d.base.Done():
+		}
+		t.Stop()
+		d.mu.Lock()
 	}
 }
 

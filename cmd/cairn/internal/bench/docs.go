@@ -120,9 +120,9 @@ type phase struct {
 	count int
 	// writes and redrives: cairn's conditional writes sent and 412s taken
 	// (docstore.Stats; the naive loop's are not counted)
-	writes, redrives int
-	lat              Latencies
-	p99              time.Duration // for process phases: the worst process's p99
+	writes, redrives, retries int
+	lat                       Latencies
+	p99                       time.Duration // for process phases: the worst process's p99
 }
 
 func (p phase) perSec(d time.Duration) float64 { return float64(p.count) / d.Seconds() }
@@ -136,8 +136,8 @@ func docsResult(name string, naive, cairn phase, s *objstore.Store, d time.Durat
 	}
 	r.Note = fmt.Sprintf("%s, %s per phase, counters verified", s, d)
 	if cairn.writes > 0 {
-		r.Note += fmt.Sprintf("; cairn: %.1f updates per conditional write, %.2f 412s per write",
-			float64(cairn.count)/float64(cairn.writes), float64(cairn.redrives)/float64(cairn.writes))
+		r.Note += fmt.Sprintf("; cairn: %.1f updates per conditional write, %.2f 412s and %.2f 409s or transient failures per write",
+			float64(cairn.count)/float64(cairn.writes), float64(cairn.redrives)/float64(cairn.writes), float64(cairn.retries)/float64(cairn.writes))
 	}
 	return r
 }
@@ -213,7 +213,7 @@ func docsWorkers(ctx context.Context, s *objstore.Store, mode, key string, w int
 	}
 	wg.Wait()
 	st := store.Stats()
-	p.writes, p.redrives = st.Writes, st.Redrives
+	p.writes, p.redrives, p.retries = st.Writes, st.Redrives, st.Retries
 	return p, first
 }
 
@@ -246,6 +246,7 @@ type WorkerReport struct {
 	// it took (zero for the naive loop).
 	Writes   int    `json:"writes,omitempty"`
 	Redrives int    `json:"redrives,omitempty"`
+	Retries  int    `json:"retries,omitempty"`
 	Error    string `json:"error,omitempty"`
 }
 
@@ -274,7 +275,7 @@ func DocsWorker(ctx context.Context, s *objstore.Store, opts DocsWorkerOptions) 
 	}
 	time.Sleep(time.Until(opts.Start))
 	p, err := docsWorkers(ctx, s, opts.Mode, opts.Key, opts.Writers, opts.Duration)
-	rep := WorkerReport{Count: p.count, P99: p.lat.Percentile(99), Writes: p.writes, Redrives: p.redrives}
+	rep := WorkerReport{Count: p.count, P99: p.lat.Percentile(99), Writes: p.writes, Redrives: p.redrives, Retries: p.retries}
 	if err != nil {
 		rep.Error = err.Error()
 	}
@@ -320,6 +321,7 @@ func runDocsProcs(ctx context.Context, argv []string, storeURL, mode, key string
 		p.p99 = max(p.p99, rep.P99)
 		p.writes += rep.Writes
 		p.redrives += rep.Redrives
+		p.retries += rep.Retries
 	}
 	return p, nil
 }
