@@ -203,6 +203,14 @@ func TestDocsProcesses(t *testing.T) {
 	if rs[1].Name != "docs/2-processes-x-2-writers" || rs[2].Name != "docs/3-processes-x-1-writers" {
 		t.Errorf("names %q, %q", rs[1].Name, rs[2].Name)
 	}
+	for _, r := range rs[1:] {
+		if r.CairnP99 <= 0 || r.BaselineP99 <= 0 {
+			t.Errorf("%s: p99s %v and %v: the workers' latencies did not reach the parent", r.Name, r.BaselineP99, r.CairnP99)
+		}
+		if !strings.Contains(r.Note, "the store alone") {
+			t.Errorf("%s: the note does not give the store's own ceiling: %s", r.Name, r.Note)
+		}
+	}
 }
 
 // docsWorkerMain is `cairn bench docs-worker` without cobra.

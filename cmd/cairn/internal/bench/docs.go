@@ -109,7 +109,13 @@ func Docs(ctx context.Context, opts DocsOptions) ([]Result, error) {
 		if err := verifyCounter(ctx, s, "cairn", prefix+"cairn-"+name, cairn.count); err != nil {
 			return nil, err
 		}
-		results = append(results, docsResult("docs/"+name, naive, cairn, s, duration))
+		r := docsResult("docs/"+name, naive, cairn, s, duration)
+		ceil, err := storeAlone(ctx, s, prefix+"alone-"+name, shape.Procs, duration)
+		if err != nil {
+			return nil, err
+		}
+		r.Note += "; " + ceil.String()
+		results = append(results, r)
 		log.Info("bench docs", "processes", shape.Procs, "writers", shape.Writers, "naive", naive.perSec(duration), "cairn", cairn.perSec(duration))
 	}
 	cleanupPrefix(ctx, s, prefix)
@@ -121,8 +127,7 @@ type phase struct {
 	// writes and redrives: cairn's conditional writes sent and 412s taken
 	// (docstore.Stats; the naive loop's are not counted)
 	writes, redrives, retries int
-	lat                       Latencies
-	p99                       time.Duration // for process phases: the worst process's p99
+	lat                       Latencies // every committed update's, in every process
 }
 
 func (p phase) perSec(d time.Duration) float64 { return float64(p.count) / d.Seconds() }
@@ -130,10 +135,7 @@ func (p phase) perSec(d time.Duration) float64 { return float64(p.count) / d.Sec
 func docsResult(name string, naive, cairn phase, s *objstore.Store, d time.Duration) Result {
 	r := NewResult(name, "updates/s", naive.perSec(d), cairn.perSec(d))
 	r.BaselineDesc, r.CairnDesc = "GET + PUT If-Match, retry on 412", "docstore.Update with group commit"
-	r.BaselineP99, r.CairnP99 = naive.p99, cairn.p99
-	if len(naive.lat) > 0 {
-		r.BaselineP99, r.CairnP99 = naive.lat.Percentile(99), cairn.lat.Percentile(99)
-	}
+	r.BaselineP99, r.CairnP99 = naive.lat.Percentile(99), cairn.lat.Percentile(99)
 	r.Note = fmt.Sprintf("%s, %s per phase, counters verified", s, d)
 	if cairn.writes > 0 {
 		r.Note += fmt.Sprintf("; cairn: %.1f updates per conditional write, %.2f 412s and %.2f 409s or transient failures per write",
@@ -240,8 +242,12 @@ func verifyCounter(ctx context.Context, s *objstore.Store, mode, key string, wan
 
 // WorkerReport is what one docs worker process prints, as one JSON line.
 type WorkerReport struct {
-	Count int           `json:"count"`
-	P99   time.Duration `json:"p99_ns"`
+	Count int `json:"count"`
+	// Latencies are every committed update's, so the parent takes the
+	// percentile over all processes' updates (the worst process's p99 is
+	// a different, larger figure: with one writer a process, its slowest
+	// update).
+	Latencies Latencies `json:"latencies_ns"`
 	// Writes and Redrives: the conditional writes cairn sent and the 412s
 	// it took (zero for the naive loop).
 	Writes   int    `json:"writes,omitempty"`
@@ -275,7 +281,7 @@ func DocsWorker(ctx context.Context, s *objstore.Store, opts DocsWorkerOptions) 
 	}
 	time.Sleep(time.Until(opts.Start))
 	p, err := docsWorkers(ctx, s, opts.Mode, opts.Key, opts.Writers, opts.Duration)
-	rep := WorkerReport{Count: p.count, P99: p.lat.Percentile(99), Writes: p.writes, Redrives: p.redrives, Retries: p.retries}
+	rep := WorkerReport{Count: p.count, Latencies: p.lat, Writes: p.writes, Redrives: p.redrives, Retries: p.retries}
 	if err != nil {
 		rep.Error = err.Error()
 	}
@@ -303,7 +309,9 @@ func runDocsProcs(ctx context.Context, argv []string, storeURL, mode, key string
 		if err := cmd.Start(); err != nil {
 			return phase{}, err
 		}
-		kids = append(kids, child{cmd, bufio.NewScanner(out)})
+		sc := bufio.NewScanner(out)
+		sc.Buffer(nil, 64<<20) // a report holds every update's latency
+		kids = append(kids, child{cmd, sc})
 	}
 	var p phase
 	for _, k := range kids {
@@ -318,10 +326,76 @@ func runDocsProcs(ctx context.Context, argv []string, storeURL, mode, key string
 			return p, fmt.Errorf("bench worker: %s", rep.Error)
 		}
 		p.count += rep.Count
-		p.p99 = max(p.p99, rep.P99)
+		p.lat = append(p.lat, rep.Latencies...)
 		p.writes += rep.Writes
 		p.redrives += rep.Redrives
 		p.retries += rep.Retries
 	}
 	return p, nil
+}
+
+// ceiling is what the store itself does for the writers of one
+// multi-process phase, with no document logic: the bound every design that
+// keeps the document in that store meets.
+type ceiling struct {
+	conc int
+	// puts: unconditional PUTs of one key by conc writers at once (the
+	// key's write rate; cairn sends at most one write a process), and their
+	// p99.
+	puts   float64
+	putP99 time.Duration
+	// creates: If-None-Match PUTs of new keys by as many writers (what
+	// handing updates over as objects of their own would cost at least).
+	creates float64
+}
+
+func (c ceiling) String() string {
+	return fmt.Sprintf("the store alone, %d writers at once: %.0f PUTs/s of one key (p99 %s), %.0f creates/s of new keys",
+		c.conc, c.puts, c.putP99.Round(100*time.Microsecond), c.creates)
+}
+
+// storeAlone measures the ceiling for conc writers, d for each half.
+func storeAlone(ctx context.Context, s *objstore.Store, prefix string, conc int, d time.Duration) (ceiling, error) {
+	c := ceiling{conc: conc}
+	run := func(op func(w, i int) error) (float64, Latencies, error) {
+		deadline := time.Now().Add(d)
+		var mu sync.Mutex
+		var all Latencies
+		var first error
+		var wg sync.WaitGroup
+		for w := range conc {
+			wg.Go(func() {
+				var lat Latencies
+				for i := 0; time.Now().Before(deadline); i++ {
+					t0 := time.Now()
+					if err := op(w, i); err != nil {
+						mu.Lock()
+						first = firstErr(first, err)
+						mu.Unlock()
+						return
+					}
+					lat = append(lat, time.Since(t0))
+				}
+				mu.Lock()
+				all = append(all, lat...)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return float64(len(all)) / d.Seconds(), all, first
+	}
+	body := []byte(`{"n":1}`)
+	puts, lat, err := run(func(int, int) error {
+		_, err := s.PutBytes(ctx, prefix+"/one", body, nil)
+		return err
+	})
+	if err != nil {
+		return c, err
+	}
+	c.puts, c.putP99 = puts, lat.Percentile(99)
+	c.creates, _, err = run(func(w, i int) error {
+		_, err := s.PutBytes(ctx, fmt.Sprintf("%s/new/%d-%d", prefix, w, i), body, &objstore.PutOptions{If: objstore.IfAbsent()})
+		return err
+	})
+	return c, err
 }

@@ -79,7 +79,10 @@ shape in --procs, runs that many OS processes on one document, both ways: "4x16"
 is 4 processes of 16 writers, a bare "4" is 4 processes of --proc-writers each;
 the default rows are 4x16 and 64x1 (the shape Lambda invocations give); "0"
 skips them. Every phase checks that the counter equals the number of updates
-reported committed.`,
+reported committed. A process row's p99 is over every update of every process,
+and its note gives what the store alone does for as many writers at once
+(unconditional PUTs of one key, with their p99, and creates of new keys): the
+ceiling any design that keeps the document in that store meets.`,
 		Example: `  cairn bench docs --store 's3://bench?endpoint=http://127.0.0.1:9000&path_style=true' --json`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
