@@ -28,8 +28,9 @@
 // returns an error fails only its own caller. Under contention this turns N
 // round trips into one. Writers that update a document in a loop come back
 // microseconds after their answer, so after a batch of more than one the
-// committer waits for them (until as many are queued as it just answered,
-// for at most a quarter of its last write's time and 2ms): otherwise the
+// committer waits for them (until as many urgent updates are queued as it
+// just answered, for at most a quarter of its last write's time and 2ms;
+// lingering updates are not waited for): otherwise the
 // first back would be written alone and batches would alternate between one
 // update and the rest. The Store remembers the state it last wrote of each
 // document (the most recent 256): the next update of it is applied to that

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cairn-s3/cairn/docstore"
@@ -353,33 +354,70 @@ func TestRegisterFallback(t *testing.T) {
 // microseconds after their answer. The committer waits that long for them
 // (a fraction of a write), so batches stay full: without the wait, the first
 // writer back was written alone and the others a whole write later, and
-// batches alternated between one update and the rest (about half the
-// updates per write).
+// batches alternated between one update and the rest (8 updates per write
+// here). In a synctest bubble, so that time moves only when every writer is
+// blocked: a loaded machine cannot starve a writer past the wait.
 func TestGroupCommitGathersLoopingWriters(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	d := docstore.New(slowMem(8*time.Millisecond), nil)
-	c := docstore.Typed[int](d)
-	const goroutines, each = 16, 30
-	var wg sync.WaitGroup
-	for range goroutines {
-		wg.Go(func() {
-			for range each {
-				if _, _, err := c.Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v++; return nil }); err != nil {
-					t.Error(err)
-					return
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		d := docstore.New(slowMem(8*time.Millisecond), nil)
+		defer d.Close()
+		c := docstore.Typed[int](d)
+		const goroutines, each = 16, 30
+		var wg sync.WaitGroup
+		for range goroutines {
+			wg.Go(func() {
+				for range each {
+					if _, _, err := c.Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v++; return nil }); err != nil {
+						t.Error(err)
+						return
+					}
 				}
-			}
-		})
-	}
-	wg.Wait()
-	if v, _, err := c.Load(ctx, "n"); err != nil || v != goroutines*each {
-		t.Fatalf("counter = %d (%v) after %d increments", v, err, goroutines*each)
-	}
-	st := d.Stats()
-	per := float64(st.Updates) / float64(st.Writes)
-	t.Logf("%d updates in %d writes: %.1f per write", st.Updates, st.Writes, per)
-	if per < 12 {
-		t.Errorf("%.1f updates per write with %d writers in a loop: batches are not gathered", per, goroutines)
-	}
+			})
+		}
+		wg.Wait()
+		if v, _, err := c.Load(ctx, "n"); err != nil || v != goroutines*each {
+			t.Fatalf("counter = %d (%v) after %d increments", v, err, goroutines*each)
+		}
+		st := d.Stats()
+		per := float64(st.Updates) / float64(st.Writes)
+		t.Logf("%d updates in %d writes: %.1f per write", st.Updates, st.Writes, per)
+		if per < 14 {
+			t.Errorf("%.1f updates per write with %d writers in a loop: batches are not gathered", per, goroutines)
+		}
+	})
+}
+
+// A lingering update (a ledger's completion) is not waited for: after a batch
+// of one urgent update and lingering ones, the next urgent update is written
+// at once, not after the gather's wait.
+func TestGatherWaitsOnlyForUrgentUpdates(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		d := docstore.New(slowMem(8*time.Millisecond), nil)
+		defer d.Close()
+		c := docstore.Typed[int](d)
+		add := func(v *int, _ docstore.Meta) error { *v++; return nil }
+		if _, _, err := c.Update(ctx, "n", add); err != nil { // the document exists: one write a batch
+			t.Fatal(err)
+		}
+		// A write in flight; behind it, one urgent update and three lingering ones.
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _, _ = c.Update(ctx, "n", add) })
+		synctest.Wait()
+		for range 3 {
+			wg.Go(func() { _, _, _ = c.Update(docstore.WithLinger(ctx, time.Hour), "n", add) })
+		}
+		wg.Go(func() { _, _, _ = c.Update(ctx, "n", add) })
+		wg.Wait() // the second batch held one urgent update
+		t0 := time.Now()
+		if _, _, err := c.Update(ctx, "n", add); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(t0); took != 8*time.Millisecond {
+			t.Errorf("an urgent update after a batch of one urgent and three lingering updates took %v, want one write (8ms): the gather waited for lingering callers", took)
+		}
+	})
 }

@@ -190,14 +190,33 @@ func (d *Store) run(key string, b *batcher) {
 		n := min(len(b.queue), d.opts.MaxBatch)
 		batch := b.queue[:n:n]
 		b.queue = b.queue[n:]
+		// Drain a wakeup left by updates queued before now: the gather
+		// after this commit waits for those queued during it.
+		select {
+		case <-b.wake:
+		default:
+		}
 		d.mu.Unlock()
 		ctx, cancel := context.WithTimeout(d.base, d.opts.CommitTimeout)
 		t0 := time.Now()
 		cached = d.commit(ctx, key, batch, cached)
 		took = time.Since(t0)
 		cancel()
-		answered = n
+		answered = urgentCount(batch)
 	}
+}
+
+// urgentCount is how many of reqs are urgent (not lingering): the callers
+// a gather waits for. A lingering caller (a ledger's completion) is not
+// expected back soon, and a queued one does not count as one back.
+func urgentCount(reqs []*request) int {
+	n := 0
+	for _, r := range reqs {
+		if r.until.IsZero() {
+			n++
+		}
+	}
+	return n
 }
 
 // maxGather bounds how long a committer waits for the callers of its last
@@ -211,11 +230,13 @@ const maxGather = 2 * time.Millisecond
 // of them alone would leave the others a whole write behind it, so under
 // steady contention batches would alternate between one update and the
 // rest. The wait costs a committed update at most a quarter of a write's
-// time more, and is taken only after a batch of more than one. d.mu is
-// held, released while waiting.
+// time more, and is taken only after a batch of more than one urgent
+// update; only urgent updates count (see urgentCount), and a queue that
+// fills a batch ends it. d.mu is held, released while waiting.
 func (d *Store) gatherLocked(b *batcher, want int, took time.Duration) {
+	want = min(want, d.opts.MaxBatch)
 	deadline := time.Now().Add(min(took/4, maxGather))
-	for len(b.queue) < want && !d.closed {
+	for urgentCount(b.queue) < want && !d.closed {
 		wait := time.Until(deadline)
 		if wait <= 0 {
 			return
