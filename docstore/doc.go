@@ -7,6 +7,15 @@
 // a 409 (a concurrent write in flight) or a transient error backs off with full
 // jitter and retries; attempts and ctx bound it all.
 //
+// A redrive waits a random time whose bound doubles with the document's
+// contention level, which a Store keeps per document across updates: one up
+// per 412, one down per successful write. Writers in other processes cannot
+// share a commit; with the level, their redrives spread until about half
+// their writes succeed, instead of each update starting with immediate
+// redrives against all the others (64 processes of one writer on
+// versitygw: 4.5–6× the naive loop's updates/s, where a backoff kept per
+// update gave 1.0×).
+//
 // # The envelope
 //
 // Every write is an envelope {"cairn_doc":1,"rev":N,"nonce":…,"recent":[…],
