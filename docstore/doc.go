@@ -9,7 +9,9 @@
 //
 // A redrive waits a random time whose bound doubles with the document's
 // contention level, which a Store keeps per document across updates: one up
-// per 412, one down per successful write. Writers in other processes cannot
+// per 412 on a state read, one down per attempt that ends without one, back
+// to 0 after a second without a 412 (a 412 on the state this Store last
+// wrote is redriven at once: see Group commit). Writers in other processes cannot
 // share a commit; with the level, their redrives spread until about half
 // their writes succeed, instead of each update starting with immediate
 // redrives against all the others (64 processes of one writer on

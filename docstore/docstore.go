@@ -110,7 +110,7 @@ type Store struct {
 	written map[string]*current
 	// level is, per document written lately with 412s, how contended its
 	// writes are (see contended; at most maxWritten documents).
-	level    map[string]int
+	level    map[string]level
 	strategy Strategy // resolved from Auto on first use
 	stats    Stats
 
@@ -155,7 +155,7 @@ type Stats struct {
 
 // New returns a document Store on s.
 func New(s *objstore.Store, opts *Options) *Store {
-	d := &Store{s: s, batchers: map[string]*batcher{}, written: map[string]*current{}, level: map[string]int{}}
+	d := &Store{s: s, batchers: map[string]*batcher{}, written: map[string]*current{}, level: map[string]level{}}
 	d.base, d.stop = context.WithCancel(context.Background())
 	if opts != nil {
 		d.opts = *opts
@@ -549,6 +549,7 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 				return k.noop(c)
 			}
 		}
+		k.onCache = fromCache
 		w, info, err := k.write(ctx, c, next, raw)
 		if w == nil {
 			return k.fail(err) // not encoded: nothing was sent
@@ -572,6 +573,9 @@ type committer struct {
 	// refusedCreates counts creates refused although the document read as
 	// absent (see classify).
 	refusedCreates int
+	// onCache: the write being classified was made on the cached state,
+	// not on a read (its 412 says the cache was stale, not contention).
+	onCache bool
 }
 
 // readOrTakeCache is the document the attempt applies to: *cached, taken
@@ -638,7 +642,8 @@ func (k *committer) judgeInFlight(c current) (done bool) {
 // hears its own error, and nothing is written. If a write in flight applied
 // them, it may still land: the commit is ambiguous.
 func (k *committer) nothingApplied(c current) *current {
-	if len(k.sent) > 0 { // they succeeded before: one of those writes may still land
+	k.d.contended(k.key, false) // decided on a read, not refused
+	if len(k.sent) > 0 {        // they succeeded before: one of those writes may still land
 		return k.fail(fmt.Errorf("docstore: %q: the update functions now fail where they succeeded before", k.key))
 	}
 	deliver(k.reqs, c.meta(k.key), nil) // every function failed: nothing to write
@@ -653,6 +658,7 @@ func unchanged(c current, next []byte, raw bool) bool {
 
 // noop ends a commit that changed nothing, linearized at the read c.
 func (k *committer) noop(c current) *current {
+	k.d.contended(k.key, false) // decided on a read, not refused
 	k.d.count(func(s *Stats) { s.NoopWrites++ })
 	deliver(k.reqs, c.meta(k.key), nil)
 	return nil
@@ -710,6 +716,11 @@ func (k *committer) classify(ctx context.Context, attempt int, w *inflight, info
 		// The server refused this write: it will never land. Redrive.
 		k.d.count(func(s *Stats) { s.Redrives++ })
 		k.lastErr = err
+		if k.onCache {
+			// The cache was stale: another writer wrote since this Store
+			// did, which is not yet a collision. Read and write at once.
+			break
+		}
 		if k.d.retry.Wait(ctx, k.d.contended(k.key, true)-1) != nil {
 			return true, k.fail(ctx.Err())
 		}
@@ -804,10 +815,15 @@ func (d *Store) next(c current, value []byte, raw bool) envelope {
 	return env
 }
 
-// contended records a write of key that was refused (a 412) or that
-// succeeded, and returns the document's contention level: one up per 412,
-// one down per success, between 0 and 12. Every redrive waits a random time
-// under BaseBackoff·2^(level-1) (at most MaxBackoff).
+// contended records an attempt of key's that was refused (a 412 on a state
+// read) or that ended without one (written, or decided on a read: nothing to
+// write, or every function failed), and returns the document's contention
+// level: one up per 412, one down per attempt that ended without one,
+// between 0 and 12, and back to 0 once no 412 has come for levelMemory.
+// Every redrive after a 412 on a state read waits a random time under
+// BaseBackoff·2^(level-1) (at most MaxBackoff); a 412 on the cached state
+// this Store last wrote only says another writer came in between, and is
+// redriven at once without changing the level.
 //
 // The level belongs to the document, not to one update: writers in other
 // processes, which cannot share a commit, collide on it until each
@@ -816,19 +832,24 @@ func (d *Store) next(c current, value []byte, raw bool) envelope {
 // redrives at that spread, not from scratch against all the others (which
 // is what a backoff kept per update did: at 64 processes of one writer on
 // versitygw, about 20 writes an update, most of them refused). It settles
-// where about half the writes succeed. d.mu is taken.
+// where about half the attempts are refused. d.mu is taken.
 func (d *Store) contended(key string, refused bool) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	l, known := d.level[key]
-	switch {
-	case refused:
-		l = min(l+1, 12)
-	case l > 0:
-		l--
+	now := time.Now()
+	e, known := d.level[key]
+	if known && now.Sub(e.at) > levelMemory {
+		e.n = 0
 	}
 	switch {
-	case l == 0:
+	case refused:
+		e.n = min(e.n+1, 12)
+		e.at = now
+	case e.n > 0:
+		e.n--
+	}
+	switch {
+	case e.n == 0:
 		delete(d.level, key)
 	case !known && len(d.level) >= maxWritten:
 		for k := range d.level { // evict one at random: it starts again at 0
@@ -837,9 +858,19 @@ func (d *Store) contended(key string, refused bool) int {
 		}
 		fallthrough
 	default:
-		d.level[key] = l
+		d.level[key] = e
 	}
-	return l
+	return e.n
+}
+
+// levelMemory is how long a document's contention level lasts without a
+// 412: contention it measured that long ago says nothing of now.
+const levelMemory = time.Second
+
+// level is a document's contention level and when a 412 last raised it.
+type level struct {
+	n  int
+	at time.Time
 }
 
 func md5hex(b []byte) string {
