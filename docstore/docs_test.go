@@ -22,17 +22,15 @@ func slowMem(latency time.Duration) *objstore.Store {
 	return objstore.New(faulty.New(mem.OpenBackend(""), &faulty.Options{Latency: latency}), nil)
 }
 
-func TestGroupCommitExactTotal(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	d := docstore.New(slowMem(500*time.Microsecond), nil)
-	c := docstore.Typed[int](d)
-	const goroutines, each = 16, 40
+// incrementAll increments counter "n" each times in each of goroutines
+// goroutines, and waits for them.
+func incrementAll(t *testing.T, c docstore.Doc[int], goroutines, each int) {
+	t.Helper()
 	var wg sync.WaitGroup
 	for range goroutines {
 		wg.Go(func() {
 			for range each {
-				if _, _, err := c.Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v++; return nil }); err != nil {
+				if _, _, err := c.Update(t.Context(), "n", func(v *int, _ docstore.Meta) error { *v++; return nil }); err != nil {
 					t.Error(err)
 					return
 				}
@@ -40,6 +38,15 @@ func TestGroupCommitExactTotal(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+func TestGroupCommitExactTotal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := docstore.New(slowMem(500*time.Microsecond), nil)
+	c := docstore.Typed[int](d)
+	const goroutines, each = 16, 40
+	incrementAll(t, c, goroutines, each)
 	v, m, err := c.Load(ctx, "n")
 	if err != nil || v != goroutines*each {
 		t.Fatalf("counter = %d (%v) after %d increments", v, err, goroutines*each)
@@ -365,18 +372,7 @@ func TestGroupCommitGathersLoopingWriters(t *testing.T) {
 		defer d.Close()
 		c := docstore.Typed[int](d)
 		const goroutines, each = 16, 30
-		var wg sync.WaitGroup
-		for range goroutines {
-			wg.Go(func() {
-				for range each {
-					if _, _, err := c.Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v++; return nil }); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		incrementAll(t, c, goroutines, each)
 		if v, _, err := c.Load(ctx, "n"); err != nil || v != goroutines*each {
 			t.Fatalf("counter = %d (%v) after %d increments", v, err, goroutines*each)
 		}

@@ -183,40 +183,48 @@ func runDocsPhase(ctx context.Context, s *objstore.Store, mode, key string, w in
 func docsWorkers(ctx context.Context, s *objstore.Store, mode, key string, w int, d time.Duration) (phase, error) {
 	store := docstore.New(s, nil)
 	ds := docstore.Typed[int](store)
+	lat, err := timedWriters(w, d, func(int, int) error {
+		if mode == "naive" {
+			return naiveIncrement(ctx, s, key)
+		}
+		_, _, err := ds.Update(ctx, key, func(v *int, _ docstore.Meta) error { *v++; return nil })
+		return err
+	})
+	st := store.Stats()
+	p := phase{count: len(lat), lat: lat, writes: st.Writes, redrives: st.Redrives, retries: st.Retries}
+	return p, err
+}
+
+// timedWriters runs op in a loop in w goroutines for d (op gets the
+// goroutine's number and its own count of calls) and returns every call's
+// latency. A goroutine stops at its first error; the first error is
+// returned.
+func timedWriters(w int, d time.Duration, op func(g, i int) error) (Latencies, error) {
 	deadline := time.Now().Add(d)
 	var mu sync.Mutex
-	var p phase
+	var all Latencies
 	var first error
 	var wg sync.WaitGroup
-	for range w {
+	for g := range w {
 		wg.Go(func() {
 			var lat Latencies
-			for time.Now().Before(deadline) {
+			for i := 0; time.Now().Before(deadline); i++ {
 				t0 := time.Now()
-				var err error
-				if mode == "naive" {
-					err = naiveIncrement(ctx, s, key)
-				} else {
-					_, _, err = ds.Update(ctx, key, func(v *int, _ docstore.Meta) error { *v++; return nil })
-				}
-				if err != nil {
+				if err := op(g, i); err != nil {
 					mu.Lock()
 					first = firstErr(first, err)
 					mu.Unlock()
-					return
+					break
 				}
 				lat = append(lat, time.Since(t0))
 			}
 			mu.Lock()
-			p.count += len(lat)
-			p.lat = append(p.lat, lat...)
+			all = append(all, lat...)
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	st := store.Stats()
-	p.writes, p.redrives, p.retries = st.Writes, st.Redrives, st.Retries
-	return p, first
+	return all, first
 }
 
 func verifyCounter(ctx context.Context, s *objstore.Store, mode, key string, want int) error {
@@ -358,31 +366,8 @@ func (c ceiling) String() string {
 func storeAlone(ctx context.Context, s *objstore.Store, prefix string, conc int, d time.Duration) (ceiling, error) {
 	c := ceiling{conc: conc}
 	run := func(op func(w, i int) error) (float64, Latencies, error) {
-		deadline := time.Now().Add(d)
-		var mu sync.Mutex
-		var all Latencies
-		var first error
-		var wg sync.WaitGroup
-		for w := range conc {
-			wg.Go(func() {
-				var lat Latencies
-				for i := 0; time.Now().Before(deadline); i++ {
-					t0 := time.Now()
-					if err := op(w, i); err != nil {
-						mu.Lock()
-						first = firstErr(first, err)
-						mu.Unlock()
-						return
-					}
-					lat = append(lat, time.Since(t0))
-				}
-				mu.Lock()
-				all = append(all, lat...)
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		return float64(len(all)) / d.Seconds(), all, first
+		lat, err := timedWriters(conc, d, op)
+		return float64(len(lat)) / d.Seconds(), lat, err
 	}
 	body := []byte(`{"n":1}`)
 	puts, lat, err := run(func(int, int) error {
