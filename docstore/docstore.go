@@ -531,6 +531,12 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 		if k.judgeInFlight(c) {
 			return nil
 		}
+		if k.settle(ctx, c, attempt) {
+			if ctx.Err() != nil {
+				return k.fail(ctx.Err())
+			}
+			continue
+		}
 		next, raw, any := apply(key, c, reqs)
 		if !any {
 			return k.nothingApplied(c)
@@ -573,6 +579,9 @@ type committer struct {
 	// refusedCreates counts creates refused although the document read as
 	// absent (see classify).
 	refusedCreates int
+	// unsettled: the last write's outcome is unknown and the attempt
+	// before it was not the first; its backoff is still owed (settle).
+	unsettled bool
 	// onCache: the write being classified was made on the cached state,
 	// not on a read (its 412 says the cache was stale, not contention).
 	onCache bool
@@ -588,6 +597,32 @@ func (k *committer) readOrTakeCache(ctx context.Context, cached **current) (c cu
 	}
 	c, err = k.d.read(ctx, k.key)
 	return c, false, err
+}
+
+// settle takes the backoff owed after a write of unknown outcome, once the
+// read c has judged it. If the document moved on, nothing is owed and the
+// attempt goes on with c; so it does if one write in flight may still land
+// on c (the next write, on the same state, decides between them: at most
+// one can land). If two or more may (the store keeps failing writes on a
+// document nobody else changes), it waits and reports that the attempt
+// should read again. A wait while the document moves lets its history move
+// past the writes in flight, which then no read can settle.
+func (k *committer) settle(ctx context.Context, c current, attempt int) (again bool) {
+	if !k.unsettled {
+		return false
+	}
+	k.unsettled = false
+	open := 0
+	for _, w := range k.sent {
+		if w.etag == c.etag && (w.etag != "" || !c.exists) {
+			open++
+		}
+	}
+	if open < 2 {
+		return false
+	}
+	_ = k.d.retry.Wait(ctx, attempt-1)
+	return true
 }
 
 // readFailed handles a failed read: a permanent error ends the commit, any
@@ -721,6 +756,12 @@ func (k *committer) classify(ctx context.Context, attempt int, w *inflight, info
 			// did, which is not yet a collision. Read and write at once.
 			break
 		}
+		if len(k.sent) > 0 {
+			// A write of unknown outcome is still open, and this 412 says
+			// the document has moved: read it back at once, before the
+			// history moves past that write (see settle).
+			break
+		}
 		if k.d.retry.Wait(ctx, k.d.contended(k.key, true)-1) != nil {
 			return true, k.fail(ctx.Err())
 		}
@@ -733,9 +774,11 @@ func (k *committer) classify(ctx context.Context, attempt int, w *inflight, info
 		}
 		k.sent = append(k.sent, w)
 		k.lastErr = err
-		if attempt >= 1 && k.d.retry.Wait(ctx, attempt-1) != nil {
-			return true, k.fail(err)
-		}
+		// Read back at once: while other writers go on, the document's
+		// history soon moves past this write's revision, and then no read
+		// can tell whether it landed. The backoff comes after the read, if
+		// the document has not moved (see settle).
+		k.unsettled = attempt >= 1
 	case permanent(err):
 		return true, k.fail(err)
 	default: // 409 or a transient failure before the write was applied: back off and retry
