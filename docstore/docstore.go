@@ -528,13 +528,15 @@ func (d *Store) commit(ctx context.Context, key string, reqs []*request, cached 
 			}
 			continue
 		}
+		inFlight := len(k.sent)
 		if k.judgeInFlight(c) {
 			return nil
 		}
-		if k.settle(ctx, c, attempt) {
+		if k.settle(ctx, c, attempt, inFlight-len(k.sent)) {
 			if ctx.Err() != nil {
 				return k.fail(ctx.Err())
 			}
+			attempt-- // a wait and a read: no write tried
 			continue
 		}
 		next, raw, any := apply(key, c, reqs)
@@ -600,25 +602,29 @@ func (k *committer) readOrTakeCache(ctx context.Context, cached **current) (c cu
 }
 
 // settle takes the backoff owed after a write of unknown outcome, once the
-// read c has judged it. If the document moved on, nothing is owed and the
-// attempt goes on with c; so it does if one write in flight may still land
-// on c (the next write, on the same state, decides between them: at most
-// one can land). If two or more may (the store keeps failing writes on a
-// document nobody else changes), it waits and reports that the attempt
-// should read again. A wait while the document moves lets its history move
-// past the writes in flight, which then no read can settle.
-func (k *committer) settle(ctx context.Context, c current, attempt int) (again bool) {
+// read c has judged the writes in flight (dropped: how many it found can
+// never land, the document having moved on without them). It reports that
+// the attempt should read again after a wait:
+//   - if writes were dropped, they lost a race as a refused write does: the
+//     document's contention level goes up and the redrive waits for it
+//     (the writes are settled, so the history may move on);
+//   - if two or more writes may still land on c (the store keeps failing
+//     writes on a document nobody else changes), after the usual backoff.
+//
+// Otherwise (one write may still land on c: the next write, on the same
+// state, decides between them, as at most one can land) the attempt goes
+// on with c. A wait before the read would let other writers move the
+// history past the writes in flight, which then no read could settle.
+func (k *committer) settle(ctx context.Context, c current, attempt, dropped int) (again bool) {
 	if !k.unsettled {
 		return false
 	}
 	k.unsettled = false
-	open := 0
-	for _, w := range k.sent {
-		if w.etag == c.etag && (w.etag != "" || !c.exists) {
-			open++
-		}
+	if dropped > 0 && len(k.sent) == 0 {
+		_ = k.d.retry.Wait(ctx, k.d.contended(k.key, true)-1)
+		return true
 	}
-	if open < 2 {
+	if len(k.sent) < 2 {
 		return false
 	}
 	_ = k.d.retry.Wait(ctx, attempt-1)
@@ -668,6 +674,12 @@ func (k *committer) judgeInFlight(c current) (done bool) {
 	}
 	if len(open) < len(k.sent) {
 		k.d.count(func(s *Stats) { s.Resolved += len(k.sent) - len(open) })
+		if len(open) == 0 && errors.Is(k.lastErr, objstore.ErrAmbiguous) {
+			// The document moved on without them: they lost a race. If
+			// the attempts run out now, that is contention, not an
+			// unknown outcome.
+			k.lastErr = objstore.ErrPreconditionFailed
+		}
 	}
 	k.sent = open
 	return false
@@ -759,7 +771,9 @@ func (k *committer) classify(ctx context.Context, attempt int, w *inflight, info
 		if len(k.sent) > 0 {
 			// A write of unknown outcome is still open, and this 412 says
 			// the document has moved: read it back at once, before the
-			// history moves past that write (see settle).
+			// history moves past that write (see settle). The 412 still
+			// counts as contention.
+			k.d.contended(k.key, true)
 			break
 		}
 		if k.d.retry.Wait(ctx, k.d.contended(k.key, true)-1) != nil {
