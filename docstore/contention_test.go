@@ -27,41 +27,66 @@ import (
 func TestContentionIsLearnedAcrossUpdates(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
 		s := objstore.New(answeredLate{faulty.New(mem.OpenBackend(""), &faulty.Options{Latency: time.Millisecond, Jitter: time.Millisecond})}, nil)
 		const procs, each = 64, 10
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var total docstore.Stats
-		for range procs {
-			wg.Go(func() {
-				d := docstore.New(s, &docstore.Options{Strategy: docstore.CAS})
-				defer d.Close()
-				c := docstore.Typed[int](d)
-				for range each {
-					if _, _, err := c.Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v++; return nil }); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-				st := d.Stats()
-				mu.Lock()
-				total.Writes += st.Writes
-				total.Redrives += st.Redrives
-				mu.Unlock()
-			})
+		r := runProcesses(t, s, docstore.Options{Strategy: docstore.CAS}, procs, each)
+		if r.ok != procs*each {
+			t.Fatalf("%d of %d increments returned nil (%d ambiguous) with no fault injected", r.ok, procs*each, r.ambiguous)
 		}
-		wg.Wait()
-		v, _, err := docstore.Typed[int](docstore.New(s, nil)).Load(ctx, "n")
-		if err != nil || v != procs*each {
-			t.Fatalf("counter = %d (%v) after %d increments", v, err, procs*each)
-		}
-		perUpdate := float64(total.Writes) / float64(procs*each)
-		t.Logf("%d updates: %d writes (%.1f an update), %d refused", procs*each, total.Writes, perUpdate, total.Redrives)
+		perUpdate := float64(r.writes) / float64(procs*each)
+		t.Logf("%d updates: %d writes (%.1f an update), %d refused", procs*each, r.writes, perUpdate, r.redrives)
 		if perUpdate > 3.2 {
 			t.Errorf("%.1f conditional writes per update from %d contending processes: the backoff does not learn the contention", perUpdate, procs)
 		}
 	})
+}
+
+// race is what processes (a Store each, made with opts) did, each
+// incrementing counter "n" each times one update at a time, on s.
+type race struct {
+	ok, ambiguous    int // updates that returned nil, and ErrAmbiguous
+	writes, redrives int // docstore.Stats summed over the Stores
+}
+
+// runProcesses runs the race and checks that the counter holds exactly the
+// updates that returned nil; any error but ErrAmbiguous fails the test.
+func runProcesses(t *testing.T, s *objstore.Store, opts docstore.Options, procs, each int) race {
+	t.Helper()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var r race
+	for range procs {
+		wg.Go(func() {
+			d := docstore.New(s, &opts)
+			defer d.Close()
+			c := docstore.Typed[int](d)
+			for range each {
+				_, _, err := c.Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v++; return nil })
+				mu.Lock()
+				switch {
+				case err == nil:
+					r.ok++
+				case errors.Is(err, objstore.ErrAmbiguous):
+					r.ambiguous++
+				default:
+					t.Error(err)
+				}
+				mu.Unlock()
+			}
+			st := d.Stats()
+			mu.Lock()
+			r.writes += st.Writes
+			r.redrives += st.Redrives
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	v, _, err := docstore.Typed[int](docstore.New(s, nil)).Load(ctx, "n")
+	if err != nil || v != r.ok {
+		t.Fatalf("counter = %d (%v) after %d updates that returned nil", v, err, r.ok)
+	}
+	return r
 }
 
 // answeredLate delays every GET's and PUT's answer by up to 2ms after the
@@ -140,43 +165,15 @@ func TestTurnsAfterABurstDoNotWait(t *testing.T) {
 func TestUnknownOutcomeIsReadBackAtOnce(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
 		s := objstore.New(faulty.New(mem.OpenBackend(""), &faulty.Options{Latency: time.Millisecond, Jitter: time.Millisecond,
 			Ops: []faulty.Op{faulty.OpPut}, LostRequestRate: 0.1}), nil)
 		const procs, each = 16, 40
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		ok, ambiguous := 0, 0
-		for range procs {
-			wg.Go(func() {
-				d := docstore.New(s, &docstore.Options{Strategy: docstore.CAS, HistoryLen: 16})
-				defer d.Close()
-				c := docstore.Typed[int](d)
-				for range each {
-					_, _, err := c.Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v++; return nil })
-					mu.Lock()
-					switch {
-					case err == nil:
-						ok++
-					case errors.Is(err, objstore.ErrAmbiguous):
-						ambiguous++
-					default:
-						t.Error(err)
-					}
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		v, _, err := docstore.Typed[int](docstore.New(s, nil)).Load(ctx, "n")
-		if err != nil || v != ok {
-			t.Fatalf("counter = %d (%v) after %d updates that returned nil", v, err, ok)
-		}
-		t.Logf("%d updates: %d applied, %d ambiguous", procs*each, ok, ambiguous)
+		r := runProcesses(t, s, docstore.Options{Strategy: docstore.CAS, HistoryLen: 16}, procs, each)
+		t.Logf("%d updates: %d applied, %d ambiguous", procs*each, r.ok, r.ambiguous)
 		// Read back at once: 0–1 here (in 40 runs); read back after the
 		// backoff: 5 or more (in each of 30 runs).
-		if ambiguous > 2 {
-			t.Errorf("%d of %d updates ended ambiguous although every lost request could be settled by reading back at once", ambiguous, procs*each)
+		if r.ambiguous > 2 {
+			t.Errorf("%d of %d updates ended ambiguous although every lost request could be settled by reading back at once", r.ambiguous, procs*each)
 		}
 	})
 }
@@ -189,49 +186,18 @@ func TestUnknownOutcomeIsReadBackAtOnce(t *testing.T) {
 func TestLoserAnsweredWith500BacksOff(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
 		s := objstore.New(losersGet500{faulty.New(mem.OpenBackend(""), &faulty.Options{Latency: time.Millisecond, Jitter: time.Millisecond})}, nil)
 		const procs, each = 32, 20
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		ok, ambiguous, writes := 0, 0, 0
-		for range procs {
-			wg.Go(func() {
-				d := docstore.New(s, &docstore.Options{Strategy: docstore.CAS})
-				defer d.Close()
-				c := docstore.Typed[int](d)
-				for range each {
-					_, _, err := c.Update(ctx, "n", func(v *int, _ docstore.Meta) error { *v++; return nil })
-					mu.Lock()
-					switch {
-					case err == nil:
-						ok++
-					case errors.Is(err, objstore.ErrAmbiguous):
-						ambiguous++
-					default:
-						t.Error(err)
-					}
-					mu.Unlock()
-				}
-				mu.Lock()
-				writes += d.Stats().Writes
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		v, _, err := docstore.Typed[int](docstore.New(s, nil)).Load(ctx, "n")
-		if err != nil || v != ok {
-			t.Fatalf("counter = %d (%v) after %d updates that returned nil", v, err, ok)
-		}
-		per := float64(writes) / float64(procs*each)
-		t.Logf("%d updates: %d applied, %d ambiguous, %.1f writes an update", procs*each, ok, ambiguous, per)
+		r := runProcesses(t, s, docstore.Options{Strategy: docstore.CAS}, procs, each)
+		per := float64(r.writes) / float64(procs*each)
+		t.Logf("%d updates: %d applied, %d ambiguous, %.1f writes an update", procs*each, r.ok, r.ambiguous, per)
 		if per > 4 {
 			t.Errorf("%.1f conditional writes an update when losers are answered 500: they do not back off", per)
 		}
 		// Read back after the backoff, about 90 of the 640 ended ambiguous
 		// (the history had moved past them); read back at once, none.
-		if ambiguous > 2 {
-			t.Errorf("%d of %d updates ended ambiguous: a loser's write was not read back in time", ambiguous, procs*each)
+		if r.ambiguous > 2 {
+			t.Errorf("%d of %d updates ended ambiguous: a loser's write was not read back in time", r.ambiguous, procs*each)
 		}
 	})
 }
